@@ -1,0 +1,3 @@
+from tileprobe.cli import main
+
+main()

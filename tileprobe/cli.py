@@ -1,0 +1,159 @@
+"""The command line: thin typer commands that call library functions."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from tileprobe.errors import UsageError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Which CUTLASS grouped-GEMM tiles fit, launch, are correct and are fastest on a GPU.")
+console = Console()
+err_console = Console(stderr=True)
+
+FamilyOpt = Annotated[Optional[str], typer.Option("--family", help="sm120-nvfp4 or sm90-fp8 (default: by device)")]
+TargetOpt = Annotated[Optional[str], typer.Option(
+    "--target", help="offline profile (rtx-pro-6000, rtx-5090, dgx-spark-gb10, b200, h100, h200); a real GPU wins "
+                     "when present unless this is given")]
+CutlassOpt = Annotated[Optional[str], typer.Option("--cutlass-dir", help="CUTLASS checkout or include dir")]
+NvccOpt = Annotated[Optional[str], typer.Option("--nvcc", help="path to nvcc")]
+CacheOpt = Annotated[Optional[str], typer.Option("--cache-dir", help="build cache (default: user cache dir)")]
+
+
+def _split_csv(values: list[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+def _ints(values: list[str] | None, what: str) -> list[int] | None:
+    items = _split_csv(values)
+    if items is None:
+        return None
+    out = []
+    for v in items:
+        if v == "auto":
+            out.append(0)
+            continue
+        try:
+            out.append(int(v))
+        except ValueError:
+            raise UsageError(f"{what}: {v!r} is not a whole number") from None
+    return out
+
+
+def _shard(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise UsageError(f"--shard {text!r}: expected i/n, e.g. 0/4") from None
+    if n < 1 or not 0 <= i < n:
+        raise UsageError(f"--shard {text!r}: need 0 <= i < n")
+    return i, n
+
+
+@app.command()
+def sweep(
+    family: FamilyOpt = None,
+    target: TargetOpt = None,
+    tiles: Annotated[Optional[list[str]], typer.Option("--tiles", help="comma list: 128x256x128 or 128x256x64B")] = None,
+    schedules: Annotated[Optional[list[str]], typer.Option("--schedules", help="auto, cooperative, pingpong")] = None,
+    stages: Annotated[Optional[list[str]], typer.Option("--stages", help="auto or explicit counts, e.g. auto,2,3")] = None,
+    epilogue: Annotated[Optional[list[str]], typer.Option("--epilogue", help="no-c (bf16 D) and/or with-c (bf16 C source)")] = None,
+    swap_ab: Annotated[Optional[list[str]], typer.Option("--swap-ab", help="off, on, or off,on")] = None,
+    cluster: Annotated[str, typer.Option("--cluster", help="cluster shape; SM120 supports 1x1x1 only")] = "1x1x1",
+    out: Annotated[Path, typer.Option("--out", help="results folder")] = Path("tileprobe-results"),
+    jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles (default: cores)")] = os.cpu_count() or 1,
+    regs: Annotated[bool, typer.Option("--regs/--no-regs", help="static: also build device code for ptxas registers/spills (slow)")] = False,
+    static_only: Annotated[bool, typer.Option("--static-only", help="never launch, even with a GPU")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="keep rows in --out and skip what they cover")] = False,
+    shard: Annotated[Optional[str], typer.Option("--shard", help="i/n: probe a deterministic 1/n of the configs")] = None,
+    gpus: Annotated[Optional[str], typer.Option("--gpus", help="GPU indices, e.g. 0,1 (default: all visible)")] = None,
+    workload: Annotated[Optional[list[str]], typer.Option("--workload", help="model preset(s) (default deepseek-v3)")] = None,
+    shape: Annotated[Optional[list[str]], typer.Option("--shape", help="explicit E:M:N:K problem(s)")] = None,
+    batch: Annotated[Optional[list[str]], typer.Option("--batch", help="decode batch sizes (default 1,8,32,128,512)")] = None,
+    routing: Annotated[str, typer.Option("--routing", help="uniform, balanced or skewed")] = "uniform",
+    tp: Annotated[int, typer.Option("--tp", help="tensor-parallel ways (splits I)")] = 1,
+    ep: Annotated[int, typer.Option("--ep", help="expert-parallel ways (splits experts)")] = 1,
+    seed: Annotated[int, typer.Option("--seed", help="routing and data seed (default: new each run)")] = -1,
+    compile_timeout: Annotated[float, typer.Option("--compile-timeout", help="seconds per nvcc run")] = 1200,
+    run_timeout: Annotated[float, typer.Option("--run-timeout", help="seconds per runtime probe")] = 120,
+    as_json: Annotated[bool, typer.Option("--json", help="print rows as JSON lines instead of a table")] = False,
+    cutlass_dir: CutlassOpt = None,
+    nvcc: NvccOpt = None,
+    cache_dir: CacheOpt = None,
+) -> None:
+    """Probe tiles: static on any machine, runtime where a GPU of the family's arch is present."""
+    from tileprobe import families, sweep as sw  # noqa: PLC0415
+    from tileprobe.report import print_table, write_reports  # noqa: PLC0415
+
+    if jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    swaps = None
+    if swap_ab:
+        swaps = []
+        for v in _split_csv(swap_ab) or []:
+            if v not in ("on", "off", "true", "false", "1", "0"):
+                raise UsageError(f"--swap-ab {v!r}: expected on or off")
+            swaps.append(v in ("on", "true", "1"))
+    gpu_list = _ints([gpus], "--gpus") if gpus else None
+    opts = sw.SweepOptions(
+        family=family, target=target, tiles=_split_csv(tiles), schedules=_split_csv(schedules),
+        stages=_ints(stages, "--stages"), epilogues=_split_csv(epilogue), swap_ab=swaps,
+        cluster=families.parse_cluster(cluster), out=out, jobs=jobs, regs=regs, static_only=static_only,
+        resume=resume, shard=_shard(shard), gpus=gpu_list, compile_timeout_s=compile_timeout,
+        run_timeout_s=run_timeout, cutlass_dir=cutlass_dir, nvcc=nvcc, cache_dir=cache_dir,
+        workload={"presets": _split_csv(workload), "shapes": _split_csv(shape),
+                  "batches": _ints(batch, "--batch"), "routing": routing, "tp": tp, "ep": ep, "seed": seed},
+    )
+    rows = sw.run(opts, console)
+    if as_json:
+        for r in rows:
+            sys.stdout.write(json.dumps(r) + "\n")
+    else:
+        print_table(rows, console)
+    write_reports(out, console)
+
+
+@app.command()
+def explain(
+    tile: Annotated[str, typer.Argument(help="e.g. 128x256x128 or 128x256x64B")],
+    family: FamilyOpt = None,
+    target: TargetOpt = None,
+    schedule: Annotated[str, typer.Option("--schedule")] = "cooperative",
+    epilogue: Annotated[str, typer.Option("--epilogue")] = "no-c",
+    stages: Annotated[str, typer.Option("--stages", help="auto or a count")] = "auto",
+    cutlass_dir: CutlassOpt = None,
+    nvcc: NvccOpt = None,
+    cache_dir: CacheOpt = None,
+) -> None:
+    """The shared-memory budget of one config in words and bytes, and which stage count or K would fit."""
+    from tileprobe.explain import explain as run_explain  # noqa: PLC0415
+
+    st = _ints([stages], "--stages")[0]  # type: ignore[index]
+    console.print(run_explain(tile, family, target, schedule, epilogue, st, cutlass_dir, nvcc, cache_dir))
+
+
+@app.command()
+def devices() -> None:
+    """List visible GPUs through cuda-python; with none, the built-in offline target profiles."""
+    from tileprobe.report import devices_table  # noqa: PLC0415
+
+    console.print(devices_table())
+
+
+def main() -> None:
+    try:
+        app()
+    except UsageError as exc:
+        err_console.print(f"tileprobe: error: {exc}", highlight=False, markup=False)
+        sys.exit(2)

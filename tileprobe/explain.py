@@ -1,0 +1,58 @@
+"""`tileprobe explain`: one config's shared-memory budget in words and bytes, and what would fit."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tileprobe.errors import UsageError
+from tileprobe.families import arch_for, expand_configs, family, family_for_cc
+from tileprobe.static_probe import probe_static
+from tileprobe.sweep import make_toolchain
+from tileprobe.targets import resolve_target
+from tileprobe.verdict import Verdict
+
+
+def explain(tile: str, family_name: str | None, target_name: str | None, schedule: str, epilogue: str, stages: int,
+            cutlass_dir: str | None, nvcc: str | None, cache_dir: str | None) -> str:
+    target, _ = resolve_target(target_name)
+    fam = family(family_name) if family_name else family_for_cc(target.cc)
+    arch = arch_for(fam, target.cc)
+    (cfg,) = expand_configs(fam, arch, [tile], [schedule], [stages], [epilogue], [False])
+    if cfg.unsupported_reason:
+        raise UsageError(f"{cfg.tile} {schedule} on {fam.name}: unsupported: {cfg.unsupported_reason}")
+    tc = make_toolchain(cutlass_dir, nvcc, cache_dir)
+    # The asked config plus two explicit stage counts (to measure bytes per stage) and K halved.
+    probes = [cfg, replace(cfg, stages=2), replace(cfg, stages=3)]
+    half_k = cfg.tile.k // 2
+    if half_k >= fam.mma_k and half_k % fam.mma_k == 0:
+        probes.append(replace(cfg, tile=replace(cfg.tile, k=half_k), stages=0))
+    out = probe_static(probes, target, tc.cutlass, tc.nvcc, tc.cache, jobs=1, timeout_s=1200)
+    main, s2, s3 = out[0], out[1], out[2]
+    if main.info.smem_bytes is None:
+        return f"{cfg.name}: {main.verdict.value}: {main.reason}"
+    info = main.info
+    lines = [f"{cfg.tile} ({cfg.tile.bytes_k(fam.ab_bits)}), {schedule}, epilogue {epilogue}, stages "
+             f"{cfg.stages_label} on {target.name} ({target.device_name}, opt-in limit {target.smem_optin} B):"]
+    other = info.smem_bytes - (info.smem_mainloop_bytes or 0) - (info.smem_epilogue_bytes or 0)
+    lines.append(f"  SharedStorage {info.smem_bytes} B = mainloop {info.smem_mainloop_bytes} B "
+                 f"({info.stages} stages) + epilogue {info.smem_epilogue_bytes} B + {other} B of kernel-level "
+                 f"pipelines, tensor maps and alignment padding")
+    verdict = "fits" if main.verdict is Verdict.FITS else "does NOT fit"
+    lines.append(f"  {verdict}: {main.reason}")
+    if s2.info.smem_bytes is not None and s3.info.smem_bytes is not None:
+        per_stage = s3.info.smem_bytes - s2.info.smem_bytes
+        fixed = s2.info.smem_bytes - 2 * per_stage
+        max_stages = (target.smem_optin - fixed) // per_stage if per_stage > 0 else None
+        lines.append(f"  one pipeline stage costs {per_stage} B (A + B + scale-factor tiles); the rest is {fixed} B")
+        if max_stages is not None and max_stages >= 1:
+            lines.append(f"  at most {max_stages} stages fit under {target.smem_optin} B "
+                         f"({fixed + max_stages * per_stage} B)")
+        else:
+            lines.append("  not even one stage fits at this K")
+    if len(out) > 3:
+        hk = out[3]
+        if hk.info.smem_bytes is not None:
+            lines.append(f"  with K={half_k} ({hk.config.tile.bytes_k(fam.ab_bits)}): {hk.info.stages} stages, "
+                         f"SharedStorage {hk.info.smem_bytes} B -> {hk.verdict.value}")
+    lines.append("  evidence: static (compiled for %s, sizes read from the harness); not launched" % arch)
+    return "\n".join(lines)

@@ -1,0 +1,161 @@
+"""The static probe: compile each config, have the harness describe itself (no GPU), judge it against a target."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tileprobe.build import BuildRequest, BuildResult, build_many, first_error, smem_static_assert
+from tileprobe.errors import OutOfResources
+from tileprobe.families import Config
+from tileprobe.targets import Target
+from tileprobe.toolchain import CutlassTree, Nvcc
+from tileprobe.verdict import Verdict
+
+RESERVED_SMEM_PER_BLOCK = 1024  # the driver's per-block reservation (opt-in = per-SM - 1 KiB)
+
+
+@dataclass
+class StaticInfo:
+    stages: int | None = None
+    smem_bytes: int | None = None
+    smem_mainloop_bytes: int | None = None
+    smem_epilogue_bytes: int | None = None
+    cutlass_cap_bytes: int | None = None
+    threads_per_cta: int | None = None
+    min_blocks: int | None = None
+    regs_per_thread: int | None = None
+    spill_bytes: int | None = None
+    compile_seconds: float | None = None
+
+
+@dataclass
+class StaticOutcome:
+    config: Config
+    verdict: Verdict
+    reason: str
+    info: StaticInfo = field(default_factory=StaticInfo)
+    log: str = ""
+
+
+def occupancy(info: StaticInfo, target: Target) -> dict:
+    """CTAs per SM limited by shared memory, by registers and by threads; warps per SM."""
+    out = {"ctas_per_sm_smem": None, "ctas_per_sm_regs": None, "ctas_per_sm": None, "warps_per_sm": None}
+    if info.smem_bytes is None or info.threads_per_cta is None:
+        return out
+    if info.smem_bytes > target.smem_optin:
+        out.update(ctas_per_sm_smem=0, ctas_per_sm=0, warps_per_sm=0)
+        return out
+    by_smem = target.smem_per_sm // (info.smem_bytes + RESERVED_SMEM_PER_BLOCK)
+    by_threads = target.max_threads_per_sm // info.threads_per_cta
+    limits = [by_smem, by_threads]
+    warps = info.threads_per_cta // 32
+    if info.regs_per_thread:
+        regs_per_warp = -(-info.regs_per_thread * 32 // 256) * 256  # allocated per warp in units of 256
+        by_regs = target.regs_per_sm // (regs_per_warp * warps)
+        out["ctas_per_sm_regs"] = by_regs
+        limits.append(by_regs)
+    ctas = min(limits)
+    out.update(ctas_per_sm_smem=by_smem, ctas_per_sm=ctas, warps_per_sm=ctas * warps)
+    return out
+
+
+def judge(config: Config, info: StaticInfo, target: Target) -> StaticOutcome:
+    """fits or smem-over-limit, with the bytes. A config at exactly the limit fits."""
+    assert info.smem_bytes is not None
+    headroom = target.smem_optin - info.smem_bytes
+    if headroom < 0:
+        err = OutOfResources("SharedStorage", info.smem_bytes, target.smem_optin)
+        return StaticOutcome(config, Verdict.SMEM_OVER_LIMIT, f"{err} ({info.stages} stages)", info)
+    return StaticOutcome(config, Verdict.FITS,
+                         f"static: SharedStorage {info.smem_bytes} B <= opt-in {target.smem_optin} B, "
+                         f"headroom {headroom} B ({info.stages} stages); not launched", info)
+
+
+def _describe(binary: Path, timeout_s: float = 60) -> dict[int, dict]:
+    proc = subprocess.run([str(binary)], capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        raise RuntimeError(f"describe exited {proc.returncode}: {proc.stderr.strip()[:200]}")
+    out = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            d = json.loads(line)
+            out[int(d["index"])] = d
+    return out
+
+
+def _info_from(desc: dict, build: BuildResult) -> StaticInfo:
+    ptxas = build.ptxas() if build.request.with_device else {}
+    return StaticInfo(
+        stages=desc["stages"], smem_bytes=desc["smem_bytes"], smem_mainloop_bytes=desc["smem_mainloop_bytes"],
+        smem_epilogue_bytes=desc["smem_epilogue_bytes"], cutlass_cap_bytes=desc["cutlass_cap_bytes"],
+        threads_per_cta=desc["max_threads"], min_blocks=desc["min_blocks"], regs_per_thread=ptxas.get("regs"),
+        spill_bytes=(ptxas["spill_stores"] + ptxas["spill_loads"]) if ptxas else None,
+        compile_seconds=round(build.seconds, 1))
+
+
+def _failed(config: Config, build: BuildResult) -> StaticOutcome:
+    is_assert, required, limit = smem_static_assert(build.log)
+    info = StaticInfo(compile_seconds=round(build.seconds, 1))
+    if is_assert:
+        nums = f": {required} B > {limit} B" if required and limit else ""
+        info.smem_bytes = required
+        return StaticOutcome(config, Verdict.SMEM_OVER_LIMIT,
+                             f"CUTLASS static_assert 'SMEM usage exceeded capacity'{nums}", info, build.log)
+    return StaticOutcome(config, Verdict.COMPILE_ERROR, first_error(build.log), info, build.log)
+
+
+def probe_static(configs: list[Config], target: Target, cutlass: CutlassTree, nvcc: Nvcc, cache: Path, jobs: int,
+                 timeout_s: float, regs: bool = False) -> list[StaticOutcome]:
+    """Outcome for every config, in input order. Unsupported configs are not compiled.
+
+    Without `regs`, configs are batched into `jobs` translation units (sizes need no device code); a batch that
+    fails falls back to one build per config so one bad config never hides the others. With `regs`, each config is
+    built with its device code so ptxas reports registers and spills.
+    """
+    outcomes: dict[str, StaticOutcome] = {}
+    todo = []
+    for c in configs:
+        if c.unsupported_reason:
+            outcomes[c.key] = StaticOutcome(c, Verdict.UNSUPPORTED, c.unsupported_reason)
+        else:
+            todo.append(c)
+    if regs:
+        singles = todo
+    else:
+        batches = _split([c for c in todo], max(1, jobs))
+        results = build_many([BuildRequest("describe", tuple(b), with_device=False) for b in batches],
+                             cutlass, nvcc, cache, jobs, timeout_s, "static (batched)")
+        singles = []
+        for batch, res in zip(batches, results):
+            if not res.ok:
+                singles.extend(batch)
+                continue
+            try:
+                desc = _describe(res.binary)
+            except (RuntimeError, subprocess.TimeoutExpired, ValueError):
+                singles.extend(batch)
+                continue
+            for i, c in enumerate(batch):
+                outcomes[c.key] = judge(c, _info_from(desc[i], res), target)
+    results = build_many([BuildRequest("describe", (c,), with_device=regs) for c in singles], cutlass, nvcc,
+                         cache, jobs, timeout_s, "static (per config)")
+    for c, res in zip(singles, results):
+        if not res.ok:
+            outcomes[c.key] = _failed(c, res)
+            continue
+        try:
+            desc = _describe(res.binary)[0]
+        except (RuntimeError, subprocess.TimeoutExpired, ValueError, KeyError) as exc:
+            outcomes[c.key] = StaticOutcome(c, Verdict.COMPILE_ERROR, f"describe failed: {exc}", log=res.log)
+            continue
+        outcomes[c.key] = judge(c, _info_from(desc, res), target)
+    return [outcomes[c.key] for c in configs]
+
+
+def _split(items: list, n: int) -> list[list]:
+    """Round-robin into at most n non-empty lists (stable content for a stable cache key)."""
+    n = min(n, len(items))
+    return [items[i::n] for i in range(n)] if n else []

@@ -1,0 +1,168 @@
+"""Devices and targets: real GPUs through cuda-python, and offline profiles for machines without one."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from tileprobe.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    device_name: str
+    cc: str  # "12.0"
+    sms: int
+    smem_per_sm: int  # bytes
+    smem_optin: int  # cudaDevAttrMaxSharedMemoryPerBlockOptin, bytes
+    regs_per_sm: int
+    max_threads_per_sm: int
+    l2_bytes: int
+    peak_gbps: float
+    source: str  # where the numbers come from
+    gpu_index: int | None = None  # set for a real device
+    driver: str = ""
+
+    @property
+    def arch(self) -> str:
+        """The arch-specific nvcc target: sm_120a, sm_121a, sm_90a, sm_100a."""
+        major, minor = self.cc.split(".")
+        return f"sm_{major}{minor}a"
+
+    @property
+    def cc_int(self) -> int:
+        major, minor = self.cc.split(".")
+        return int(major) * 10 + int(minor)
+
+    @property
+    def is_device(self) -> bool:
+        return self.gpu_index is not None
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"arch": self.arch}
+
+
+KIB = 1024
+# Offline profiles. opt-in = shared memory per SM - 1 KiB reserved by the driver per block.
+PROFILES: dict[str, Target] = {
+    t.name: t
+    for t in (
+        # CUTLASS arch.h sm120_smem_capacity_bytes = 101376; RTX Blackwell whitepaper (188 SMs, 1792 GB/s for the
+        # Workstation Edition); device query in cutlass issue #2692.
+        Target("rtx-pro-6000", "NVIDIA RTX PRO 6000 Blackwell", "12.0", 188, 100 * KIB, 101376, 65536, 1536,
+               128 * 1024 * KIB, 1792.0, "CUTLASS arch.h; RTX Blackwell whitepaper; cutlass #2692"),
+        # deviceQuery posted in nccl issue #1637: 170 SMs, 101376 B opt-in; 1792 GB/s GDDR7.
+        Target("rtx-5090", "NVIDIA GeForce RTX 5090", "12.0", 170, 100 * KIB, 101376, 65536, 1536,
+               96 * 1024 * KIB, 1792.0, "nccl #1637 deviceQuery; GeForce RTX 5090 spec"),
+        # TensorRT-LLM issue #12141: all SM12x report 101,376; GB10 has 48 SMs and 273 GB/s LPDDR5x.
+        Target("dgx-spark-gb10", "NVIDIA GB10", "12.1", 48, 100 * KIB, 101376, 65536, 1536,
+               24 * 1024 * KIB, 273.0, "TensorRT-LLM #12141; DGX Spark spec"),
+        # CUTLASS sm100_smem_capacity_bytes = 232448; Blackwell tuning guide (228 KiB per SM).
+        Target("b200", "NVIDIA B200", "10.0", 148, 228 * KIB, 232448, 65536, 2048,
+               126 * 1024 * KIB, 7700.0, "CUTLASS arch.h sm100_smem_capacity_bytes; Blackwell tuning guide"),
+        # CUTLASS sm90 builders sm90_smem_capacity_bytes = 232448; H100 SXM datasheet 3.35 TB/s.
+        Target("h100", "NVIDIA H100 80GB HBM3", "9.0", 132, 228 * KIB, 232448, 65536, 2048,
+               50 * 1024 * KIB, 3350.0, "CUTLASS sm90_common.inl; H100 SXM datasheet"),
+        # Measured on this project's lent H200 (233472 B/SM, 232448 opt-in); 4.8 TB/s datasheet.
+        Target("h200", "NVIDIA H200", "9.0", 132, 233472, 232448, 65536, 2048,
+               60 * 1024 * KIB, 4800.0, "measured on the lent H200; H200 datasheet"),
+    )
+}
+
+DEFAULT_OFFLINE_TARGET = "rtx-pro-6000"
+
+
+def profile(name: str) -> Target:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise UsageError(f"unknown target {name!r}; known: {', '.join(PROFILES)}") from None
+
+
+class NoDevice(Exception):
+    """No GPU or no driver; `reason` says which."""
+
+
+def _cudart():
+    try:
+        from cuda.bindings import runtime as cudart  # noqa: PLC0415 - imported only when a device is asked for
+    except ImportError as exc:  # cuda-python missing or broken
+        raise NoDevice(f"cuda-python unavailable: {exc}") from exc
+    return cudart
+
+
+def _check(result):
+    err, *values = result
+    if int(err) != 0:
+        raise NoDevice(f"CUDA runtime: {getattr(err, 'name', err)}")
+    return values[0] if len(values) == 1 else values
+
+
+def query_devices() -> list[Target]:
+    """Every visible GPU as a Target, read through cuda-python. Raises NoDevice when there is none."""
+    cudart = _cudart()
+    count = _check(cudart.cudaGetDeviceCount())
+    if count == 0:
+        raise NoDevice("no CUDA device visible")
+    A = cudart.cudaDeviceAttr
+    driver = _check(cudart.cudaDriverGetVersion())
+    out = []
+    for i in range(count):
+        def attr(a, i=i):
+            return int(_check(cudart.cudaDeviceGetAttribute(a, i)))
+
+        prop = _check(cudart.cudaGetDeviceProperties(i))
+        name = prop.name.decode(errors="replace").rstrip("\x00") if isinstance(prop.name, bytes) else str(prop.name)
+        clock_khz = attr(A.cudaDevAttrMemoryClockRate)
+        bus_bits = attr(A.cudaDevAttrGlobalMemoryBusWidth)
+        out.append(
+            Target(
+                name=f"gpu{i}",
+                device_name=name,
+                cc=f"{attr(A.cudaDevAttrComputeCapabilityMajor)}.{attr(A.cudaDevAttrComputeCapabilityMinor)}",
+                sms=attr(A.cudaDevAttrMultiProcessorCount),
+                smem_per_sm=attr(A.cudaDevAttrMaxSharedMemoryPerMultiprocessor),
+                smem_optin=attr(A.cudaDevAttrMaxSharedMemoryPerBlockOptin),
+                regs_per_sm=attr(A.cudaDevAttrMaxRegistersPerMultiprocessor),
+                max_threads_per_sm=attr(A.cudaDevAttrMaxThreadsPerMultiProcessor),
+                l2_bytes=attr(A.cudaDevAttrL2CacheSize),
+                peak_gbps=2.0 * clock_khz * 1e3 * (bus_bits / 8) / 1e9,
+                source="cuda-python device query",
+                gpu_index=i,
+                driver=f"{driver // 1000}.{(driver % 1000) // 10}",
+            )
+        )
+    return out
+
+
+def resolve_target(name: str | None, gpus: list[int] | None = None) -> tuple[Target, list[Target]]:
+    """The target to judge against, and the devices to run on (empty when static only).
+
+    A real device wins when present unless --target names a profile; then the devices are still returned when
+    their compute capability matches the profile, so a runtime probe can confirm it.
+    """
+    try:
+        devices = query_devices()
+    except NoDevice:
+        devices = []
+    if gpus is not None:
+        by_index = {d.gpu_index: d for d in devices}
+        missing = [g for g in gpus if g not in by_index]
+        if missing:
+            raise UsageError(f"--gpus names {missing}, but visible GPUs are {sorted(by_index) or 'none'}")
+        devices = [by_index[g] for g in gpus]
+    if name:
+        target = profile(name)
+        return target, [d for d in devices if d.cc == target.cc]
+    if devices:
+        first = devices[0]
+        return replace(first, name=_profile_name_for(first)), devices
+    return profile(DEFAULT_OFFLINE_TARGET), []
+
+
+def _profile_name_for(device: Target) -> str:
+    """A readable target name for a real device: 'h200' for an H200, else 'gpu-sm90' style."""
+    for p in PROFILES.values():
+        if p.device_name.lower() in device.device_name.lower() and p.cc == device.cc:
+            return p.name
+    return f"gpu-sm{device.cc.replace('.', '')}"
