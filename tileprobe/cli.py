@@ -15,8 +15,7 @@ from tileprobe.errors import UsageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Which CUTLASS grouped-GEMM tiles fit, launch, are correct and are fastest on a GPU.")
-console = Console()
-err_console = Console(stderr=True)
+console = Console(width=None if sys.stdout.isatty() else 200)
 
 FamilyOpt = Annotated[Optional[str], typer.Option("--family", help="sm120-nvfp4 or sm90-fp8 (default: by device)")]
 TargetOpt = Annotated[Optional[str], typer.Option(
@@ -140,7 +139,8 @@ def explain(
     from tileprobe.explain import explain as run_explain  # noqa: PLC0415
 
     st = _ints([stages], "--stages")[0]  # type: ignore[index]
-    console.print(run_explain(tile, family, target, schedule, epilogue, st, cutlass_dir, nvcc, cache_dir))
+    console.print(run_explain(tile, family, target, schedule, epilogue, st, cutlass_dir, nvcc, cache_dir), soft_wrap=True,
+                  highlight=False)
 
 
 @app.command()
@@ -155,5 +155,5 @@ def main() -> None:
     try:
         app()
     except UsageError as exc:
-        err_console.print(f"tileprobe: error: {exc}", highlight=False, markup=False)
+        sys.stderr.write(f"tileprobe: error: {exc}\n")
         sys.exit(2)

@@ -73,8 +73,8 @@ class Family:
 
 
 def _check_sm120(tile: Tile, schedule: str) -> None:
-    if tile.m % 64 or tile.m > 256:
-        raise UnsupportedConfig(f"M={tile.m}: the SM120 block-scaled builder needs M in 64, 128, 192, 256")
+    if tile.m not in (128, 256):
+        raise UnsupportedConfig(f"M={tile.m}: the SM120 block-scaled scale-factor atom is 128 rows, so M is 128 or 256")
     if tile.n % 8 or tile.n < 8 or tile.n > 256:
         raise UnsupportedConfig(f"N={tile.n}: the SM120 block-scaled builder needs N a multiple of 8, 8..256")
     if schedule == "pingpong" and tile.n < 16:

@@ -1,0 +1,56 @@
+"""Bad input: one clear line on stderr, exit code 2, never a traceback. Run as a user would, in a subprocess."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def tileprobe(*args, env=None):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "tileprobe", *args], capture_output=True, text=True, timeout=300,
+                          env=e)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["sweep", "--static-only", "--tiles", "128x128"], "malformed tile"),
+    (["sweep", "--static-only", "--family", "sm100-nope"], "unknown family"),
+    (["sweep", "--target", "rtx-9090"], "unknown target"),
+    (["sweep", "--static-only", "--target", "rtx-pro-6000", "--nvcc", "/nonexistent/nvcc"], "nvcc not found"),
+    (["sweep", "--static-only", "--target", "rtx-pro-6000", "--cutlass-dir", "/nonexistent"], "no CUTLASS headers"),
+    (["sweep", "--static-only", "--target", "rtx-pro-6000", "--stages", "two"], "not a whole number"),
+    (["sweep", "--static-only", "--target", "rtx-pro-6000", "--shard", "3/2"], "--shard"),
+    (["explain", "12x12"], "malformed tile"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, needle, tmp_path):
+    p = tileprobe(*args, "--out", str(tmp_path / "o")) if args[0] == "sweep" else tileprobe(*args)
+    assert p.returncode == 2, p.stderr
+    assert "Traceback" not in p.stderr + p.stdout
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and needle in lines[0], p.stderr
+
+
+def test_unwritable_out(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    p = tileprobe("sweep", "--static-only", "--target", "rtx-pro-6000", "--out", str(blocker / "sub"))
+    assert p.returncode == 2 and "not writable" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_old_nvcc_is_refused(tmp_path):
+    fake = tmp_path / "nvcc"
+    fake.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.4, V12.4.131'\n")
+    fake.chmod(0o755)
+    p = tileprobe("sweep", "--static-only", "--target", "rtx-pro-6000", "--nvcc", str(fake), "--tiles", "128x128x128",
+                  "--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "c"))
+    assert p.returncode == 2 and "cannot build sm_120a" in p.stderr and "12.8" in p.stderr, p.stderr
+
+
+def test_devices_without_gpu_lists_profiles():
+    p = tileprobe("devices")
+    assert p.returncode == 0
+    for name in ("rtx-pro-6000", "rtx-5090", "dgx-spark-gb10", "b200", "h100", "h200"):
+        assert name in p.stdout
+    assert "101376" in p.stdout and "232448" in p.stdout

@@ -1,0 +1,50 @@
+import csv
+import json
+
+from tileprobe.results import COLUMNS, ResultsWriter, load_rows, row_key
+
+
+def _row(rng, i):
+    return {"config": f"cfg{i}", "target": "h200", "workload": rng.choice(["", "deepseek-v3"]), "batch": i,
+            "verdict": "ok", "us_median": rng.uniform(1, 1000), "reason": "x, \"quoted\""}
+
+
+def test_rows_are_flushed_one_by_one_and_resume_skips_them(tmp_path, rng):
+    rows = [_row(rng, i) for i in range(rng.randint(3, 9))]
+    w = ResultsWriter(tmp_path)
+    for r in rows:
+        w.write(r)
+        # readable at once, before close: a crash after this line loses nothing
+        assert len(load_rows(tmp_path)) == rows.index(r) + 1
+    w.close()
+    w2 = ResultsWriter(tmp_path, resume=True)
+    assert all(w2.has(row_key(r)) for r in rows)
+    for r in rows:
+        w2.write(r)  # duplicates are dropped
+    extra = _row(rng, 100)
+    w2.write(extra)
+    w2.close()
+    got = load_rows(tmp_path)
+    assert len(got) == len(rows) + 1
+    with open(tmp_path / "results.csv") as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == len(got) and list(table[0].keys()) == COLUMNS
+    assert table[-1]["config"] == "cfg100" and table[0]["reason"] == rows[0]["reason"]
+
+
+def test_a_new_sweep_moves_old_results_aside(tmp_path, rng):
+    with ResultsWriter(tmp_path) as w:
+        w.write(_row(rng, 1))
+    with ResultsWriter(tmp_path) as w:
+        w.write(_row(rng, 2))
+    assert (tmp_path / "results.jsonl.1").is_file() and (tmp_path / "results.csv.1").is_file()
+    assert [r["config"] for r in load_rows(tmp_path)] == ["cfg2"]
+
+
+def test_torn_last_line_is_skipped(tmp_path, rng):
+    with ResultsWriter(tmp_path) as w:
+        w.write(_row(rng, 1))
+    with open(tmp_path / "results.jsonl", "a") as f:
+        f.write('{"config": "cfg2", "tar')
+    assert len(load_rows(tmp_path)) == 1
+    json.loads((tmp_path / "results.jsonl").read_text().splitlines()[0])

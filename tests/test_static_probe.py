@@ -1,0 +1,115 @@
+"""The static probe against the real nvcc and CUTLASS: sizes checked against first principles."""
+
+from dataclasses import replace
+
+import pytest
+
+from tileprobe.families import FAMILIES, Config, parse_tile
+from tileprobe.static_probe import StaticInfo, judge, occupancy, probe_static
+from tileprobe.targets import profile
+from tileprobe.verdict import Verdict
+
+pytestmark = pytest.mark.nvcc
+FAM = FAMILIES["sm120-nvfp4"]
+TARGET = profile("rtx-pro-6000")
+
+
+def per_stage_bytes(m: int, n: int, k: int) -> int:
+    """One pipeline stage of the SM120 NVFP4 mainloop, from first principles: A and B tiles of e2m1 (half a byte
+    each) plus ue4m3 scale factors (one byte per 16 elements of K) for at least one 128-row atom of A and of B."""
+    return (m + n) * k // 2 + (max(m, 128) + max(n, 128)) * k // 16
+
+
+def cfg(tile: str, stages: int = 0, schedule: str = "cooperative", epilogue: str = "no-c") -> Config:
+    return Config(FAM.name, parse_tile(tile, 4), schedule, stages, epilogue, False, "sm_120a")
+
+
+@pytest.fixture(scope="module")
+def probed(toolchain, request):
+    import random
+
+    rng = random.Random()
+    tiles = rng.sample(list(FAM.default_tiles), 3)
+    pick = rng.choice(tiles)
+    t = parse_tile(pick, 4)
+    per = per_stage_bytes(t.m, t.n, t.k)
+    # Enough stages to overfill 101376 B whatever the fixed part is (the fixed part is under 16 KiB).
+    over = TARGET.smem_optin // per + 1
+    configs = [cfg(x) for x in tiles] + [cfg(pick, 2), cfg(pick, 3), cfg(pick, over),
+                                          cfg(pick, epilogue="with-c")]
+    outcomes = probe_static(configs, TARGET, toolchain.cutlass, toolchain.nvcc, toolchain.cache, jobs=1,
+                            timeout_s=1800)
+    print("tiles", tiles, "pick", pick, "over", over)
+    return {"tiles": tiles, "pick": t, "over": over, "out": outcomes}
+
+
+def test_sizes_match_first_principles(probed):
+    for o in probed["out"][:3]:
+        t, info = o.config.tile, o.info
+        assert o.verdict is Verdict.FITS, o.reason
+        per = per_stage_bytes(t.m, t.n, t.k)
+        # the mainloop is its stages plus at most a little pipeline-barrier/alignment storage
+        assert 0 <= info.smem_mainloop_bytes - info.stages * per <= 2048, (t, info)
+        assert info.smem_mainloop_bytes + info.smem_epilogue_bytes <= info.smem_bytes
+        assert info.smem_bytes <= TARGET.smem_optin and info.cutlass_cap_bytes == 101376
+        assert info.threads_per_cta == 384  # 1 producer + 2 consumer warp groups
+
+
+def test_explicit_stages_add_exactly_one_stage(probed):
+    t = probed["pick"]
+    s2, s3 = probed["out"][3], probed["out"][4]
+    assert (s2.info.stages, s3.info.stages) == (2, 3)
+    assert s3.info.smem_bytes - s2.info.smem_bytes == per_stage_bytes(t.m, t.n, t.k)
+
+
+def test_overfull_stage_count_is_over_limit_with_bytes(probed):
+    o = probed["out"][5]
+    t = probed["pick"]
+    s2 = probed["out"][3]
+    expected = s2.info.smem_bytes + (probed["over"] - 2) * per_stage_bytes(t.m, t.n, t.k)
+    assert o.verdict is Verdict.SMEM_OVER_LIMIT
+    assert o.info.smem_bytes == expected > TARGET.smem_optin
+    assert f"SharedStorage {expected} B > opt-in 101376 B by {expected - 101376} B" in o.reason
+    assert occupancy(o.info, TARGET)["ctas_per_sm"] == 0
+
+
+def test_c_source_epilogue_costs_shared_memory(probed):
+    plain = next(o for o in probed["out"][:3] + probed["out"][3:5] if o.config.tile == probed["pick"])
+    with_c = probed["out"][6]
+    assert plain.config.stages == with_c.config.stages == 0
+    # the bf16 C source is staged through shared memory: the epilogue grows, the carveout leaves less for stages
+    assert with_c.info.smem_epilogue_bytes > plain.info.smem_epilogue_bytes
+    assert with_c.info.stages <= plain.info.stages
+
+
+def test_exactly_at_the_limit_fits(probed):
+    o = probed["out"][0]
+    exact = replace(TARGET, smem_optin=o.info.smem_bytes)
+    assert judge(o.config, o.info, exact).verdict is Verdict.FITS
+    one_less = replace(TARGET, smem_optin=o.info.smem_bytes - 1)
+    j = judge(o.config, o.info, one_less)
+    assert j.verdict is Verdict.SMEM_OVER_LIMIT and "by 1 B" in j.reason
+
+
+def test_warm_probe_is_served_from_the_cache(probed, toolchain):
+    configs = [o.config for o in probed["out"]]
+    again = probe_static(configs, TARGET, toolchain.cutlass, toolchain.nvcc, toolchain.cache, jobs=1, timeout_s=60)
+    assert [(o.verdict, o.info.smem_bytes) for o in again] == [(o.verdict, o.info.smem_bytes) for o in probed["out"]]
+
+
+def test_a_failing_config_does_not_hide_the_others(toolchain):
+    good = cfg("128x128x128")
+    bad = Config(FAM.name, parse_tile("96x128x128", 4), "cooperative", 0, "no-c", False, "sm_120a")  # not buildable
+    out = probe_static([bad, good], TARGET, toolchain.cutlass, toolchain.nvcc, toolchain.cache, jobs=1,
+                       timeout_s=1800)
+    assert out[0].verdict is Verdict.COMPILE_ERROR and out[0].reason
+    assert "error" in out[0].log
+    assert out[1].verdict is Verdict.FITS and out[1].info.smem_bytes > 0
+
+
+def test_judge_and_occupancy_units():
+    info = StaticInfo(stages=3, smem_bytes=94208, threads_per_cta=384, regs_per_thread=168)
+    occ = occupancy(info, TARGET)
+    assert occ["ctas_per_sm_smem"] == 102400 // (94208 + 1024) == 1
+    assert occ["ctas_per_sm_regs"] == 65536 // (168 * 32 * 12) == 1
+    assert occ["warps_per_sm"] == 12
