@@ -17,6 +17,8 @@ from tileprobe.static_probe import StaticOutcome, occupancy, probe_static
 from tileprobe.targets import Target, resolve_target
 from tileprobe.toolchain import CutlassTree, Nvcc, find_cutlass, find_nvcc
 
+DEFAULT_TARGET_FOR = {"sm120-nvfp4": "rtx-pro-6000", "sm90-fp8": "h200"}
+
 
 @dataclass
 class Toolchain:
@@ -60,18 +62,35 @@ def make_toolchain(cutlass_dir: str | None, nvcc: str | None, cache_dir: str | N
     return Toolchain(find_cutlass(cutlass_dir), find_nvcc(nvcc), cache_root(cache_dir))
 
 
-def plan(opts: SweepOptions) -> tuple[Family, Target, list[Target], list[Config]]:
+@dataclass
+class Plan:
+    family: Family
+    target: Target  # what the static verdicts are judged against
+    devices: list[Target]  # GPUs that can launch the family's binaries
+    foreign: list[Target]  # GPUs present whose arch differs: their rows say not-runnable-here
+    configs: list[Config]
+
+
+def plan(opts: SweepOptions) -> Plan:
     """The family, the target judged against, the devices to run on, and the configs (this shard's)."""
     target, devices = resolve_target(opts.target, opts.gpus)
     fam = family(opts.family) if opts.family else family_for_cc(target.cc)
     arch = arch_for(fam, target.cc)
+    foreign = [d for d in devices if arch_for(fam, d.cc) != arch or d.arch != arch]
+    if target.is_device and target.arch != arch:
+        # e.g. --family sm120-nvfp4 on an H200: judge against the family's offline profile, not the H200's limit
+        from tileprobe.targets import profile  # noqa: PLC0415
+
+        target = profile(DEFAULT_TARGET_FOR[fam.name])
     configs = expand_configs(fam, arch, opts.tiles, opts.schedules, opts.stages, opts.epilogues, opts.swap_ab,
                              opts.cluster)
     if opts.shard:
         i, n = opts.shard
         configs = [c for j, c in enumerate(configs) if j % n == i]
-    runnable = [d for d in devices if arch_for(fam, d.cc) == arch] if not opts.static_only else []
-    return fam, target, runnable, configs
+    runnable = [d for d in devices if d not in foreign]
+    if opts.static_only:
+        runnable, foreign = [], []
+    return Plan(fam, target, runnable, foreign, configs)
 
 
 def make_row(config: Config, target: Target, tc: Toolchain, outcome: StaticOutcome, runtime: dict | None = None,
@@ -102,15 +121,39 @@ def make_row(config: Config, target: Target, tc: Toolchain, outcome: StaticOutco
 
 def static_rows(opts: SweepOptions, tc: Toolchain, target: Target, configs: list[Config],
                 writer: ResultsWriter) -> tuple[list[StaticOutcome], list[dict]]:
-    """Probe the configs not yet recorded, write their rows, and return every outcome (for the runtime pass)."""
-    todo = [c for c in configs if not writer.has(row_key({"config": c.key, "target": target.name}))]
-    outcomes = probe_static(todo, target, tc.cutlass, tc.nvcc, tc.cache, opts.jobs, opts.compile_timeout_s, opts.regs)
+    """Probe every config (cached builds make repeats cheap), write the rows not yet recorded, return all outcomes."""
+    outcomes = probe_static(configs, target, tc.cutlass, tc.nvcc, tc.cache, opts.jobs, opts.compile_timeout_s,
+                            opts.regs)
     rows = []
     for o in outcomes:
         row = make_row(o.config, target, tc, o)
-        writer.write(row)
-        rows.append(row)
+        if not writer.has(row_key(row)):
+            writer.write(row)
+            rows.append(row)
     return outcomes, rows
+
+
+def foreign_rows(plan_: Plan, tc: Toolchain, outcomes: list[StaticOutcome], writer: ResultsWriter) -> list[dict]:
+    """GPUs present whose arch differs from the family's binaries: a not-runnable-here row per config, not launched."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    from tileprobe.verdict import Verdict  # noqa: PLC0415
+
+    rows = []
+    for dev in plan_.foreign:
+        for o in outcomes:
+            if o.verdict in (Verdict.UNSUPPORTED, Verdict.COMPILE_ERROR):
+                continue
+            reason = (f"built for {o.config.arch}, GPU {dev.gpu_index} is sm_{dev.cc_int} ({dev.device_name}): "
+                      f"not launched; static: {o.reason}")
+            out = replace(o, verdict=Verdict.NOT_RUNNABLE_HERE, reason=reason)
+            row = make_row(o.config, plan_.target, tc, out,
+                           {"gpu_index": dev.gpu_index, "launch_status": "not-runnable-here", "launch_reason": reason},
+                           {"workload": f"on-{dev.name}"})
+            if not writer.has(row_key(row)):
+                writer.write(row)
+                rows.append(row)
+    return rows
 
 
 def command_line() -> str:
@@ -121,21 +164,23 @@ def run(opts: SweepOptions, console) -> list[dict]:
     """The whole sweep. Returns the rows written by this run (rows kept from --resume are not repeated)."""
     import json  # noqa: PLC0415
 
-    fam, target, devices, configs = plan(opts)
+    p = plan(opts)
+    fam, target, devices, configs = p.family, p.target, p.devices, p.configs
     tc = make_toolchain(opts.cutlass_dir, opts.nvcc, opts.cache_dir)
     with ResultsWriter(opts.out, resume=opts.resume) as writer:
         (opts.out / "run.json").write_text(json.dumps({
             "command": command_line(), "date": now(), "family": fam.name, "target": target.as_dict(),
-            "devices": [d.as_dict() for d in devices], "configs": len(configs), "shard": opts.shard,
+            "devices": [d.as_dict() for d in devices + p.foreign], "configs": len(configs), "shard": opts.shard,
             "toolchain": tc.columns() | {"cutlass_dir": str(tc.cutlass.root), "nvcc": str(tc.nvcc.path)},
         }, indent=1))
-        where = f"{len(devices)} GPU(s)" if devices else "static only (no GPU of this arch)"
+        where = f"{len(devices)} GPU(s)" if devices else "static only (no GPU of this arch here)"
         console.print(f"[bold]{fam.name}[/] on [bold]{target.name}[/] ({target.device_name}, sm_{target.cc_int}, "
                       f"opt-in {target.smem_optin} B): {len(configs)} configs, {where}; CUTLASS "
                       f"{tc.cutlass.version} ({tc.cutlass.source}), nvcc {tc.nvcc.version_text}")
         outcomes, rows = static_rows(opts, tc, target, configs, writer)
+        rows += foreign_rows(p, tc, outcomes, writer)
         if devices:
             from tileprobe.runner import runtime_rows  # noqa: PLC0415
 
-            rows += runtime_rows(opts, tc, devices, configs, writer, console)
+            rows += runtime_rows(opts, tc, target, devices, outcomes, writer, console)
     return rows
