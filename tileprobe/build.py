@@ -26,7 +26,7 @@ from tileprobe.families import Config
 from tileprobe.toolchain import CutlassTree, Nvcc
 
 HARNESS_DIR = Path(os.environ.get("TILEPROBE_HARNESS_DIR", Path(__file__).resolve().parent.parent / "cutlass_harness"))
-COMMON_FLAGS = ["-std=c++17", "--expt-relaxed-constexpr", "-diag-suppress", "20012,20013,20014,20015"]
+COMMON_FLAGS = ["-std=c++17", "-DNDEBUG", "--expt-relaxed-constexpr", "-diag-suppress", "20012,20013,20014,20015"]
 DEFAULT_COMPILE_TIMEOUT_S = 1200
 
 
