@@ -3,6 +3,12 @@
 //
 // Built with -DTP_FAMILY_KERNEL=<template from kernels.cuh> -DTP_ARCH=<90|120|121> and an include path holding
 // tp_configs.inc, a generated file with exactly one TP_CFG(idx, TM, TN, TK, Sched, Stages, Epi, Swap) line.
+
+// Device-side assert() in CUTLASS kernels is a function call that makes ptxas serialize wgmma (warning C7510) and
+// skews timings; release builds of CUTLASS define NDEBUG, so this harness does too.
+#ifndef NDEBUG
+#define NDEBUG
+#endif
 #include <cuda_runtime.h>
 #include <sys/stat.h>
 
@@ -33,12 +39,8 @@
 #include "tp_configs.inc"
 #undef TP_CFG
 
-namespace {
-
-// ----------------------------------------------------------------------------------------------------------------
-// Errors and JSON
-// ----------------------------------------------------------------------------------------------------------------
-struct Failure {
+// ---- Errors and JSON ----
+struct Failure {  // thrown on the first failing step; main turns it into launch_status "launch-error"
   std::string reason;
 };
 
@@ -51,17 +53,11 @@ void ck(cudaError_t e, const std::string& what) {
 
 std::string jstr(const std::string& s) {
   std::string out = "\"";
+  char buf[8];
   for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += char(c);
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += char(c);
-    }
+    if (c == '"' || c == '\\') out += '\\';
+    if (c < 0x20) std::snprintf(buf, sizeof(buf), "\\u%04x", c), out += buf;
+    else out += char(c);
   }
   return out + "\"";
 }
@@ -83,26 +79,18 @@ struct Json {
 
 // CUTLASS status as its enumerator name (cutlassGetStatusString gives prose such as "Error Internal").
 const char* status_name(cutlass::Status s) {
+#define TP_STATUS(x) \
+  case cutlass::Status::x: return #x;
   switch (s) {
-    case cutlass::Status::kSuccess: return "kSuccess";
-    case cutlass::Status::kErrorMisalignedOperand: return "kErrorMisalignedOperand";
-    case cutlass::Status::kErrorInvalidDataType: return "kErrorInvalidDataType";
-    case cutlass::Status::kErrorInvalidLayout: return "kErrorInvalidLayout";
-    case cutlass::Status::kErrorInvalidProblem: return "kErrorInvalidProblem";
-    case cutlass::Status::kErrorNotSupported: return "kErrorNotSupported";
-    case cutlass::Status::kErrorWorkspaceNull: return "kErrorWorkspaceNull";
-    case cutlass::Status::kErrorInternal: return "kErrorInternal";
-    case cutlass::Status::kErrorInsufficientDriver: return "kErrorInsufficientDriver";
-    case cutlass::Status::kErrorArchMismatch: return "kErrorArchMismatch";
-    case cutlass::Status::kErrorMemoryAllocation: return "kErrorMemoryAllocation";
-    case cutlass::Status::kInvalid: return "kInvalid";
+    TP_STATUS(kSuccess) TP_STATUS(kErrorMisalignedOperand) TP_STATUS(kErrorInvalidDataType) TP_STATUS(kErrorInvalidLayout)
+    TP_STATUS(kErrorInvalidProblem) TP_STATUS(kErrorNotSupported) TP_STATUS(kErrorWorkspaceNull) TP_STATUS(kErrorInternal)
+    TP_STATUS(kErrorInsufficientDriver) TP_STATUS(kErrorArchMismatch) TP_STATUS(kErrorMemoryAllocation) TP_STATUS(kInvalid)
   }
+#undef TP_STATUS
   return cutlassGetStatusString(s);
 }
 
-// ----------------------------------------------------------------------------------------------------------------
-// Options and problems
-// ----------------------------------------------------------------------------------------------------------------
+// ---- Options and problems ----
 struct Options {
   std::string problems, dump_dir;
   uint64_t seed = 1;
@@ -149,7 +137,7 @@ Options parse_args(int argc, char** argv) {
 }
 
 struct Problem {
-  int m, n, k;
+  int m, n, k;  // kernel space: A is MxK, B is NxK, D is MxN
 };
 
 std::vector<Problem> read_problems(const std::string& path) {
@@ -165,9 +153,7 @@ std::vector<Problem> read_problems(const std::string& path) {
   return out;
 }
 
-// ----------------------------------------------------------------------------------------------------------------
-// Device-side data generation and decoding (independent of CUTLASS's own conversions)
-// ----------------------------------------------------------------------------------------------------------------
+// ---- Device-side data generation and decoding (independent of CUTLASS's own conversions) ----
 __host__ __device__ inline uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -248,15 +234,10 @@ __global__ void reference_kernel(Ops ops, int M, int N, int Kd, float alpha, flo
   }
 }
 
-// ----------------------------------------------------------------------------------------------------------------
-// The harness for one kernel config
-// ----------------------------------------------------------------------------------------------------------------
-std::vector<void*> g_allocs;
-
-void* dalloc(size_t bytes, const char* what) {
+// ---- The harness for one kernel config ----
+void* dalloc(size_t bytes, const char* what) {  // never freed: the process is short-lived
   void* p = nullptr;
   ck(cudaMalloc(&p, std::max<size_t>(bytes, 16)), std::string("cudaMalloc(") + what + ")");
-  g_allocs.push_back(p);
   return p;
 }
 
@@ -269,15 +250,9 @@ T* upload(const std::vector<T>& v, const char* what) {
 
 // Scale-factor types exist only for block-scaled families; the placeholders keep the fp8 build from naming them.
 template <class C, bool = C::BlockScaled>
-struct SfTypes {
-  using LA = int;
-  using LB = int;
-};
+struct SfTypes { using LA = int; using LB = int; };
 template <class C>
-struct SfTypes<C, true> {
-  using LA = typename C::LayoutSFA;
-  using LB = typename C::LayoutSFB;
-};
+struct SfTypes<C, true> { using LA = typename C::LayoutSFA; using LB = typename C::LayoutSFB; };
 
 template <class Cfg>
 struct Harness {
@@ -330,16 +305,20 @@ struct Harness {
   // Shapes, strides and SF layouts (shared by all sets), then nsets sets of operand buffers filled on device.
   void allocate(int nsets) {
     int G = int(probs.size());
-    std::vector<typename GemmKernel::InternalStrideA> sa;
-    std::vector<typename GemmKernel::InternalStrideB> sb;
-    std::vector<typename GemmKernel::InternalStrideC> sc;
-    std::vector<typename GemmKernel::InternalStrideD> sd;
+    using SA = typename GemmKernel::InternalStrideA;
+    using SB = typename GemmKernel::InternalStrideB;
+    using SC = typename GemmKernel::InternalStrideC;
+    using SD = typename GemmKernel::InternalStrideD;
+    std::vector<SA> sa;
+    std::vector<SB> sb;
+    std::vector<SC> sc;
+    std::vector<SD> sd;
     for (const Problem& p : probs) {
       h_shapes.push_back(cute::make_shape(p.m, p.n, p.k));
-      sa.push_back(cutlass::make_cute_packed_stride(typename GemmKernel::InternalStrideA{}, cute::make_shape(p.m, p.k, 1)));
-      sb.push_back(cutlass::make_cute_packed_stride(typename GemmKernel::InternalStrideB{}, cute::make_shape(p.n, p.k, 1)));
-      sc.push_back(cutlass::make_cute_packed_stride(typename GemmKernel::InternalStrideC{}, cute::make_shape(p.m, p.n, 1)));
-      sd.push_back(cutlass::make_cute_packed_stride(typename GemmKernel::InternalStrideD{}, cute::make_shape(p.m, p.n, 1)));
+      sa.push_back(cutlass::make_cute_packed_stride(SA{}, cute::make_shape(p.m, p.k, 1)));
+      sb.push_back(cutlass::make_cute_packed_stride(SB{}, cute::make_shape(p.n, p.k, 1)));
+      sc.push_back(cutlass::make_cute_packed_stride(SC{}, cute::make_shape(p.m, p.n, 1)));
+      sd.push_back(cutlass::make_cute_packed_stride(SD{}, cute::make_shape(p.m, p.n, 1)));
       if constexpr (Cfg::BlockScaled) {
         using SfCfg = typename Cfg::Sm1xxBlkScaledConfig;
         h_lsfa.push_back(SfCfg::tile_atom_to_shape_SFA(cute::make_shape(p.m, p.n, p.k, 1)));
@@ -412,28 +391,33 @@ struct Harness {
     ck(cudaDeviceSynchronize(), "reference kernel");
   }
 
+  template <class T>
+  static T as(void** p) {  // a device array of pointers, as the typed pointer-to-pointer CUTLASS takes
+    return static_cast<T>(static_cast<void*>(p));
+  }
+
   typename Gemm::Arguments make_args(int s) {
     typename Gemm::Arguments args{};
     args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
     args.problem_shape = {int(probs.size()), d_shapes, h_shapes.data()};
     auto& ml = args.mainloop;
     void** const* P = sets[s].ptrs;
-    ml.ptr_A = reinterpret_cast<decltype(ml.ptr_A)>(P[0]);
+    ml.ptr_A = as<decltype(ml.ptr_A)>(P[0]);
     ml.dA = d_sa;
-    ml.ptr_B = reinterpret_cast<decltype(ml.ptr_B)>(P[1]);
+    ml.ptr_B = as<decltype(ml.ptr_B)>(P[1]);
     ml.dB = d_sb;
     if constexpr (Cfg::BlockScaled) {
-      ml.ptr_SFA = reinterpret_cast<decltype(ml.ptr_SFA)>(P[2]);
+      ml.ptr_SFA = as<decltype(ml.ptr_SFA)>(P[2]);
       ml.layout_SFA = d_lsfa;
-      ml.ptr_SFB = reinterpret_cast<decltype(ml.ptr_SFB)>(P[3]);
+      ml.ptr_SFB = as<decltype(ml.ptr_SFB)>(P[3]);
       ml.layout_SFB = d_lsfb;
     }
     auto& ep = args.epilogue;
     ep.thread.alpha = opt.alpha;
     ep.thread.beta = kHasC ? opt.beta : 0.0f;
-    ep.ptr_C = kHasC ? reinterpret_cast<decltype(ep.ptr_C)>(P[4]) : nullptr;
+    ep.ptr_C = kHasC ? as<decltype(ep.ptr_C)>(P[4]) : nullptr;
     ep.dC = d_sc;
-    ep.ptr_D = reinterpret_cast<decltype(ep.ptr_D)>(P[5]);
+    ep.ptr_D = as<decltype(ep.ptr_D)>(P[5]);
     ep.dD = d_sd;
     args.hw_info.device_id = device;
     args.hw_info.sm_count = sm_count;
@@ -557,7 +541,7 @@ struct Harness {
     ck(cudaDeviceSynchronize(), "timing: warmup sync");
     cudaEvent_t e0, e1;
     ck(cudaEventCreate(&e0), "cudaEventCreate");
-    ck(cudaEventCreate(&e1), "cudaEventCreate");
+    ck(cudaEventCreate(&e1), "cudaEventCreate");  // leaked on failure: the process ends right after
     for (int r = 0; r < opt.repeats; ++r) {
       ck(cudaEventRecord(e0), "cudaEventRecord");
       for (int i = 0; i < opt.iters; ++i) launch_one();
@@ -607,8 +591,6 @@ struct Harness {
     }
   }
 };
-
-}  // namespace
 
 int main(int argc, char** argv) {
   Options opt = parse_args(argc, argv);

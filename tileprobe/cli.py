@@ -151,6 +151,125 @@ def devices() -> None:
     console.print(devices_table())
 
 
+ResultsArg = Annotated[Path, typer.Argument(help="a results folder (results.jsonl, run.json)")]
+
+
+@app.command()
+def report(
+    results: ResultsArg,
+    fmt: Annotated[str, typer.Option("--format", help="md (report.md + PNG charts in the folder), csv or json")] = "md",
+    out: Annotated[Optional[Path], typer.Option("--out", help="csv/json: write to this file instead of stdout")] = None,
+) -> None:
+    """The report of a results folder: markdown with charts, or its rows as CSV or JSON."""
+    from tileprobe.report import export  # noqa: PLC0415
+
+    text = export(results, fmt, out)
+    if fmt == "md" or out is not None:
+        console.print(f"{fmt}: {out or text}", highlight=False)
+    else:
+        sys.stdout.write(text)
+
+
+known_good_app = typer.Typer(no_args_is_help=True, help="Known-good tile sets (results/known_good/<target>__<family>.json).")
+app.add_typer(known_good_app, name="known-good")
+
+
+@known_good_app.command("write")
+def known_good_write(
+    results: ResultsArg,
+    out: Annotated[Optional[Path], typer.Option("--out", help="file to make or update (default: results/known_good/<target>__<family>.json)")] = None,
+    accept_versions: Annotated[bool, typer.Option("--accept-versions", help="update a file made with another CUTLASS or nvcc")] = False,
+) -> None:
+    """Make or update known-good files from a sweep (one per target and family)."""
+    from tileprobe import known_good, resultset  # noqa: PLC0415
+
+    for path, notes in known_good.write(resultset.load(results), out, accept_versions=accept_versions):
+        doc = known_good.load_file(path)
+        sys.stdout.write(f"{path}: {len(doc['tiles'])} known-good tiles, {len(doc['not_good'])} not good\n")
+        for n in notes:
+            sys.stdout.write(f"  {n}\n")
+
+
+@app.command()
+def check(
+    files: Annotated[Optional[list[Path]], typer.Argument(help="known-good files or folders (default: results/known_good/)")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles (default: cores)")] = os.cpu_count() or 1,
+    cutlass_dir: CutlassOpt = None,
+    nvcc: NvccOpt = None,
+    cache_dir: CacheOpt = None,
+) -> None:
+    """Re-probe known-good tiles statically against their targets; exit 1 listing each regression on one line."""
+    from tileprobe import known_good  # noqa: PLC0415
+    from tileprobe.sweep import make_toolchain  # noqa: PLC0415
+
+    paths = known_good.files_in(files)
+    tc = make_toolchain(cutlass_dir, nvcc, cache_dir)
+    results = known_good.check(paths, tc, max(1, jobs))
+    bad = [line for r in results for line in r.regressions]
+    for r in results:
+        for n in r.notes:
+            sys.stdout.write(f"note: {n}\n" if n.startswith(r.path.name) else f"note: {r.path.name}: {n}\n")
+    for line in bad:
+        sys.stdout.write(f"REGRESSION {line}\n")
+    checked = sum(r.checked for r in results)
+    sys.stdout.write(f"{len(bad)} regression(s) in {checked} tiles of {len(results)} file(s) (static re-probe, "
+                     f"CUTLASS {tc.cutlass.version}, nvcc {tc.nvcc.version_text})\n")
+    if bad:
+        raise typer.Exit(1)
+
+
+@app.command()
+def diff(
+    a: Annotated[Path, typer.Argument(help="results folder A")],
+    b: Annotated[Path, typer.Argument(help="results folder B")],
+    out: Annotated[Optional[Path], typer.Option("--out", help="also write the markdown here")] = None,
+) -> None:
+    """Two results folders side by side: verdicts changed, SharedStorage moved, timings moved beyond noise."""
+    from tileprobe import compare, resultset  # noqa: PLC0415
+    from tileprobe.report import _write  # noqa: PLC0415
+
+    text = compare.render(compare.diff(resultset.load(a), resultset.load(b)))
+    if out is not None:
+        _write(out, text)
+    sys.stdout.write(text)
+
+
+@app.command()
+def recommend(
+    results: ResultsArg,
+    out: Annotated[Optional[Path], typer.Option("--out", help="write the JSON here (default: stdout)")] = None,
+    epilogue: Annotated[Optional[str], typer.Option("--epilogue", help="epilogue to recommend for (default no-c)")] = None,
+    routing: Annotated[Optional[str], typer.Option("--routing", help="routing, when the rows have several")] = None,
+    target: TargetOpt = None,
+) -> None:
+    """Per workload and GEMM: batch-size buckets -> best verified-correct tile and runner-up, as JSON."""
+    from tileprobe import recommend as rec, resultset  # noqa: PLC0415
+
+    text = rec.write_recommendations(resultset.load(results), out, epilogue=epilogue, routing=routing, target=target)
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        console.print(f"recommendations: {out}", highlight=False)
+
+
+@app.command()
+def merge(
+    folders: Annotated[list[Path], typer.Argument(help="results folders: shards, or sweeps from other GPUs")],
+    out: Annotated[Path, typer.Option("--out", help="merged results folder")],
+    force: Annotated[bool, typer.Option("--force", help="merge even when CUTLASS or nvcc versions differ")] = False,
+) -> None:
+    """Join results folders into one without duplicate rows; writes results, run.json and report.md into --out."""
+    from tileprobe.merge import merge as run_merge  # noqa: PLC0415
+    from tileprobe.report import write_reports  # noqa: PLC0415
+    from tileprobe.sweep import command_line  # noqa: PLC0415
+
+    res = run_merge(folders, out, force, command_line())
+    console.print(f"merged {res.inputs} folder(s): {res.rows} rows, {res.duplicates} duplicate(s) dropped"
+                  + (f", {len(res.disagreeing)} of them disagreeing (first kept)" if res.disagreeing else ""),
+                  highlight=False)
+    write_reports(out, console)
+
+
 def main() -> None:
     try:
         app()

@@ -1,33 +1,249 @@
-"""The markdown report of a results folder."""
+"""The markdown report of a results folder: header, verdict table, throughput tables and charts (PNG, embedded).
+
+Every statement carries its evidence level: static (compiled, sizes read), launched, or verified correct.
+"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
-from tileprobe.results import load_rows
+from tileprobe.resultset import ResultSet, best_by_point, evidence_statement, label, load, stages_text
+
+REPORT_NAME = "report.md"
+CHART_GLOBS = ("smem__*.png", "throughput__*.png")
 
 
-def render_report(folder: Path) -> Path:
-    rows = load_rows(folder)
-    meta = json.loads((folder / "run.json").read_text()) if (folder / "run.json").is_file() else {}
-    df = pd.DataFrame(rows)
-    lines = ["# tileprobe report", ""]
-    if meta:
-        t = meta.get("target", {})
-        tcm = meta.get("toolchain", {})
-        lines += [f"- target: {t.get('name')} ({t.get('device_name')}), cc {t.get('cc')}, {t.get('sms')} SMs, "
-                  f"opt-in limit {t.get('smem_optin')} B",
-                  f"- CUTLASS {tcm.get('cutlass_version')} ({tcm.get('cutlass_source')}, tree {tcm.get('cutlass_hash')}), "
-                  f"nvcc {tcm.get('nvcc_version')}",
-                  f"- command: `{meta.get('command')}`", f"- date: {meta.get('date')}", ""]
-    static = df[df["workload"].isna() | (df["workload"] == "")] if "workload" in df else df
-    if len(static):
-        cols = ["tile", "tile_bytes_k", "schedule", "epilogue", "swap_ab", "stages", "smem_bytes", "smem_limit_bytes",
-                "headroom_bytes", "regs_per_thread", "ctas_per_sm", "verdict", "evidence", "reason"]
-        lines += ["## Verdicts", "", static[cols].to_markdown(index=False), ""]
-    path = folder / "report.md"
-    path.write_text("\n".join(lines) + "\n")
+def _cell(v, nd: int | None = None) -> str:
+    if v is None or v == "" or (isinstance(v, float) and v != v):
+        return "–"
+    if nd is not None and isinstance(v, (int, float)):
+        return f"{float(v):.{nd}f}"
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(records: list[dict]) -> str:
+    if not records:
+        return "_(none)_"
+    return pd.DataFrame(records).to_markdown(index=False, disable_numparse=True)
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in str(text))
+
+
+def header(rs: ResultSet) -> list[str]:
+    meta = rs.meta
+    targets = rs.targets() or [None]
+    fams = rs.families()
+    title = f"# tileprobe report: {', '.join(fams) or '?'} on {', '.join(t or '?' for t in targets)}"
+    lines = [title, "", f"**{evidence_statement(rs)}.**", ""]
+    if not meta:
+        lines += ["_run.json is missing: the header below is read from the rows._", ""]
+    items: list[tuple[str, str]] = []
+    devices = [d for d in meta.get("devices") or [] if d.get("gpu_index") is not None]
+    launched = bool(rs.runtime)
+    for name in targets:
+        t = rs.target_info(name)
+        if t.get("gpu_index") is not None:
+            what = "GPU"
+        else:
+            what = "target (offline profile)" if devices or launched else "target (offline profile; no GPU)"
+        drivers = sorted({str(r["driver"]) for r in rs.rows if r.get("target") == name and r.get("driver")})
+        driver = t.get("driver") or ", ".join(drivers) or (
+            "– (see the GPUs below)" if devices else "– (no GPU, nothing launched)")
+        items += [(what, f"{_cell(t.get('name'))} — {_cell(t.get('device_name'))}"),
+                  ("compute capability", f"{_cell(t.get('cc'))} ({_cell(t.get('arch'))})"),
+                  ("SMs", _cell(t.get("sms"))),
+                  ("opt-in shared memory per block", f"{_cell(t.get('smem_optin'))} B"),
+                  ("driver", _cell(driver))]
+        if t.get("source"):
+            items.append(("numbers from", _cell(t.get("source"))))
+    for d in devices:
+        items.append((f"GPU {d.get('gpu_index')}", f"{_cell(d.get('device_name'))}, sm_{_cell(d.get('cc'))}, "
+                                                   f"opt-in {_cell(d.get('smem_optin'))} B, driver "
+                                                   f"{_cell(d.get('driver'))}"))
+    tcs = rs.toolchains()
+    mtc = meta.get("toolchain") or {}
+    sources = sorted({str(r.get("cutlass_source")) for r in rs.rows if r.get("cutlass_source")})
+    for tc in tcs:
+        src = mtc.get("cutlass_source") if mtc.get("cutlass_hash") == tc["cutlass_hash"] else ", ".join(sources)
+        items += [("nvcc", _cell(tc.get("nvcc_version"))),
+                  ("CUTLASS", f"{_cell(tc.get('cutlass_version'))} (from {_cell(src)}, header tree "
+                              f"{_cell(tc.get('cutlass_hash'))})")]
+    if len(tcs) > 1:
+        items.append(("warning", f"{len(tcs)} different toolchains in one set (merged with --force)"))
+    if mtc.get("cutlass_dir"):
+        items.append(("CUTLASS include dir", f"`{mtc['cutlass_dir']}`"))
+    if meta.get("command"):
+        items.append(("command", f"`{meta['command']}`"))
+    for src in meta.get("merged_from") or []:
+        items.append(("merged from", f"`{_cell(src.get('folder'))}`: `{_cell(src.get('command'))}`"))
+    items.append(("date", _cell(meta.get("date") or max((r.get("timestamp") or "" for r in rs.rows), default=""))))
+    lines += ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in items] + [""]
+    return lines
+
+
+def _runtime_summary(rs: ResultSet) -> dict[tuple, str]:
+    """Per (target, config): the verdicts of its runtime rows, e.g. 'ok 10/10' or 'ok 8, incorrect 2 of 10'."""
+    counts: dict[tuple, dict[str, int]] = {}
+    for r in rs.runtime:
+        c = counts.setdefault((r.get("target"), r.get("config")), {})
+        c[r["verdict"]] = c.get(r["verdict"], 0) + 1
+    out = {}
+    for k, c in counts.items():
+        n = sum(c.values())
+        out[k] = f"{next(iter(c))} {n}/{n}" if len(c) == 1 else ", ".join(f"{v} {m}" for v, m in c.items()) + \
+            f" of {n}"
+    return out
+
+
+def verdict_section(rs: ResultSet, target: str | None) -> list[str]:
+    rows = [r for r in rs.static if r.get("target") == target or target is None]
+    if not rows:
+        return []
+    runtime = _runtime_summary(rs)
+    recs = []
+    for r in rows:
+        rec = {"tile": _cell(r.get("tile")), "K bytes": _cell(r.get("tile_bytes_k")),
+               "schedule": _cell(r.get("schedule")), "epilogue": _cell(r.get("epilogue")),
+               "swap": "on" if r.get("swap_ab") else "off", "stages": stages_text(r),
+               "SharedStorage B": _cell(r.get("smem_bytes")), "limit B": _cell(r.get("smem_limit_bytes")),
+               "headroom B": _cell(r.get("headroom_bytes")), "regs": _cell(r.get("regs_per_thread")),
+               "CTAs/SM": _cell(r.get("ctas_per_sm")), "verdict": _cell(r.get("verdict")),
+               "evidence": _cell(r.get("evidence")), "reason": _cell(r.get("reason"))}
+        if runtime:
+            rec["runtime"] = runtime.get((r.get("target"), r.get("config")), "–")
+        recs.append(rec)
+    fits = [r for r in rows if r.get("verdict") in ("fits", "ok")]
+    over = [r for r in rows if r.get("verdict") == "smem-over-limit"]
+    other = len(rows) - len(fits) - len(over)
+    heads = [int(r["headroom_bytes"]) for r in fits if r.get("headroom_bytes") is not None]
+    summary = f"{len(rows)} configs: {len(fits)} fit"
+    if heads:
+        summary += f" (headroom {min(heads)}–{max(heads)} B)"
+    summary += f", {len(over)} over the opt-in limit"
+    if over:
+        worst = max(over, key=lambda r: -(r.get("headroom_bytes") or 0))
+        summary += f" (worst: {label(worst)}, {worst.get('reason')})"
+    summary += f", {other} other (compile error, unsupported)." if other else "."
+    limit = rows[0].get("smem_limit_bytes")
+    return [f"## Verdicts{f' on {target}' if target else ''} (opt-in limit {limit} B)", "",
+            f"{summary} Evidence of `fits`/`smem-over-limit`: static (compiled, `sizeof(SharedStorage)` read from the "
+            "compiled types; not launched). `stages`: `auto→N` is the carveout's resolved count, a bare number an "
+            "explicit one.", "", _table(recs), ""]
+
+
+def throughput_section(rs: ResultSet) -> list[str]:
+    runtime = rs.runtime
+    if not runtime:
+        return []
+    ranked = best_by_point(runtime)
+    lines = ["## Throughput", "",
+             "Timed rows only; `best` = lowest median µs among rows whose verdict is `ok` (launched and verified "
+             "correct against the reference), per batch size and epilogue (a C source is extra work). GB/s counts "
+             "the fewest bytes; % peak is against the target's datasheet bandwidth, % copy against a measured "
+             "device-to-device copy.", ""]
+    groups: dict[tuple, list[dict]] = {}
+    for r in runtime:
+        groups.setdefault((r.get("target"), r.get("workload"), r.get("gemm"), r.get("routing")), []).append(r)
+    for (tgt, wl, gemm, routing), rows in sorted(groups.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
+        lines += [f"### {wl} · {gemm} on {tgt} ({routing} routing)", ""]
+        batches = sorted({int(r["batch"]) for r in rows if r.get("batch") is not None})
+        epis = sorted({r.get("epilogue") for r in rows if r.get("epilogue")})
+        best_recs = []
+        for b in batches:
+            problem = next((r.get("problem") for r in rows if r.get("batch") == b), None)
+            for e in epis:
+                rk = ranked.get((tgt, wl, gemm, routing, b, e), [])
+                rec = {"batch": b, "epilogue": e, "problem": _cell(problem)}
+                for tag, r in (("best", rk[0] if rk else None), ("runner-up", rk[1] if len(rk) > 1 else None)):
+                    rec[tag] = label(r) if r else "– (no verified-correct tile)" if tag == "best" else "–"
+                    rec[f"{tag} µs"] = _cell(r.get("us_median") if r else None, 2)
+                rec["best GB/s"] = _cell(rk[0].get("gbps") if rk else None, 0)
+                rec["best % copy"] = _cell(rk[0].get("pct_copy_bw") if rk else None, 1)
+                best_recs.append(rec)
+        lines += ["Best tile per batch size and epilogue (evidence: verified correct):", "", _table(best_recs), ""]
+        recs = []
+        best_cfg = {(b, e): (ranked.get((tgt, wl, gemm, routing, b, e)) or [{}])[0].get("config")
+                    for b in batches for e in epis}
+        for r in sorted(rows, key=lambda r: (int(r.get("batch") or 0), r.get("epilogue") or "",
+                                             r.get("verdict") != "ok", float(r.get("us_median") or 1e30))):
+            mark = "**★ best**" if r.get("verdict") == "ok" and \
+                best_cfg.get((r.get("batch"), r.get("epilogue"))) == r.get("config") else ""
+            recs.append({"batch": _cell(r.get("batch")), "tile": _cell(r.get("tile")),
+                         "K bytes": _cell(r.get("tile_bytes_k")), "schedule": _cell(r.get("schedule")),
+                         "stages": stages_text(r), "epilogue": _cell(r.get("epilogue")),
+                         "swap": "on" if r.get("swap_ab") else "off", "µs": _cell(r.get("us_median"), 2),
+                         "± µs": _cell(r.get("us_spread"), 2), "TFLOP/s": _cell(r.get("tflops"), 2),
+                         "GB/s": _cell(r.get("gbps"), 0), "% peak": _cell(r.get("pct_peak_bw"), 1),
+                         "% copy": _cell(r.get("pct_copy_bw"), 1), "verdict": _cell(r.get("verdict")),
+                         "evidence": _cell(r.get("evidence")), "best": mark,
+                         "reason": "" if r.get("verdict") == "ok" else _cell(r.get("launch_reason") or
+                                                                             r.get("reason"))})
+        lines += ["<details><summary>all rows</summary>", "", _table(recs), "", "</details>", ""]
+    return lines
+
+
+def foreign_section(rs: ResultSet) -> list[str]:
+    rows = rs.foreign
+    if not rows:
+        return []
+    devs = sorted({r.get("workload", "").removeprefix("on-") for r in rows})
+    return ["## Not runnable here", "",
+            f"{len({r['config'] for r in rows})} configs were not launched on {', '.join(devs)}: the binaries are "
+            f"built for {', '.join(sorted({r['arch'] for r in rows}))} and these GPUs are another arch (evidence: "
+            "static).", ""]
+
+
+def chart_section(rs: ResultSet, folder: Path) -> list[str]:
+    from tileprobe import plots  # noqa: PLC0415
+
+    for pattern in CHART_GLOBS:
+        for old in folder.glob(pattern):
+            old.unlink()
+    why = plots.matplotlib_missing()
+    if why:
+        return ["## Charts", "", f"_Charts skipped: {why}. Install matplotlib and run `tileprobe report "
+                                 f"{folder}` to draw them._", ""]
+    lines = ["## Charts", ""]
+    for target in rs.targets():
+        rows = [r for r in rs.static if r.get("target") == target]
+        if not rows:
+            continue
+        limit = int(rs.target_info(target).get("smem_optin") or rows[0]["smem_limit_bytes"])
+        name = f"smem__{_slug(target)}.png"
+        cutlass = ", ".join(sorted({f"CUTLASS {r.get('cutlass_version')}" for r in rows}))
+        plots.smem_chart(rows, limit, f"SharedStorage vs opt-in limit on {target}, {cutlass} — evidence: static "
+                                      f"(compiled, sizes read; not launched)", folder / name)
+        lines += [f"SharedStorage per config against {target}'s opt-in limit ({limit} B); bar color = verdict, "
+                  "shades = mainloop / epilogue / the rest. Evidence: static.", "", f"![SharedStorage vs limit on "
+                                                                                   f"{target}]({name})", ""]
+    if any(r.get("verdict") == "ok" for r in rs.runtime):
+        for metric, what in (("gbps", "GB/s"), ("us_median", "µs")):
+            name = f"throughput__{metric}.png"
+            plots.throughput_chart(rs.runtime, folder / name, metric)
+            lines += [f"{what} against batch size per workload and GEMM (verified-correct rows only; ★ = best at "
+                      "that batch).", "", f"![{what} vs batch size]({name})", ""]
+    return lines
+
+
+def render_markdown(rs: ResultSet, folder: Path, charts: bool = True) -> str:
+    lines = header(rs)
+    for target in rs.targets() or [None]:
+        lines += verdict_section(rs, target)
+    lines += throughput_section(rs)
+    lines += foreign_section(rs)
+    if charts:
+        lines += chart_section(rs, folder)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def render_report(folder: Path, charts: bool = True) -> Path:
+    """Write report.md (and its PNG charts) into `folder`; return the report's path."""
+    folder = Path(folder)
+    rs = load(folder)
+    path = folder / REPORT_NAME
+    path.write_text(render_markdown(rs, folder, charts))
     return path

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 from pathlib import Path
 
 from rich.table import Table
+
+from tileprobe.errors import UsageError
 
 from tileprobe.targets import PROFILES, NoDevice, query_devices
 
@@ -73,3 +78,46 @@ def write_reports(out: Path, console) -> None:
 
     path = render_report(Path(out))
     console.print(f"results: {Path(out) / 'results.csv'}; report: {path}")
+
+
+FORMATS = ("md", "csv", "json")
+
+
+def export(folder: Path, fmt: str, out: Path | None = None) -> str:
+    """The rows of a results folder as csv (results.COLUMNS) or json (a list of row dicts), or the markdown report.
+
+    md writes report.md and its charts into the folder and returns the report's path; csv and json return the text,
+    also written to `out` when given."""
+    from tileprobe.results import COLUMNS  # noqa: PLC0415
+    from tileprobe.resultset import load  # noqa: PLC0415
+
+    if fmt not in FORMATS:
+        raise UsageError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    folder = Path(folder)
+    if fmt == "md":
+        from tileprobe.markdown import render_report  # noqa: PLC0415
+
+        if out is not None:
+            raise UsageError("--out is for csv and json: the markdown report is written into the results folder, "
+                             "next to the charts it embeds")
+        return str(render_report(folder))
+    rows = load(folder).rows
+    if fmt == "json":
+        text = json.dumps(rows, indent=1) + "\n"
+    else:
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+        text = buf.getvalue()
+    if out is not None:
+        _write(Path(out), text)
+    return text
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}") from None

@@ -285,7 +285,7 @@ def _probe_one(cfg: Config, static_outcome: StaticOutcome, build, point: Point, 
     with tempfile.TemporaryDirectory(prefix="tileprobe-") as tmp:
         problems = Path(tmp) / "problems.txt"
         problems.write_text("".join(f"{m} {n} {k}\n" for m, n, k in point.kernel_problems(cfg.swap_ab)))
-        cmd = harness_command(build.binary, problems, seed if seed >= 0 else 1, rotation_sets(point, cfg, device))
+        cmd = harness_command(build.binary, problems, seed, rotation_sets(point, cfg, device))
         res = run_isolated(cmd, timeout_s, env, stop)
     d = res.data
     if d.get("smem_bytes") is not None and d["smem_bytes"] != static.info.smem_bytes:

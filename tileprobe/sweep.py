@@ -164,12 +164,21 @@ def run(opts: SweepOptions, console) -> list[dict]:
     """The whole sweep. Returns the rows written by this run (rows kept from --resume are not repeated)."""
     import json  # noqa: PLC0415
 
+    import random  # noqa: PLC0415
+
     p = plan(opts)
     fam, target, devices, configs = p.family, p.target, p.devices, p.configs
     tc = make_toolchain(opts.cutlass_dir, opts.nvcc, opts.cache_dir)
+    seed = opts.workload.get("seed", -1)
+    previous = opts.out / "run.json"
+    if seed < 0 and opts.resume and previous.is_file():
+        seed = json.loads(previous.read_text()).get("seed", -1)  # resume the same routing and data
+    if seed < 0:
+        seed = random.randrange(2**31)  # fresh random inputs every run, recorded for reproduction
+    opts.workload["seed"] = seed
     with ResultsWriter(opts.out, resume=opts.resume) as writer:
         (opts.out / "run.json").write_text(json.dumps({
-            "command": command_line(), "date": now(), "family": fam.name, "target": target.as_dict(),
+            "command": command_line(), "date": now(), "seed": seed, "family": fam.name, "target": target.as_dict(),
             "devices": [d.as_dict() for d in devices + p.foreign], "configs": len(configs), "shard": opts.shard,
             "toolchain": tc.columns() | {"cutlass_dir": str(tc.cutlass.root), "nvcc": str(tc.nvcc.path)},
         }, indent=1))

@@ -129,10 +129,27 @@ def query_devices() -> list[Target]:
                 peak_gbps=2.0 * clock_khz * 1e3 * (bus_bits / 8) / 1e9,
                 source="cuda-python device query",
                 gpu_index=i,
-                driver=f"{driver // 1000}.{(driver % 1000) // 10}",
+                driver=_driver_version(f"{driver // 1000}.{(driver % 1000) // 10}"),
             )
         )
     return out
+
+
+def _driver_version(cuda_api: str) -> str:
+    """The kernel-mode driver release (e.g. 580.159.04) from nvidia-smi when it is there, with its CUDA API level."""
+    import shutil  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                                 text=True, timeout=30).stdout.split()
+            if out:
+                return f"{out[0]} (CUDA {cuda_api})"
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return f"CUDA {cuda_api}"
 
 
 def resolve_target(name: str | None, gpus: list[int] | None = None) -> tuple[Target, list[Target]]:

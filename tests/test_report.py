@@ -1,0 +1,112 @@
+"""`tileprobe report`: markdown (header, verdicts, throughput with the best tile marked, charts), csv and json."""
+
+import csv
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+
+from _synth import add_runtime, make_static, meta_for, write_set
+
+from tileprobe.markdown import render_report
+from tileprobe.results import COLUMNS, load_rows
+from tileprobe.resultset import best_by_point, label
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def tileprobe(*args):
+    return subprocess.run([sys.executable, "-m", "tileprobe", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_static_report_says_static_and_draws_the_limit(tmp_path, rng):
+    rows = make_static(rng, tiles=["128x128x128", "128x256x128", "128x64x128"], epilogues=("no-c", "with-c"))
+    write_set(tmp_path, rows, meta_for())
+    text = render_report(tmp_path).read_text()
+    assert "Evidence: static only — compiled for sm_120a, sizes read; nothing launched" in text
+    for needle in ("rtx-pro-6000", "101376 B", "188", "4.5.0", "flashinfer", "c5d864a34465695d", "13.0.88",
+                   "tileprobe sweep (synthetic)", "2026-01-01"):
+        assert needle in text, needle
+    over = [r for r in rows if r["verdict"] == "smem-over-limit"]
+    assert f"{len(over)} over the opt-in limit" in text
+    for r in rows:  # every config has its verdict line, with its bytes and stages as configured -> resolved
+        assert re.search(rf"\| {r['tile']} .*\| auto→{r['stages']} .*\| {r['smem_bytes']} .*\| {r['verdict']} ", text)
+    png = tmp_path / "smem__rtx-pro-6000.png"
+    assert png.read_bytes()[:8] == PNG and "](smem__rtx-pro-6000.png)" in text
+    assert not list(tmp_path.glob("throughput__*.png"))  # nothing launched, no throughput chart
+
+
+def test_best_tile_per_batch_is_the_fastest_ok_row(tmp_path, rng):
+    static = make_static(rng, tiles=["128x128x128", "128x256x128", "128x64x128", "128x32x128"],
+                         epilogues=("no-c", "with-c"))
+    runtime = add_runtime(rng, static, batches=(1, 8, 32, 128), fail_rate=0.3)
+    # a failing row faster than every ok row must never be called best
+    trap = next(r for r in runtime if r["verdict"] == "incorrect") if any(
+        r["verdict"] == "incorrect" for r in runtime) else None
+    if trap:
+        trap["us_median"] = 0.001
+    write_set(tmp_path, static + runtime, meta_for())
+    text = render_report(tmp_path).read_text()
+    assert "Evidence: verified correct" in text
+    groups = {}
+    for r in runtime:
+        groups.setdefault((r["gemm"], r["batch"], r["epilogue"]), []).append(r)
+    for (gemm, batch, epi), rs in groups.items():
+        ok = sorted((r for r in rs if r["verdict"] == "ok"), key=lambda r: r["us_median"])
+        section = text.split(f"· {gemm} on")[1].split("###")[0]
+        line = next(l for l in section.splitlines() if re.match(rf"\| {batch}\s+\| {epi}\s+\|", l))
+        if ok:
+            assert label(ok[0]) in line and f"{ok[0]['us_median']:.2f}" in line
+        else:
+            assert "no verified-correct tile" in line
+    marks = text.count("★ best")
+    assert marks == sum(1 for rs in best_by_point(runtime).values() if rs)
+    for name in ("throughput__gbps.png", "throughput__us_median.png", "smem__rtx-pro-6000.png"):
+        assert (tmp_path / name).read_bytes()[:8] == PNG and f"]({name})" in text
+
+
+def test_missing_run_json_is_tolerated(tmp_path, rng):
+    write_set(tmp_path, make_static(rng, tiles=["128x128x128"]))
+    text = render_report(tmp_path).read_text()
+    assert "run.json is missing" in text and "rtx-pro-6000" in text and "4.5.0" in text
+
+
+def test_without_matplotlib_charts_are_skipped_with_a_note(tmp_path, rng):
+    write_set(tmp_path, make_static(rng, tiles=["128x128x128"]), meta_for())
+    code = ("import sys; sys.modules['matplotlib'] = None\n"
+            "from tileprobe.markdown import render_report\n"
+            f"print(render_report({str(tmp_path)!r}))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=os.path.dirname(__file__))
+    assert p.returncode == 0, p.stderr
+    text = (tmp_path / "report.md").read_text()
+    assert "Charts skipped: matplotlib unavailable" in text and not list(tmp_path.glob("*.png"))
+
+
+def test_csv_and_json_export_the_same_rows(tmp_path, rng):
+    static = make_static(rng, tiles=["128x128x128", "128x64x128"])
+    write_set(tmp_path, static + add_runtime(rng, static, batches=(1, 8)), meta_for())
+    rows = load_rows(tmp_path)
+    p = tileprobe("report", str(tmp_path), "--format", "json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == rows
+    p = tileprobe("report", str(tmp_path), "--format", "csv")
+    table = list(csv.DictReader(io.StringIO(p.stdout)))
+    assert list(table[0]) == COLUMNS and len(table) == len(rows)
+    assert [t["config"] for t in table] == [r["config"] for r in rows]
+    assert [t["us_median"] for t in table] == ["" if r.get("us_median") is None else str(r["us_median"])
+                                               for r in rows]
+    p = tileprobe("report", str(tmp_path), "--format", "md")
+    assert p.returncode == 0 and (tmp_path / "report.md").is_file()
+
+
+def test_report_bad_input_is_one_line(tmp_path):
+    for args, needle in ((["report", str(tmp_path / "nope")], "not a results folder"),
+                         (["report", str(tmp_path), "--format", "xml"], "--format")):
+        (tmp_path / "results.jsonl").write_text("")
+        p = tileprobe(*args)
+        assert p.returncode == 2 and "Traceback" not in p.stderr
+        lines = [l for l in p.stderr.splitlines() if l.strip()]
+        assert len(lines) == 1 and needle in lines[0], p.stderr

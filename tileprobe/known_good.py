@@ -1,0 +1,256 @@
+"""Known-good tile sets: results/known_good/<target>__<family>.json, made from a sweep, guarded by `tileprobe check`.
+
+A file holds the target's numbers, the toolchain it was made with, every config that worked (with its full
+identity, evidence level, SharedStorage and headroom) and, when the sweep was launched, the recommended tile per
+workload and batch-size bucket. `check` re-probes the tiles statically against the file's target on any machine.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tileprobe.errors import UsageError
+from tileprobe.results import TOOLCHAIN_COLUMNS, now
+from tileprobe.resultset import ResultSet, config_from_entry, config_from_row, target_from_dict
+from tileprobe.verdict import Verdict
+
+FORMAT = "tileprobe-known-good/1"
+DEFAULT_DIR = Path("results") / "known_good"
+GOOD = ("fits", "ok")
+RUNTIME_FAIL = ("launch-error", "incorrect", "timeout", "crashed")
+
+
+def default_path(target: str, family: str, folder: Path = DEFAULT_DIR) -> Path:
+    return Path(folder) / f"{target}__{family}.json"
+
+
+def _config_verdicts(rs: ResultSet, target: str, family: str) -> list[dict]:
+    """One record per config: the static row, with the runtime verdicts (if any) folded in."""
+    static = [r for r in rs.static if r["target"] == target and r["family"] == family]
+    runtime: dict[str, list[dict]] = {}
+    for r in rs.runtime:
+        if r["target"] == target and r["family"] == family and r["verdict"] != "not-runnable-here":
+            runtime.setdefault(r["config"], []).append(r)
+    out = []
+    for r in static:
+        rec = dict(r)
+        rt = runtime.get(r["config"], [])
+        if rt:
+            counts = Counter(x["verdict"] for x in rt)
+            fails = [x for x in rt if x["verdict"] in RUNTIME_FAIL]
+            if fails:
+                rec.update(verdict=fails[0]["verdict"], evidence=fails[0]["evidence"],
+                           reason=fails[0].get("launch_reason") or fails[0].get("reason"))
+            elif counts.get("ok"):
+                rec.update(verdict="ok", evidence=Verdict.OK.evidence,
+                           reason=f"launched at {len(rt)} workload points, all verified correct")
+            rec["runtime"] = ", ".join(f"{v} {n}" for v, n in counts.items()) + f" of {len(rt)}"
+            rec["devices"] = sorted({x.get("device_name") for x in rt if x.get("device_name")})
+        out.append(rec)
+    return out
+
+
+def entry(rec: dict) -> dict:
+    """A known-good tile: its full identity (stages as configured; the resolved count beside it) and evidence."""
+    cfg = config_from_row(rec)
+    e = {"config": cfg.key, "family": cfg.family, "tile": str(cfg.tile), "tile_bytes_k": rec.get("tile_bytes_k"),
+         "schedule": cfg.schedule, "stages": cfg.stages_label if cfg.stages == 0 else cfg.stages,
+         "stages_resolved": rec.get("stages"), "epilogue": cfg.epilogue, "swap_ab": cfg.swap_ab, "arch": cfg.arch,
+         "cluster": "1x1x1", "evidence": rec.get("evidence"), "verdict": rec.get("verdict"),
+         "smem_bytes": rec.get("smem_bytes"), "smem_mainloop_bytes": rec.get("smem_mainloop_bytes"),
+         "smem_epilogue_bytes": rec.get("smem_epilogue_bytes"), "smem_limit_bytes": rec.get("smem_limit_bytes"),
+         "headroom_bytes": rec.get("headroom_bytes")}
+    for k in ("runtime", "devices"):
+        if rec.get(k):
+            e[k] = rec[k]
+    return e
+
+
+def _toolchain(rows: list[dict], where: str) -> dict:
+    tcs = []
+    for r in rows:
+        tc = {k: r.get(k) for k in TOOLCHAIN_COLUMNS}
+        if tc not in tcs:
+            tcs.append(tc)
+    if len(tcs) > 1:
+        raise UsageError(f"{where} mixes {len(tcs)} toolchains: a known-good file records one")
+    src = next((r.get("cutlass_source") for r in rows if r.get("cutlass_source")), None)
+    return (tcs[0] if tcs else {}) | {"cutlass_source": src}
+
+
+def build(rs: ResultSet, target: str, family: str) -> dict:
+    """The known-good document for one (target, family) of a results set."""
+    recs = _config_verdicts(rs, target, family)
+    if not recs:
+        raise UsageError(f"{rs.folder} has no static rows for {family} on {target}")
+    t = rs.target_info(target)
+    doc = {"format": FORMAT, "target": {k: v for k, v in t.items()}, "family": family,
+           "toolchain": _toolchain([r for r in rs.rows if r.get("target") == target], str(rs.folder)),
+           "date": now(), "sweep_date": rs.meta.get("date"), "command": rs.meta.get("command"),
+           "source": str(rs.folder),
+           "tiles": [entry(r) for r in recs if r["verdict"] in GOOD],
+           "not_good": [{"config": r["config"], "verdict": r["verdict"], "reason": r.get("reason")}
+                        for r in recs if r["verdict"] not in GOOD]}
+    if any(r["target"] == target and r["family"] == family for r in rs.runtime):
+        from tileprobe.recommend import recommendations  # noqa: PLC0415
+
+        routing = Counter(r["routing"] for r in rs.runtime if r["target"] == target).most_common(1)[0][0]
+        try:
+            doc["recommended"] = recommendations(rs, target=target, routing=routing)
+        except UsageError as exc:
+            doc["recommended"] = {"note": str(exc)}
+    return doc
+
+
+def load_file(path: Path) -> dict:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise UsageError(f"known-good file {path} does not exist") from None
+    except (json.JSONDecodeError, OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"known-good file {path} is not readable JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("tiles"), list):
+        raise UsageError(f"{path} is not a tileprobe known-good file (format {FORMAT})")
+    return doc
+
+
+def version_mismatches(old: dict, new: dict) -> list[str]:
+    """'CUTLASS version 4.5.0 -> 4.2.0'-style lines for every toolchain field that differs."""
+    names = {"cutlass_version": "CUTLASS version", "cutlass_hash": "CUTLASS header tree", "nvcc_version": "nvcc"}
+    a, b = old.get("toolchain") or {}, new.get("toolchain") or {}
+    return [f"{names[k]} {a.get(k)} -> {b.get(k)}" for k in TOOLCHAIN_COLUMNS if a.get(k) != b.get(k)]
+
+
+def _merge(old: dict, new: dict) -> tuple[dict, list[str]]:
+    """Update `old` with `new`: tiles in the new sweep replace their old entries, tiles that stopped working are
+    dropped (and said so), tiles the new sweep did not cover are kept."""
+    notes = []
+    bad = {x["config"]: x for x in new["not_good"]}
+    fresh = {e["config"]: e for e in new["tiles"]}
+    tiles = []
+    for e in old["tiles"]:
+        k = e.get("config")
+        if k in bad:
+            notes.append(f"dropped {k}: was {e.get('verdict')} ({e.get('smem_bytes')} B), now {bad[k]['verdict']}: "
+                         f"{bad[k]['reason']}")
+        elif k in fresh:
+            n = fresh.pop(k)
+            if n.get("smem_bytes") != e.get("smem_bytes") or n.get("verdict") != e.get("verdict"):
+                notes.append(f"changed {k}: {e.get('verdict')} {e.get('smem_bytes')} B -> {n.get('verdict')} "
+                             f"{n.get('smem_bytes')} B")
+            tiles.append(n)
+        else:
+            tiles.append(e)
+    for k, n in fresh.items():
+        notes.append(f"added {k}: {n.get('verdict')} {n.get('smem_bytes')} B, headroom {n.get('headroom_bytes')} B")
+        tiles.append(n)
+    doc = dict(new, tiles=tiles)
+    doc["history"] = (old.get("history") or []) + [{k: old.get(k) for k in ("date", "command", "toolchain")}]
+    return doc, notes
+
+
+def write(rs: ResultSet, out: Path | None = None, folder: Path = DEFAULT_DIR,
+          accept_versions: bool = False) -> list[tuple[Path, list[str]]]:
+    """Make or update one known-good file per (target, family) of the set; returns (path, notes) for each.
+
+    On update, a different CUTLASS version, header tree or nvcc is refused (UsageError naming them) unless
+    accept_versions; then the mismatches are among the notes."""
+    pairs = sorted({(r["target"], r["family"]) for r in rs.static})
+    if not pairs:
+        raise UsageError(f"{rs.folder} has no static rows to make a known-good file from")
+    if out is not None and len(pairs) > 1:
+        raise UsageError(f"{rs.folder} covers {len(pairs)} target/family pairs; --out names one file: leave it out "
+                         f"to write {', '.join(f'{t}__{f}.json' for t, f in pairs)}")
+    plans = []
+    for target, family in pairs:
+        path = Path(out) if out is not None else default_path(target, family, folder)
+        new = build(rs, target, family)
+        notes: list[str] = []
+        if path.exists():
+            old = load_file(path)
+            if (old.get("target") or {}).get("name") != target or old.get("family") != family:
+                raise UsageError(f"{path} is for {old.get('family')} on {(old.get('target') or {}).get('name')}, "
+                                 f"not {family} on {target}")
+            mism = version_mismatches(old, new)
+            if mism and not accept_versions:
+                raise UsageError(f"{path} was made with another toolchain ({'; '.join(mism)}): re-run with "
+                                 "--accept-versions to update it")
+            notes += [f"toolchain changed (accepted): {m}" for m in mism]
+            new, more = _merge(old, new)
+            notes += more
+        plans.append((path, new, notes))
+    written = []
+    for path, doc, notes in plans:  # write only once every file passed its checks
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+        written.append((path, notes))
+    return written
+
+
+@dataclass
+class CheckResult:
+    path: Path
+    checked: int = 0
+    regressions: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def files_in(paths: list[str | Path] | None, default: Path = DEFAULT_DIR) -> list[Path]:
+    """The known-good files named, folders expanded to their *.json; with none named, every file in `default`."""
+    items = [Path(p) for p in paths] if paths else [Path(default)]
+    out: list[Path] = []
+    for p in items:
+        if p.is_dir():
+            out += sorted(p.glob("*.json"))
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise UsageError(f"no known-good file or folder at {p}")
+    if not out:
+        raise UsageError(f"no known-good files in {', '.join(map(str, items))}")
+    return out
+
+
+def check_file(path: Path, tc, jobs: int = 1, timeout_s: float = 1200) -> CheckResult:
+    """Re-probe a file's tiles statically against its target; every tile that no longer works is a regression.
+
+    TODO: when a GPU of the file's arch is present, also re-launch the `ok` tiles (runtime re-probe); today a
+    verified-correct entry is re-checked statically only, and the result says so."""
+    from tileprobe.static_probe import probe_static  # noqa: PLC0415
+
+    doc = load_file(path)
+    target = target_from_dict(doc["target"])
+    res = CheckResult(Path(path))
+    configs = []
+    for e in doc["tiles"]:
+        cfg = config_from_entry(e)
+        if e.get("config") and e["config"] != cfg.key:
+            res.notes.append(f"{e['config']}: entry fields say {cfg.key}; checked as {cfg.key}")
+        configs.append((e, cfg))
+    mism = version_mismatches(doc, {"toolchain": {"cutlass_version": tc.cutlass.version,
+                                                  "cutlass_hash": tc.cutlass.tree_hash,
+                                                  "nvcc_version": tc.nvcc.version_text}})
+    if mism:
+        res.notes.append(f"re-probed with another toolchain than the file's: {'; '.join(mism)}")
+    if any(e.get("verdict") == "ok" for e, _ in configs):
+        res.notes.append("verified-correct tiles re-checked statically only (runtime re-probe: TODO)")
+    outcomes = probe_static([c for _, c in configs], target, tc.cutlass, tc.nvcc, tc.cache, jobs, timeout_s)
+    res.checked = len(outcomes)
+    for (e, cfg), o in zip(configs, outcomes):
+        was = (f"was {e.get('verdict')} ({e.get('evidence')}: SharedStorage {e.get('smem_bytes')} B, headroom "
+               f"{e.get('headroom_bytes')} B)")
+        what = f"{res.path.name}: {target.name} {cfg.tile} {cfg.schedule} stages={cfg.stages_label} {cfg.epilogue}" + \
+            (" swap-ab" if cfg.swap_ab else "") + f" [{cfg.key}]"
+        if o.verdict.value not in GOOD:
+            res.regressions.append(f"{what}: {was}; now {o.verdict.value}: {o.reason}")
+        elif o.info.smem_bytes != e.get("smem_bytes") or o.info.stages != e.get("stages_resolved"):
+            res.notes.append(f"{what}: still fits; SharedStorage {e.get('smem_bytes')} -> {o.info.smem_bytes} B, "
+                             f"stages {e.get('stages_resolved')} -> {o.info.stages}")
+    return res
+
+
+def check(paths: list[str | Path] | None, tc, jobs: int = 1, timeout_s: float = 1200) -> list[CheckResult]:
+    return [check_file(p, tc, jobs, timeout_s) for p in files_in(paths)]
