@@ -120,7 +120,10 @@ def sweep(
             sys.stdout.write(json.dumps(r) + "\n")
     else:
         print_table(rows, console)
-    write_reports(out, console)
+    try:
+        write_reports(out, console)
+    except Exception as exc:  # the rows are already safe on disk; a report problem must not fail the sweep
+        console.print(f"[yellow]report not written: {type(exc).__name__}: {exc}[/]")
 
 
 @app.command()
