@@ -1,6 +1,7 @@
 """Benchmark on a GPU (run on the lent H200): the default runtime sweep, cold and warm, and a torch baseline.
 
-1. `tileprobe sweep` with no arguments, with an empty build cache (cold), then again with the warm cache: wall times.
+1. `tileprobe sweep` with no arguments, with an empty build cache (cold), then again with the warm cache and the
+   first run's seed (same routing and data): wall times.
 2. Per deepseek-v3 GEMM and batch: the best tile in each sweep; do they agree, and are their medians within 3%?
 3. For deepseek-v3 gate_up at batch 32 and 128: the best tile's GB/s against the measured copy bandwidth, and
    torch._scaled_grouped_mm on the same per-expert shapes (same routing seed) in the same process: the ratio.
@@ -25,11 +26,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def sweep(workdir: Path, cache: Path) -> tuple[float, Path]:
+def sweep(workdir: Path, cache: Path, extra: list[str] | None = None) -> tuple[float, Path]:
     env = dict(os.environ, TILEPROBE_CACHE_DIR=str(cache), PYTHONPATH=f"{ROOT}:{os.environ.get('PYTHONPATH', '')}")
     workdir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "tileprobe", "sweep"], cwd=workdir, env=env, capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "tileprobe", "sweep", *(extra or [])], cwd=workdir, env=env, capture_output=True,
                        text=True, timeout=1800)
     took = time.perf_counter() - start
     (workdir / "sweep.log").write_text(p.stdout + p.stderr)
@@ -94,7 +95,8 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="tp-bench-"))
     cache = tmp / "cache"
     cold_s, res1 = sweep(tmp / "cold", cache)
-    warm_s, res2 = sweep(tmp / "warm", cache)
+    seed = json.loads((res1 / "run.json").read_text())["seed"]
+    warm_s, res2 = sweep(tmp / "warm", cache, ["--seed", str(seed)])  # same routing and data: a true repeat
     b1, b2 = best_tiles(res1), best_tiles(res2)
     agree = {k: {"first": b1[k]["tile"] + "/" + b1[k]["schedule"], "second": b2[k]["tile"] + "/" + b2[k]["schedule"],
                  "median_diff_pct": round(100 * abs(b1[k]["us_median"] - b2[k]["us_median"]) / b1[k]["us_median"], 2)}

@@ -1,5 +1,8 @@
 // tileprobe runtime harness: launches one compiled grouped-GEMM config, checks it against an independent
-// reference kernel, and times it. Exactly one JSON object goes to stdout (the last line); diagnostics go to stderr.
+// reference kernel, and times it, for each workload point of the problems file. One JSON object per point goes to
+// stdout as soon as that point is done (flushed), so a later crash loses nothing; diagnostics go to stderr.
+// The problems file holds lines 'M N K'; a line 'point R' starts a new point whose inputs rotate over R sets
+// (a file without 'point' lines is one point, rotated over --rotate sets).
 //
 // Built with -DTP_FAMILY_KERNEL=<template from kernels.cuh> -DTP_ARCH=<90|120|121> and an include path holding
 // tp_configs.inc, a generated file with exactly one TP_CFG(idx, TM, TN, TK, Sched, Stages, Epi, Swap) line.
@@ -140,16 +143,34 @@ struct Problem {
   int m, n, k;  // kernel space: A is MxK, B is NxK, D is MxN
 };
 
-std::vector<Problem> read_problems(const std::string& path) {
+struct PointSpec {
+  std::vector<Problem> probs;
+  int rotate;
+};
+
+std::vector<PointSpec> read_points(const std::string& path, int default_rotate) {
   std::ifstream in(path);
   if (!in) usage("cannot open problems file " + path);
-  std::vector<Problem> out;
-  long long m, n, k;
-  while (in >> m >> n >> k) {
-    if (m <= 0 || n <= 0 || k <= 0 || m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) usage("bad problem line in " + path);
-    out.push_back({int(m), int(n), int(k)});
+  std::vector<PointSpec> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    long long m, n, k;
+    int r;
+    if (std::sscanf(line.c_str(), " point %d", &r) == 1) {
+      if (r < 1) usage("bad 'point' line in " + path);
+      out.push_back({{}, r});
+    } else if (std::sscanf(line.c_str(), " %lld %lld %lld", &m, &n, &k) == 3) {
+      if (m <= 0 || n <= 0 || k <= 0 || m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) usage("bad problem line in " + path);
+      if (out.empty()) out.push_back({{}, default_rotate});
+      out.back().probs.push_back({int(m), int(n), int(k)});
+    } else {
+      usage("problems file " + path + " must hold lines of 'M N K' or 'point R'");
+    }
   }
-  if (!in.eof() || out.empty()) usage("problems file " + path + " must hold lines of 'M N K'");
+  if (out.empty()) usage("problems file " + path + " holds no problem");
+  for (auto& p : out)
+    if (p.probs.empty()) usage("a point in " + path + " holds no problem");
   return out;
 }
 
@@ -235,10 +256,18 @@ __global__ void reference_kernel(Ops ops, int M, int N, int Kd, float alpha, flo
 }
 
 // ---- The harness for one kernel config ----
-void* dalloc(size_t bytes, const char* what) {  // never freed: the process is short-lived
+std::vector<void*> g_allocs;  // everything one point allocated, freed before the next point
+
+void* dalloc(size_t bytes, const char* what) {
   void* p = nullptr;
   ck(cudaMalloc(&p, std::max<size_t>(bytes, 16)), std::string("cudaMalloc(") + what + ")");
+  g_allocs.push_back(p);
   return p;
+}
+
+void free_point_allocs() {
+  for (void* p : g_allocs) cudaFree(p);
+  g_allocs.clear();
 }
 
 template <class T>
@@ -594,10 +623,7 @@ struct Harness {
 
 int main(int argc, char** argv) {
   Options opt = parse_args(argc, argv);
-  std::vector<Problem> probs = read_problems(opt.problems);
-
-  Json j;
-  j.add("arch_built", std::to_string(TP_ARCH)).add("index", std::to_string(kCfgIndex));
+  std::vector<PointSpec> points = read_points(opt.problems, opt.rotate);
 
   // 1. The device.
   cudaDeviceProp prop{};
@@ -609,15 +635,19 @@ int main(int argc, char** argv) {
     cc = prop.major * 10 + prop.minor;
     sms = prop.multiProcessorCount;
   }
-  j.add("device_cc", cc >= 0 ? std::to_string(cc) : "null");
-  j.add("device_name", dev_err == cudaSuccess ? jstr(prop.name) : "null");
-  j.add("smem_optin", std::to_string(optin)).add("sm_count", std::to_string(sms));
+  auto header = [&](Json& j) {
+    j.add("arch_built", std::to_string(TP_ARCH)).add("index", std::to_string(kCfgIndex));
+    j.add("device_cc", cc >= 0 ? std::to_string(cc) : "null");
+    j.add("device_name", dev_err == cudaSuccess ? jstr(prop.name) : "null");
+    j.add("smem_optin", std::to_string(optin)).add("sm_count", std::to_string(sms));
+  };
 
-  Harness<K> h(opt, probs, opt.device, sms);
-
-  // 7. Reference dump mode: no CUTLASS launch, any arch.
+  // 7. Reference dump mode: no CUTLASS launch, any arch; first point only.
   if (!opt.dump_dir.empty()) {
     if (!K::BlockScaled) usage("--reference-dump needs an nvfp4 (block-scaled) build");
+    Harness<K> h(opt, points[0].probs, opt.device, sms);
+    Json j;
+    header(j);
     j.add("reference_dump", jstr(opt.dump_dir));
     std::string error;
     try {
@@ -632,48 +662,61 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  j.add("smem_bytes", std::to_string(sizeof(typename K::GemmKernel::SharedStorage)));
-  j.add("stages", std::to_string(int(K::CollectiveMainloop::DispatchPolicy::Stages)));
-  j.add("groups", std::to_string(probs.size()));
-
-  std::string status = "ok", reason;
-  double rel_err = 0;
-  long long nonfinite = 0;
-  bool checked = false;
-  std::vector<double> us;
   char buf[256];
-  if (dev_err != cudaSuccess) {
-    status = "not-runnable-here";
-    reason = "no usable CUDA device " + std::to_string(opt.device) + ": " + cudaGetErrorString(dev_err);
-  } else if (cc != TP_ARCH) {
-    status = "not-runnable-here";
-    std::snprintf(buf, sizeof(buf), "built for sm_%da, device is sm_%d (%s)", TP_ARCH, cc, prop.name);
-    reason = buf;
-  } else if (!Harness<K>::kLaunchable) {
-    status = "not-runnable-here";
-    std::snprintf(buf, sizeof(buf), "this family's kernel cannot run from an sm_%da build (an nvfp4 sm_90a build only "
-                  "serves --reference-dump)", TP_ARCH);
-    reason = buf;
-  } else {
-    try {
-      h.allocate(opt.rotate);
-      h.launch(rel_err, nonfinite, checked, us);
-    } catch (const Failure& f) {
-      status = "launch-error";
-      reason = f.reason;
-      std::fprintf(stderr, "launch-error: %s\n", reason.c_str());
-    }
-  }
+  for (size_t pi = 0; pi < points.size(); ++pi) {
+    Options popt = opt;
+    popt.rotate = points[pi].rotate;
+    Harness<K> h(popt, points[pi].probs, opt.device, sms);
+    Json j;
+    header(j);
+    j.add("point", std::to_string(pi));
+    j.add("smem_bytes", std::to_string(sizeof(typename K::GemmKernel::SharedStorage)));
+    j.add("stages", std::to_string(int(K::CollectiveMainloop::DispatchPolicy::Stages)));
+    j.add("groups", std::to_string(points[pi].probs.size()));
 
-  std::string steps;
-  for (auto& [name, obj] : h.steps) steps += (steps.empty() ? "" : ", ") + jstr(name) + ": " + obj;
-  j.add("steps", "{" + steps + "}");
-  j.add("launch_status", jstr(status)).add("launch_reason", reason.empty() ? "null" : jstr(reason));
-  j.add("rel_err", checked ? jnum(rel_err) : "null").add("nonfinite", checked ? std::to_string(nonfinite) : "null");
-  std::string list;
-  for (double u : us) list += (list.empty() ? "" : ", ") + jnum(u);
-  j.add("us", "[" + list + "]").add("rotate", std::to_string(opt.rotate));
-  std::printf("%s\n", j.str().c_str());
-  std::fflush(stdout);
+    std::string status = "ok", reason;
+    double rel_err = 0;
+    long long nonfinite = 0;
+    bool checked = false, sticky = false;
+    std::vector<double> us;
+    if (dev_err != cudaSuccess) {
+      status = "not-runnable-here";
+      reason = "no usable CUDA device " + std::to_string(opt.device) + ": " + cudaGetErrorString(dev_err);
+    } else if (cc != TP_ARCH) {
+      status = "not-runnable-here";
+      std::snprintf(buf, sizeof(buf), "built for sm_%da, device is sm_%d (%s)", TP_ARCH, cc, prop.name);
+      reason = buf;
+    } else if (!Harness<K>::kLaunchable) {
+      status = "not-runnable-here";
+      std::snprintf(buf, sizeof(buf), "this family's kernel cannot run from an sm_%da build (an nvfp4 sm_90a build only "
+                    "serves --reference-dump)", TP_ARCH);
+      reason = buf;
+    } else {
+      try {
+        h.allocate(popt.rotate);
+        h.launch(rel_err, nonfinite, checked, us);
+      } catch (const Failure& f) {
+        status = "launch-error";
+        reason = f.reason;
+        std::fprintf(stderr, "launch-error: %s\n", reason.c_str());
+      }
+      // A sticky error (illegal address, ...) poisons the context: report this point and stop; the caller starts
+      // a fresh process for the points that remain.
+      sticky = cudaDeviceSynchronize() != cudaSuccess;
+      free_point_allocs();
+    }
+
+    std::string steps;
+    for (auto& [name, obj] : h.steps) steps += (steps.empty() ? "" : ", ") + jstr(name) + ": " + obj;
+    j.add("steps", "{" + steps + "}");
+    j.add("launch_status", jstr(status)).add("launch_reason", reason.empty() ? "null" : jstr(reason));
+    j.add("rel_err", checked ? jnum(rel_err) : "null").add("nonfinite", checked ? std::to_string(nonfinite) : "null");
+    std::string list;
+    for (double u : us) list += (list.empty() ? "" : ", ") + jnum(u);
+    j.add("us", "[" + list + "]").add("rotate", std::to_string(popt.rotate));
+    std::printf("%s\n", j.str().c_str());
+    std::fflush(stdout);
+    if (sticky) return 3;
+  }
   return 0;
 }

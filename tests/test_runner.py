@@ -157,3 +157,25 @@ def test_every_status_in_one_sweep_and_resume_after_interrupt(tmp_path, monkeypa
     assert by_cfg == {"128x128x128": {"ok"}, "128x256x128": {"crashed"}, "256x128x128": {"timeout"}}
     ok = next(r for r in rows if r["verdict"] == "ok")
     assert ok["us_median"] == 5.5 and ok["gbps"] > 0 and ok["pct_copy_bw"] > 0 and ok["gpu_index"] == 0
+
+
+def test_one_process_answers_many_points_and_a_crash_costs_only_its_point(tmp_path, monkeypatch):
+    """Answers the first point of its file, then segfaults on the second: the runner restarts for the rest."""
+    from rich.console import Console
+
+    body = f"""
+    path = sys.argv[sys.argv.index("--problems") + 1]
+    points = sum(1 for l in open(path) if l.startswith("point"))
+    print({ok_json(0.001)!r}, flush=True)
+    if points > 1:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    """
+    outcomes, dev = _setup(tmp_path, monkeypatch, [body, body, body])
+    outcomes = outcomes[:1]
+    seed = random.randrange(10**6)
+    with ResultsWriter(tmp_path / "out") as w:
+        rows = runner.runtime_rows(Opts(seed), Tc(), profile("h200"), [dev], outcomes, w, Console(quiet=True))
+    n = len(runner.points_for(["qwen3-30b-a3b"], None, [1, 8], "uniform", 1, 1, seed))
+    assert n == 4
+    assert [r["verdict"] for r in rows] == ["ok", "crashed", "ok", "crashed"]
+    assert "SIGSEGV" in rows[1]["launch_reason"]

@@ -3,6 +3,7 @@ timings that moved beyond their noise (the larger us_spread of the two rows, or 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -47,8 +48,8 @@ def diff(a: ResultSet, b: ResultSet) -> Diff:
         # one target each, and not the same one: compare the same configs and points across the two targets
         across = f"{ta[0]} vs {tb[0]}"
 
-        def key(r: dict) -> str:  # noqa: F811
-            return row_key(dict(r, target=""))
+        def key(r: dict) -> str:  # noqa: F811 - the same config built for the other target's arch matches too
+            return row_key(dict(r, target="", config=re.sub(r"_sm_\d+a$", "", r.get("config") or "")))
     ka = {key(r): r for r in a.rows if kind_of(r) != "foreign"}
     kb = {key(r): r for r in b.rows if kind_of(r) != "foreign"}
     d = Diff(a, b, across)
@@ -98,7 +99,8 @@ def render(d: Diff) -> str:
     lines = ["# tileprobe diff", "", "| | A | B |", "|---|---|---|"]
     lines += [f"| {k} | {sa[k]} | {sb[k]} |" for k in sa]
     if d.across_targets:
-        lines += ["", f"Compared across targets ({d.across_targets}): rows matched by config and workload point."]
+        lines += ["", f"Compared across targets ({d.across_targets}): rows matched by config (whatever its arch) and "
+                      "workload point."]
     both = d.same + len({id(x[0]) for x in d.verdicts} | {id(x[0]) for x in d.smem} | {id(x[0]) for x in d.timing})
     lines += ["", f"**{both} rows in both: {len(d.verdicts)} verdict(s) changed, {len(d.smem)} SharedStorage "
                   f"size(s) moved, {len(d.timing)} timing(s) moved beyond noise, {d.same} unchanged; {len(d.only_a)} "

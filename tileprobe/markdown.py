@@ -78,6 +78,8 @@ def header(rs: ResultSet) -> list[str]:
         items.append(("CUTLASS include dir", f"`{mtc['cutlass_dir']}`"))
     if meta.get("command"):
         items.append(("command", f"`{meta['command']}`"))
+    if meta.get("seed") is not None and rs.runtime:
+        items.append(("seed (routing and data)", _cell(meta["seed"])))
     for src in meta.get("merged_from") or []:
         items.append(("merged from", f"`{_cell(src.get('folder'))}`: `{_cell(src.get('command'))}`"))
     items.append(("date", _cell(meta.get("date") or max((r.get("timestamp") or "" for r in rs.rows), default=""))))

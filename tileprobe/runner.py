@@ -41,44 +41,86 @@ class Stopped(Exception):
 
 def run_isolated(cmd: list[str], timeout_s: float, env: dict | None = None,
                  stop: threading.Event | None = None) -> ProbeResult:
-    """Run one harness in its own session; classify what happened. Never raises for what the child does.
+    """Run a harness for one point in its own session and classify what happened."""
+    return next(iter(run_points(cmd, 1, timeout_s, env, stop)))
 
-    The child is in its own session, so a Ctrl-C on the terminal does not reach it: `stop` is polled instead, and
-    when set the child's whole process group is killed and Stopped is raised.
+
+def run_points(cmd: list[str], count: int, timeout_s: float, env: dict | None = None,
+               stop: threading.Event | None = None):
+    """Run one harness process (own session, own process group) that answers `count` points, one JSON line each.
+
+    Yields a ProbeResult per point as soon as its line arrives. `timeout_s` bounds the wait for each point. If the
+    process crashes, hangs or prints garbage, the point it was on gets crashed/timeout and the generator stops; the
+    caller starts a fresh process for the points that remain. The child is in its own session, so a Ctrl-C on the
+    terminal does not reach it: `stop` is polled instead, and when set the child's group is killed and Stopped raised.
     """
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                                 start_new_session=True)
     except OSError as exc:
-        return ProbeResult(Verdict.CRASHED, f"cannot start harness: {exc.strerror}", {})
-    deadline = time.monotonic() + timeout_s
+        yield ProbeResult(Verdict.CRASHED, f"cannot start harness: {exc.strerror}", {})
+        return
+    lines: queue.Queue = queue.Queue()
+    err_tail: list[str] = []
+    threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+    threading.Thread(target=_pump_tail, args=(proc.stderr, err_tail), daemon=True).start()
+    answered = 0
     try:
-        while True:
-            try:
-                out, err = proc.communicate(timeout=min(0.25, max(0.01, deadline - time.monotonic())))
-                break
-            except subprocess.TimeoutExpired:
+        while answered < count:
+            deadline = time.monotonic() + timeout_s
+            line = None
+            while True:
                 if stop is not None and stop.is_set():
-                    raise Stopped() from None
-                if time.monotonic() >= deadline:
-                    _kill_group(proc)
-                    proc.communicate()
-                    return ProbeResult(Verdict.TIMEOUT, f"no answer within {timeout_s:.0f} s; process group killed",
-                                       {})
-    except BaseException:  # Ctrl-C or stop: take the child's group down, then let the interrupt through
+                    raise Stopped()
+                try:
+                    line = lines.get(timeout=min(0.25, max(0.01, deadline - time.monotonic())))
+                    break
+                except queue.Empty:
+                    if time.monotonic() >= deadline:
+                        _kill_group(proc)
+                        proc.wait()
+                        yield ProbeResult(Verdict.TIMEOUT,
+                                          f"no answer within {timeout_s:.0f} s; process group killed", {})
+                        return
+            if line is None:  # stdout closed: the process is ending
+                rc = proc.wait()
+                tail = (err_tail[-1] if err_tail else "")[:160]
+                if rc < 0:
+                    sig = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else str(-rc)
+                    yield ProbeResult(Verdict.CRASHED, f"harness killed by {sig}; stderr: {tail}", {})
+                elif answered == 0 or rc != 0:
+                    yield ProbeResult(Verdict.CRASHED, f"unparsable harness output (exit code {rc}); stderr: {tail}",
+                                      {})
+                return  # exited cleanly after some points: the caller restarts for the rest
+            data = _parse_line(line)
+            if data is None:
+                continue  # noise between answers
+            answered += 1
+            yield classify(data)
+    except BaseException:  # Ctrl-C, stop, or the consumer closing the generator early
         _kill_group(proc)
-        proc.communicate()
+        proc.wait()
         raise
-    tail = (err or "").strip().splitlines()[-1:] or [""]
-    if proc.returncode < 0:
-        sig = signal.Signals(-proc.returncode).name if -proc.returncode in signal.Signals._value2member_map_ else \
-            str(-proc.returncode)
-        return ProbeResult(Verdict.CRASHED, f"harness killed by {sig}; stderr: {tail[0][:160]}", {})
-    data = _last_json(out)
-    if data is None:
-        what = f"exit code {proc.returncode}" if proc.returncode else "exit code 0"
-        return ProbeResult(Verdict.CRASHED, f"unparsable harness output ({what}); stderr: {tail[0][:160]}", {})
-    return classify(data, proc.returncode)
+    finally:
+        if proc.poll() is None:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                proc.wait()
+
+
+def _pump(stream, q: queue.Queue) -> None:
+    for line in stream:
+        q.put(line)
+    q.put(None)
+
+
+def _pump_tail(stream, tail: list[str]) -> None:
+    for line in stream:
+        if line.strip():
+            tail.append(line.strip())
+            del tail[:-5]
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -88,16 +130,15 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def _last_json(out: str) -> dict | None:
-    for line in reversed((out or "").strip().splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError:
-                return None
-            return d if isinstance(d, dict) and "launch_status" in d else None
-    return None
+def _parse_line(line: str) -> dict | None:
+    line = line.strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        d = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return d if isinstance(d, dict) and "launch_status" in d else None
 
 
 def classify(data: dict, returncode: int = 0, rel_tol: float | None = None) -> ProbeResult:
@@ -194,10 +235,9 @@ def runtime_rows(opts, tc, target: Target, devices: list[Target], outcomes: list
     lock = threading.Lock()
     tasks: queue.Queue = queue.Queue()
     for cfg, b in zip(todo_cfgs, builds):
-        for p in points:
-            key_row = {"config": cfg.key, "target": target.name} | p.columns()
-            if not writer.has(_key(key_row)):
-                tasks.put((cfg, b, p))
+        left = [p for p in points if not writer.has(_key({"config": cfg.key, "target": target.name} | p.columns()))]
+        if left:
+            tasks.put((cfg, b, left))  # one harness process per config answers all its points
 
     def emit(cfg: Config, static: StaticOutcome, device: Target, result: ProbeResult | None, point: Point) -> None:
         runtime = {"gpu_index": device.gpu_index, "device_name": device.device_name}
@@ -214,8 +254,9 @@ def runtime_rows(opts, tc, target: Target, devices: list[Target], outcomes: list
         with lock:
             writer.write(row)
             rows.append(row)
+            progress.advance(bar)
 
-    total = tasks.qsize()
+    total = sum(len(t[2]) for t in tasks.queue)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
         bar = progress.add_task("runtime probes", total=total)
@@ -231,16 +272,14 @@ def runtime_rows(opts, tc, target: Target, devices: list[Target], outcomes: list
             try:
                 while not stop.is_set():
                     try:
-                        cfg, build, point = tasks.get_nowait()
+                        cfg, build, left = tasks.get_nowait()
                     except queue.Empty:
                         return
                     try:
-                        _probe_one(cfg, statics[cfg.key], build, point, device, env, seed, opts.run_timeout_s, emit,
-                                   stop)
+                        _probe_config(cfg, statics[cfg.key], build, left, device, env, seed, opts.run_timeout_s,
+                                      emit, stop)
                     except Stopped:
                         return
-                    finally:
-                        progress.advance(bar)
             finally:
                 done.set()
 
@@ -264,8 +303,10 @@ def _key(row: dict) -> str:
     return row_key(row)
 
 
-def _probe_one(cfg: Config, static_outcome: StaticOutcome, build, point: Point, device: Target, env: dict, seed: int,
-               timeout_s: float, emit, stop: threading.Event | None = None) -> None:
+def _probe_config(cfg: Config, static_outcome: StaticOutcome, build, points: list[Point], device: Target, env: dict,
+                  seed: int, timeout_s: float, emit, stop: threading.Event | None = None) -> None:
+    """All points of one config: one harness process answers them in turn; after a crash or hang, a fresh process
+    takes the points that remain, so one bad point never costs the others."""
     ptxas = build.ptxas() if build.ok else {}
     info = replace(static_outcome.info, compile_seconds=round(build.seconds, 1))
     if ptxas:
@@ -275,18 +316,31 @@ def _probe_one(cfg: Config, static_outcome: StaticOutcome, build, point: Point, 
     if not build.ok:
         from tileprobe.build import first_error  # noqa: PLC0415
 
-        emit(cfg, replace(static, reason=first_error(build.log)), device, None, point)
+        for point in points:
+            emit(cfg, replace(static, reason=first_error(build.log)), device, None, point)
         return
     if cfg.arch != device.arch:
         res = ProbeResult(Verdict.NOT_RUNNABLE_HERE, f"built for {cfg.arch}, device {device.gpu_index} is "
                           f"sm_{device.cc_int} ({device.device_name}): not launched", {})
-        emit(cfg, static, device, res, point)
+        for point in points:
+            emit(cfg, static, device, res, point)
         return
-    with tempfile.TemporaryDirectory(prefix="tileprobe-") as tmp:
-        problems = Path(tmp) / "problems.txt"
-        problems.write_text("".join(f"{m} {n} {k}\n" for m, n, k in point.kernel_problems(cfg.swap_ab)))
-        cmd = harness_command(build.binary, problems, seed, rotation_sets(point, cfg, device))
-        res = run_isolated(cmd, timeout_s, env, stop)
+    left = list(points)
+    while left:
+        with tempfile.TemporaryDirectory(prefix="tileprobe-") as tmp:
+            problems = Path(tmp) / "problems.txt"
+            problems.write_text("".join(
+                f"point {rotation_sets(p, cfg, device)}\n" + "".join(f"{m} {n} {k}\n" for m, n, k in
+                                                                   p.kernel_problems(cfg.swap_ab)) for p in left))
+            cmd = harness_command(build.binary, problems, seed, 1)
+            done = 0
+            for res in run_points(cmd, len(left), timeout_s, env, stop):
+                _emit_result(cfg, static, device, left[done], res, emit)
+                done += 1
+        left = left[done:]
+
+
+def _emit_result(cfg: Config, static: StaticOutcome, device: Target, point: Point, res: ProbeResult, emit) -> None:
     d = res.data
     if d.get("smem_bytes") is not None and d["smem_bytes"] != static.info.smem_bytes:
         res = replace(res, reason=res.reason + f"; note: harness SharedStorage {d['smem_bytes']} B differs from the "

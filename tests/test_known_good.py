@@ -1,0 +1,165 @@
+"""The guard: every known-good file still holds (static re-probe with the real nvcc and CUTLASS), a broken copy
+fails `tileprobe check` with a one-line reason in bytes, and files are made and updated from sweeps.
+
+Which files are guarded: every *.json in results/known_good/ of this repository, or the files and folders given
+with `pytest --known-good PATH` (repeatable; declared in tests/conftest.py) or in TILEPROBE_KNOWN_GOOD
+(os.pathsep-separated). Copied into another project (without tileprobe's conftest), the environment variable works.
+"""
+
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _synth import TC, add_runtime, make_static, meta_for, write_set
+
+from tileprobe import known_good, resultset
+from tileprobe.errors import UsageError
+
+REPO_KG = Path(__file__).resolve().parent.parent / "results" / "known_good"
+
+
+def _guarded(config) -> list[Path]:
+    named = list(config.getoption("--known-good", default=None) or [])
+    env = os.environ.get("TILEPROBE_KNOWN_GOOD")
+    if env:
+        named += [p for p in env.split(os.pathsep) if p]
+    if not named:
+        return sorted(REPO_KG.glob("*.json")) if REPO_KG.is_dir() else []
+    return known_good.files_in(named)
+
+
+def pytest_generate_tests(metafunc):
+    if "known_good_file" in metafunc.fixturenames:
+        files = _guarded(metafunc.config)
+        metafunc.parametrize("known_good_file", files, ids=[f.name for f in files])
+
+
+@pytest.mark.nvcc
+def test_known_good_file_still_holds(known_good_file, toolchain):
+    res = known_good.check_file(known_good_file, toolchain, jobs=os.cpu_count() or 1)
+    assert res.checked == len(known_good.load_file(known_good_file)["tiles"]) > 0
+    assert not res.regressions, "\n".join(res.regressions)
+
+
+def tileprobe(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "tileprobe", *args], capture_output=True, text=True, timeout=1800,
+                          **kw)
+
+
+def per_stage_bytes(m: int, n: int, k: int) -> int:
+    """One SM120 NVFP4 mainloop stage from first principles (see test_static_probe.py)."""
+    return (m + n) * k // 2 + (max(m, 128) + max(n, 128)) * k // 16
+
+
+@pytest.mark.nvcc
+def test_a_broken_copy_fails_check_with_the_bytes(tmp_path, toolchain, rng):
+    src = REPO_KG / "rtx-pro-6000__sm120-nvfp4.json"
+    doc = known_good.load_file(src)
+    victim = next(e for e in doc["tiles"] if e["tile"] == "128x256x128" and e["stages"] == "auto"
+                  and e["epilogue"] == "no-c" and not e["swap_ab"])
+    intact = rng.choice([e for e in doc["tiles"] if e is not victim])
+    broken = copy.deepcopy(victim)
+    broken["stages"] = 4  # an explicit, over-full pipeline: 4 stages of 128x256x128 cannot fit in 101376 B
+    doc["tiles"] = [broken, intact]
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(doc))
+    expected = victim["smem_bytes"] + (4 - victim["stages_resolved"]) * per_stage_bytes(128, 256, 128)
+    limit = doc["target"]["smem_optin"]
+    assert limit == 101376 and expected > limit
+
+    p = tileprobe("check", str(path), "--jobs", "1", "--cache-dir", str(toolchain.cache))
+    assert p.returncode == 1, p.stdout + p.stderr
+    regressions = [l for l in p.stdout.splitlines() if l.startswith("REGRESSION")]
+    assert len(regressions) == 1, p.stdout
+    line = regressions[0]
+    assert "128x256x128" in line and "stages=4" in line and "was fits" in line and "now smem-over-limit" in line
+    assert f"SharedStorage {expected} B > opt-in {limit} B by {expected - limit} B (4 stages)" in line
+    assert "1 regression(s) in 2 tiles" in p.stdout
+
+    # the same file, repaired, passes
+    doc["tiles"] = [victim, intact]
+    path.write_text(json.dumps(doc))
+    p = tileprobe("check", str(path), "--jobs", "1", "--cache-dir", str(toolchain.cache))
+    assert p.returncode == 0 and "0 regression(s) in 2 tiles" in p.stdout, p.stdout + p.stderr
+
+
+def test_check_bad_input_is_one_line(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text("{}")
+    for args, needle in ((["check", str(tmp_path / "none.json")], "no known-good file"),
+                         (["check", str(bad)], "not a tileprobe known-good file"),
+                         (["check", str(tmp_path / "empty")], "no known-good file")):
+        p = tileprobe(*args)
+        assert p.returncode == 2 and "Traceback" not in p.stderr
+        lines = [l for l in p.stderr.splitlines() if l.strip()]
+        assert len(lines) == 1 and needle in lines[0], p.stderr
+
+
+def test_write_records_identity_evidence_and_recommendations(tmp_path, rng):
+    static = make_static(rng, tiles=["128x128x128", "128x256x128", "128x64x128"], stages=[0, 3],
+                         epilogues=("no-c", "with-c"))
+    runtime = add_runtime(rng, static, batches=(1, 8, 64), fail_rate=0.2)
+    folder = write_set(tmp_path / "sweep", static + runtime, meta_for())
+    out = tmp_path / "kg.json"
+    (path, notes), = known_good.write(resultset.load(folder), out)
+    doc = known_good.load_file(path)
+    assert doc["target"]["name"] == "rtx-pro-6000" and doc["target"]["smem_optin"] == 101376
+    assert doc["toolchain"]["cutlass_version"] == TC["cutlass_version"] and doc["command"] and doc["date"]
+    by_cfg = {}
+    for r in runtime:
+        by_cfg.setdefault(r["config"], []).append(r["verdict"])
+    expect_good = {s["config"] for s in static if s["verdict"] == "fits"
+                   and all(v == "ok" for v in by_cfg.get(s["config"], []))}
+    assert {e["config"] for e in doc["tiles"]} == expect_good
+    assert {x["config"] for x in doc["not_good"]} == {s["config"] for s in static} - expect_good
+    for e in doc["tiles"]:
+        cfg = resultset.config_from_entry(e)
+        assert cfg.key == e["config"]
+        configured = resultset.parse_config_key(e["config"])["stages"]
+        assert e["stages"] == configured  # 'auto' or the explicit count, never the resolved one
+        assert e["verdict"] == "ok" and e["evidence"] == "verified-correct"
+        src = next(s for s in static if s["config"] == e["config"])
+        assert e["stages_resolved"] == src["stages"] and e["smem_bytes"] == src["smem_bytes"]
+        assert e["headroom_bytes"] == 101376 - src["smem_bytes"]
+    rec = doc["recommended"]["workloads"]["qwen3-30b-a3b"]
+    assert set(rec) == {"gate_up", "down"} and list(rec["down"]) == ["1-7", "8-63", "64+"]
+
+
+def test_update_refuses_other_versions_unless_accepted(tmp_path, rng):
+    static = make_static(rng, tiles=["128x128x128", "128x64x128"])
+    a = write_set(tmp_path / "a", static, meta_for())
+    out = tmp_path / "kg.json"
+    known_good.write(resultset.load(a), out)
+    newer = dict(TC, cutlass_version="4.6.0", cutlass_hash="0123456789abcdef")
+    flipped = [dict(r, **newer) for r in static]
+    victim = rng.choice([r for r in flipped if r["verdict"] == "fits"] or flipped)
+    victim.update(verdict="smem-over-limit", smem_bytes=110000, headroom_bytes=101376 - 110000,
+                  reason="SharedStorage 110000 B > opt-in 101376 B by 8624 B (9 stages)")
+    b = write_set(tmp_path / "b", flipped, meta_for(tc=newer))
+    before = out.read_text()
+    p = tileprobe("known-good", "write", str(b), "--out", str(out))
+    assert p.returncode == 2 and out.read_text() == before
+    line = p.stderr.strip()
+    assert "\n" not in line and "CUTLASS version 4.5.0 -> 4.6.0" in line and "--accept-versions" in line
+    p = tileprobe("known-good", "write", str(b), "--out", str(out), "--accept-versions")
+    assert p.returncode == 0, p.stderr
+    assert "CUTLASS version 4.5.0 -> 4.6.0" in p.stdout
+    doc = known_good.load_file(out)
+    assert doc["toolchain"]["cutlass_version"] == "4.6.0" and len(doc["history"]) == 1
+    assert victim["config"] not in {e["config"] for e in doc["tiles"]}
+    if any(r["config"] == victim["config"] and r["verdict"] == "fits" for r in static):
+        assert re.search(rf"dropped {victim['config']}: was fits .* now smem-over-limit", p.stdout)
+
+
+def test_several_targets_need_one_file_each(tmp_path, rng):
+    rows = make_static(rng, tiles=["128x128x128"]) + make_static(rng, tiles=["128x128x128"], target="rtx-5090")
+    folder = write_set(tmp_path / "m", rows)
+    with pytest.raises(UsageError, match="--out names one file"):
+        known_good.write(resultset.load(folder), tmp_path / "one.json")
+    written = known_good.write(resultset.load(folder), folder=tmp_path / "kg")
+    assert sorted(p.name for p, _ in written) == ["rtx-5090__sm120-nvfp4.json", "rtx-pro-6000__sm120-nvfp4.json"]

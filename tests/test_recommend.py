@@ -1,0 +1,67 @@
+"""`tileprobe recommend`: batch-size buckets -> the fastest verified-correct tile and its runner-up."""
+
+import json
+import subprocess
+import sys
+
+from _synth import add_runtime, make_static, meta_for, write_set
+
+from tileprobe.recommend import FORMAT, buckets, lookup
+
+
+def tileprobe(*args):
+    return subprocess.run([sys.executable, "-m", "tileprobe", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_buckets_cover_every_batch_size_once(rng):
+    for _ in range(30):
+        measured = sorted(set(rng.sample(range(1, 2049), rng.randint(1, 8))))
+        bs = buckets(measured)
+        assert [b[3] for b in bs] == measured and bs[0][1] == 1 and bs[-1][2] is None
+        for n in range(1, measured[-1] + 50):
+            owners = [b for b in bs if b[1] <= n and (b[2] is None or n <= b[2])]
+            assert len(owners) == 1
+            want = max((m for m in measured if m <= n), default=measured[0])
+            assert owners[0][3] == want
+
+
+def test_best_and_runner_up_are_the_two_fastest_ok_rows(tmp_path, rng):
+    static = make_static(rng, tiles=["128x128x128", "128x256x128", "128x64x128", "128x32x128"],
+                         epilogues=("no-c", "with-c"))
+    batches = sorted(rng.sample([1, 2, 4, 8, 16, 32, 64, 128, 256, 512], 4))
+    runtime = add_runtime(rng, static, batches=batches, fail_rate=0.3)
+    for r in runtime:  # failures that look fast must not be picked
+        if r["verdict"] != "ok" and r.get("us_median") is not None:
+            r["us_median"] = 0.01
+    folder = write_set(tmp_path / "s", static + runtime, meta_for())
+    out = tmp_path / "rec.json"
+    p = tileprobe("recommend", str(folder), "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(out.read_text())
+    assert doc["format"] == FORMAT and doc["epilogue"] == "no-c" and doc["target"]["smem_optin"] == 101376
+    per = doc["workloads"]["qwen3-30b-a3b"]
+    for gemm in ("gate_up", "down"):
+        assert [b["measured_batch"] for b in per[gemm].values()] == batches
+        for name, b in per[gemm].items():
+            ok = sorted((r for r in runtime if r["gemm"] == gemm and r["batch"] == b["measured_batch"]
+                         and r["epilogue"] == "no-c" and r["verdict"] == "ok"), key=lambda r: r["us_median"])
+            assert (b["best"] or {}).get("config") == (ok[0]["config"] if ok else None)
+            assert (b["runner_up"] or {}).get("config") == (ok[1]["config"] if len(ok) > 1 else None)
+            if ok:
+                best = b["best"]
+                assert best["us_median"] == ok[0]["us_median"] and best["stages"] == "auto"
+                assert best["stages_resolved"] == ok[0]["stages"] and best["tile_bytes_k"] == ok[0]["tile_bytes_k"]
+                n = rng.randint(b["min_batch"], b["max_batch"] or b["min_batch"] + 1000)
+                assert lookup(doc, "qwen3-30b-a3b", gemm, n) == best
+    p = tileprobe("recommend", str(folder), "--epilogue", "with-c")
+    assert p.returncode == 0 and json.loads(p.stdout)["epilogue"] == "with-c"
+
+
+def test_static_only_results_are_refused_in_one_line(tmp_path, rng):
+    folder = write_set(tmp_path / "s", make_static(rng, tiles=["128x128x128"]), meta_for())
+    p = tileprobe("recommend", str(folder))
+    assert p.returncode == 2 and "no runtime rows" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    static = make_static(rng, tiles=["128x128x128"])
+    folder = write_set(tmp_path / "r", static + add_runtime(rng, static, batches=(1, 8), fail_rate=0), meta_for())
+    p = tileprobe("recommend", str(folder), "--routing", "skewed")
+    assert p.returncode == 2 and "--routing 'skewed'" in p.stderr
