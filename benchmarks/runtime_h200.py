@@ -90,10 +90,11 @@ def torch_grouped(problems: list[tuple[int, int, int]], rotate: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--save", type=Path, help="copy the two sweeps' results here")
+    ap.add_argument("--cache", type=Path, help="build cache to use (must start empty for a cold figure)")
     ap.add_argument("--record", type=Path, default=ROOT / "results" / "benchmarks" / "runtime_h200.jsonl")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="tp-bench-"))
-    cache = tmp / "cache"
+    cache = args.cache or tmp / "cache"
     cold_s, res1 = sweep(tmp / "cold", cache)
     seed = json.loads((res1 / "run.json").read_text())["seed"]
     warm_s, res2 = sweep(tmp / "warm", cache, ["--seed", str(seed)])  # same routing and data: a true repeat

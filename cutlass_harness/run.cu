@@ -99,12 +99,13 @@ struct Options {
   uint64_t seed = 1;
   float alpha = 1.0f, beta = 0.5f;
   int warmup = 5, iters = 20, repeats = 5, rotate = 1, device = 0;
+  double target_ms = 0;  // > 0: choose launches per repeat to fill about this much GPU time
   bool check = true;
 };
 
 [[noreturn]] void usage(const std::string& msg) {
   std::fprintf(stderr, "error: %s\nusage: harness --problems FILE [--seed S] [--alpha A] [--beta B] [--warmup W] "
-               "[--iters I] [--repeats R] [--rotate N] [--no-check] [--device D] [--reference-dump DIR]\n", msg.c_str());
+               "[--iters I] [--target-ms T] [--repeats R] [--rotate N] [--no-check] [--device D] [--reference-dump DIR]\n", msg.c_str());
   std::exit(2);
 }
 
@@ -130,6 +131,7 @@ Options parse_args(int argc, char** argv) {
     else if (key == "--beta") o.beta = float(num(-1e30));
     else if (key == "--warmup") o.warmup = int(num(0));
     else if (key == "--iters") o.iters = int(num(1));
+    else if (key == "--target-ms") o.target_ms = num(0);
     else if (key == "--repeats") o.repeats = int(num(0));
     else if (key == "--rotate") o.rotate = int(num(1));
     else if (key == "--device") o.device = int(num(0));
@@ -570,15 +572,26 @@ struct Harness {
     ck(cudaDeviceSynchronize(), "timing: warmup sync");
     cudaEvent_t e0, e1;
     ck(cudaEventCreate(&e0), "cudaEventCreate");
-    ck(cudaEventCreate(&e1), "cudaEventCreate");  // leaked on failure: the process ends right after
+    ck(cudaEventCreate(&e1), "cudaEventCreate");
+    int iters = opt.iters;
+    if (opt.target_ms > 0) {  // size each repeat to about target_ms of GPU time, between 3 and --iters launches
+      ck(cudaEventRecord(e0), "cudaEventRecord");
+      for (int i = 0; i < 3; ++i) launch_one();
+      ck(cudaEventRecord(e1), "cudaEventRecord");
+      ck(cudaEventSynchronize(e1), "timing: estimate sync");
+      float ms = 0;
+      ck(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
+      double per = std::max(1e-3, double(ms) / 3.0);
+      iters = int(std::clamp(std::ceil(opt.target_ms / per), 3.0, double(std::max(3, opt.iters))));
+    }
     for (int r = 0; r < opt.repeats; ++r) {
       ck(cudaEventRecord(e0), "cudaEventRecord");
-      for (int i = 0; i < opt.iters; ++i) launch_one();
+      for (int i = 0; i < iters; ++i) launch_one();
       ck(cudaEventRecord(e1), "cudaEventRecord");
       ck(cudaEventSynchronize(e1), "timing: sync");
       float ms = 0;
       ck(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
-      us.push_back(double(ms) * 1000.0 / opt.iters);
+      us.push_back(double(ms) * 1000.0 / iters);
     }
     ck(cudaGetLastError(), "timing");
     ck(cudaDeviceSynchronize(), "timing: final sync");

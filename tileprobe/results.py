@@ -12,7 +12,7 @@ from pathlib import Path
 from tileprobe.errors import UsageError
 
 COLUMNS = [
-    "family", "target", "device_name", "cc", "gpu_index", "arch", "config", "tile", "tile_bytes_k", "schedule",
+    "family", "target", "device_name", "cc", "gpu_index", "worker", "arch", "config", "tile", "tile_bytes_k", "schedule",
     "epilogue", "swap_ab", "stages", "smem_bytes", "smem_mainloop_bytes", "smem_epilogue_bytes", "smem_limit_bytes",
     "smem_limit_device_bytes", "cutlass_cap_bytes", "headroom_bytes", "regs_per_thread", "spill_bytes",
     "threads_per_cta", "ctas_per_sm", "ctas_per_sm_smem", "ctas_per_sm_regs", "warps_per_sm",

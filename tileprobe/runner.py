@@ -211,8 +211,9 @@ def measure_copy_gbps(gpu_index: int) -> float | None:
 
 
 def harness_command(binary: Path, problems_file: Path, seed: int, rotate: int) -> list[str]:
+    # Each of 7 repeats times ~10 ms of launches (3..50 launches), after 5 warm-up launches; median over repeats.
     return [str(binary), "--problems", str(problems_file), "--seed", str(seed), "--rotate", str(rotate),
-            "--warmup", "10", "--iters", "20", "--repeats", "7"]
+            "--warmup", "5", "--iters", "50", "--target-ms", "10", "--repeats", "7"]
 
 
 def runtime_rows(opts, tc, target: Target, devices: list[Target], outcomes: list[StaticOutcome], writer,
@@ -240,7 +241,8 @@ def runtime_rows(opts, tc, target: Target, devices: list[Target], outcomes: list
             tasks.put((cfg, b, left))  # one harness process per config answers all its points
 
     def emit(cfg: Config, static: StaticOutcome, device: Target, result: ProbeResult | None, point: Point) -> None:
-        runtime = {"gpu_index": device.gpu_index, "device_name": device.device_name}
+        runtime = {"gpu_index": device.gpu_index, "device_name": device.device_name,
+                   "worker": threading.current_thread().name}
         if result is not None:
             d = result.data
             runtime.update(launch_status=d.get("launch_status") or result.verdict.value,
@@ -283,8 +285,8 @@ def runtime_rows(opts, tc, target: Target, devices: list[Target], outcomes: list
             finally:
                 done.set()
 
-        for d, done in zip(devices, finished):
-            threading.Thread(target=worker, args=(d, done), daemon=True).start()
+        for i, (d, done) in enumerate(zip(devices, finished)):
+            threading.Thread(target=worker, args=(d, done), name=f"gpu{d.gpu_index}-w{i}", daemon=True).start()
         try:
             for done in finished:
                 while not done.wait(0.2):  # wake regularly so Ctrl-C reaches the main thread

@@ -116,7 +116,9 @@ def make_row(config: Config, target: Target, tc: Toolchain, outcome: StaticOutco
         row.update(runtime)
     if point:
         row.update(point)
-    return row
+    from tileprobe.results import COLUMNS  # noqa: PLC0415
+
+    return {c: row.get(c) for c in COLUMNS}  # every row has every column
 
 
 def static_rows(opts: SweepOptions, tc: Toolchain, target: Target, configs: list[Config],

@@ -167,7 +167,7 @@ def resolve_target(name: str | None, gpus: list[int] | None = None) -> tuple[Tar
         missing = [g for g in gpus if g not in by_index]
         if missing:
             raise UsageError(f"--gpus names {missing}, but visible GPUs are {sorted(by_index) or 'none'}")
-        devices = [by_index[g] for g in gpus]
+        devices = [by_index[g] for g in gpus]  # an index may repeat: several workers share that GPU
     if name:
         target = profile(name)
         return target, [d for d in devices if d.cc == target.cc]
