@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from tileprobe.results import row_key
-from tileprobe.resultset import ResultSet, kind_of, label, stages_text
+from tileprobe.resultset import ResultSet, evidence_statement, kind_of, label, stages_text
 
 DEFAULT_NOISE = 0.03
 
@@ -91,7 +91,8 @@ def _side(rs: ResultSet) -> dict:
     return {"folder": f"`{rs.folder}`", "targets": ", ".join(rs.targets()),
             "CUTLASS": "; ".join(f"{t['cutlass_version']} (tree {t['cutlass_hash']})" for t in tcs),
             "nvcc": ", ".join(sorted({str(t['nvcc_version']) for t in tcs})), "rows": str(len(rs.rows)),
-            "command": f"`{rs.meta.get('command')}`" if rs.meta.get("command") else "–"}
+            "command": f"`{rs.meta.get('command')}`" if rs.meta.get("command") else "–",
+            "evidence": evidence_statement(rs)}
 
 
 def render(d: Diff) -> str:
