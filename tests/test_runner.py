@@ -2,7 +2,6 @@
 
 import _thread
 import json
-import os
 import random
 import sys
 import textwrap
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tileprobe import runner
-from tileprobe.build import BuildRequest, BuildResult
+from tileprobe.build import BuildResult
 from tileprobe.families import FAMILIES, expand_configs
 from tileprobe.results import ResultsWriter, load_rows
 from tileprobe.static_probe import StaticInfo, StaticOutcome

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tileprobe.build import BuildRequest, build_many
 from tileprobe.families import Config
-from tileprobe.static_probe import StaticInfo, StaticOutcome, judge
+from tileprobe.static_probe import StaticOutcome
 from tileprobe.targets import Target
 from tileprobe.verdict import Verdict
 from tileprobe.workloads import Point, points_for
@@ -211,9 +211,9 @@ def measure_copy_gbps(gpu_index: int) -> float | None:
 
 
 def harness_command(binary: Path, problems_file: Path, seed: int, rotate: int) -> list[str]:
-    # Each of 7 repeats times ~10 ms of launches (3..50 launches), after 5 warm-up launches; median over repeats.
+    # Each of 7 repeats times ~10 ms of launches (3..400 launches), after 5 warm-up launches; median over repeats.
     return [str(binary), "--problems", str(problems_file), "--seed", str(seed), "--rotate", str(rotate),
-            "--warmup", "5", "--iters", "50", "--target-ms", "10", "--repeats", "7"]
+            "--warmup", "5", "--iters", "400", "--target-ms", "10", "--repeats", "7"]
 
 
 def runtime_rows(opts, tc, target: Target, devices: list[Target], outcomes: list[StaticOutcome], writer,
