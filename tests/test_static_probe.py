@@ -113,3 +113,25 @@ def test_judge_and_occupancy_units():
     assert occ["ctas_per_sm_smem"] == 102400 // (94208 + 1024) == 1
     assert occ["ctas_per_sm_regs"] == 65536 // (168 * 32 * 12) == 1
     assert occ["warps_per_sm"] == 12
+
+
+def test_auto_carveout_with_no_room_for_two_stages_is_explained_in_bytes(toolchain, rng):
+    k = rng.choice([512, 1024])
+    c = cfg(f"256x256x{k}")
+    (o,) = probe_static([c], TARGET, toolchain.cutlass, toolchain.nvcc, toolchain.cache, jobs=1, timeout_s=1800)
+    assert o.verdict is Verdict.SMEM_OVER_LIMIT
+    assert "Stages set to value 2 or more" in o.reason and o.info.stages == 2
+    fixed = o.info.smem_bytes - 2 * per_stage_bytes(256, 256, k)
+    assert 0 <= fixed <= 16384  # epilogue, pipelines, alignment
+    assert f"by {o.info.smem_bytes - TARGET.smem_optin} B" in o.reason
+
+
+def test_regs_build_reads_registers_and_spills_from_ptxas(toolchain):
+    c = cfg("128x128x128", schedule="pingpong")
+    (o,) = probe_static([c], TARGET, toolchain.cutlass, toolchain.nvcc, toolchain.cache, jobs=1, timeout_s=1800,
+                        regs=True)
+    assert o.verdict is Verdict.FITS, o.reason
+    # __launch_bounds__(384, 1): at most 65536 / 384 = 170 registers, allocated in steps of 8
+    assert 32 <= o.info.regs_per_thread <= 168 and o.info.spill_bytes is not None and o.info.spill_bytes >= 0
+    occ = occupancy(o.info, TARGET)
+    assert occ["ctas_per_sm_regs"] == 65536 // (-(-o.info.regs_per_thread * 32 // 256) * 256 * 12)

@@ -209,6 +209,15 @@ def smem_static_assert(log: str) -> tuple[bool, int | None, int | None]:
     return True, (int(m.group(1)) if m else None), (int(m.group(2)) if m else None)
 
 
+STAGES_ASSERT = "Stages set to value 2 or more"
+
+
+def too_few_stages(log: str) -> bool:
+    """nvcc stopped because the mainloop got fewer than 2 stages: with an auto carveout, not even two pipeline
+    stages fit in the shared memory CUTLASS budgets for the arch."""
+    return "static assertion failed" in log and STAGES_ASSERT in log
+
+
 def first_error(log: str) -> str:
     """The first line of a compiler log that says 'error', trimmed for a one-line reason."""
     for line in log.splitlines():

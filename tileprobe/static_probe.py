@@ -7,7 +7,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tileprobe.build import BuildRequest, BuildResult, build_many, first_error, smem_static_assert
+from tileprobe.build import BuildRequest, BuildResult, build_many, first_error, smem_static_assert, too_few_stages
 from tileprobe.errors import OutOfResources
 from tileprobe.families import Config
 from tileprobe.targets import Target
@@ -142,9 +142,12 @@ def probe_static(configs: list[Config], target: Target, cutlass: CutlassTree, nv
                 outcomes[c.key] = judge(c, _info_from(desc[i], res), target)
     results = build_many([BuildRequest("describe", (c,), with_device=regs) for c in singles], cutlass, nvcc,
                          cache, jobs, timeout_s, "static (per config)")
+    retry: list[Config] = []
     for c, res in zip(singles, results):
         if not res.ok:
             outcomes[c.key] = _failed(c, res)
+            if c.stages == 0 and too_few_stages(res.log):
+                retry.append(c)
             continue
         try:
             desc = _describe(res.binary)[0]
@@ -152,7 +155,28 @@ def probe_static(configs: list[Config], target: Target, cutlass: CutlassTree, nv
             outcomes[c.key] = StaticOutcome(c, Verdict.COMPILE_ERROR, f"describe failed: {exc}", log=res.log)
             continue
         outcomes[c.key] = judge(c, _info_from(desc, res), target)
+    for c, o in zip(retry, _two_stage_numbers(retry, target, cutlass, nvcc, cache, jobs, timeout_s)):
+        outcomes[c.key] = o
     return [outcomes[c.key] for c in configs]
+
+
+def _two_stage_numbers(configs: list[Config], target: Target, cutlass: CutlassTree, nvcc: Nvcc, cache: Path,
+                       jobs: int, timeout_s: float) -> list[StaticOutcome]:
+    """For auto-carveout configs that died on CUTLASS's 'Stages set to value 2 or more' static_assert: build the
+    same tile with exactly 2 stages to put bytes on why (the smallest pipeline, and how far over the limit it is)."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    twos = [replace(c, stages=2) for c in configs]
+    out = []
+    for c, two in zip(configs, probe_static(twos, target, cutlass, nvcc, cache, jobs, timeout_s) if twos else []):
+        why = "CUTLASS static_assert 'Stages set to value 2 or more': the auto carveout fits fewer than 2 stages"
+        if two.verdict is Verdict.SMEM_OVER_LIMIT and two.info.smem_bytes is not None:
+            err = OutOfResources("SharedStorage", two.info.smem_bytes, target.smem_optin)
+            out.append(StaticOutcome(c, Verdict.SMEM_OVER_LIMIT, f"{why}; with 2 stages {err}", two.info, two.log))
+        else:
+            out.append(StaticOutcome(c, Verdict.COMPILE_ERROR, f"{why}; with 2 stages: {two.verdict.value}: "
+                                                               f"{two.reason}", two.info, two.log))
+    return out
 
 
 def _split(items: list, n: int) -> list[list]:

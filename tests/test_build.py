@@ -1,0 +1,85 @@
+"""The build cache with the real nvcc on a tiny harness (fast), so locking and atomic renames are exercised."""
+
+import threading
+from dataclasses import replace
+
+import pytest
+
+from tileprobe import build
+from tileprobe.families import FAMILIES, Config, parse_tile
+from tileprobe.toolchain import find_cutlass, find_nvcc
+
+pytestmark = pytest.mark.nvcc
+
+TINY = """
+#include <cstdio>
+int main() {
+#define TP_CFG(idx, tm, tn, tk, sched, stages, epi, swap) std::printf("{\\"index\\": %d, \\"tm\\": %d}\\n", idx, tm);
+#include "tp_configs.inc"
+  return 0;
+}
+"""
+
+
+@pytest.fixture
+def tiny_harness(tmp_path, monkeypatch):
+    d = tmp_path / "harness"
+    d.mkdir()
+    (d / "describe.cu").write_text(TINY)
+    (d / "kernels.cuh").write_text("// tiny\n")
+    monkeypatch.setattr(build, "HARNESS_DIR", d)
+    return d
+
+
+def cfg(m):
+    return Config("sm120-nvfp4", parse_tile(f"{m}x128x128", 4), "cooperative", 0, "no-c", False, "sm_120a")
+
+
+def test_two_builders_share_one_entry(tiny_harness, tmp_path, rng):
+    cut, nvcc = find_cutlass(), find_nvcc()
+    req = build.BuildRequest("describe", (cfg(rng.choice([128, 256])),), with_device=False)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(build.build(req, cut, nvcc, tmp_path / "c", 300)))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(r.ok for r in results)
+    assert sum(not r.cached for r in results) == 1  # one compiled; the others found it under the lock
+    entries = [p for p in (tmp_path / "c").iterdir() if p.is_dir()]
+    assert len(entries) == 1 and entries[0].name.startswith("describe-sm120_nvfp4_")
+    assert not [p for p in (tmp_path / "c").iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_key_covers_config_sources_flags_and_cutlass(tiny_harness, tmp_path):
+    cut, nvcc = find_cutlass(), find_nvcc()
+    base = build.BuildRequest("describe", (cfg(128),), with_device=False)
+    k = build.cache_key(base, cut, nvcc)
+    assert build.cache_key(build.BuildRequest("describe", (cfg(256),), with_device=False), cut, nvcc) != k
+    assert build.cache_key(build.BuildRequest("describe", (cfg(128),), with_device=True), cut, nvcc) != k
+    assert build.cache_key(base, replace(cut, tree_hash="other"), nvcc) != k
+    assert build.cache_key(base, cut, replace(nvcc, version_text="12.9.1")) != k
+    (tiny_harness / "kernels.cuh").write_text("// changed\n")
+    assert build.cache_key(base, cut, nvcc) != k
+
+
+def test_failed_compile_is_cached_with_its_log(tiny_harness, tmp_path):
+    (tiny_harness / "describe.cu").write_text("int main() { this is not C++; }\n")
+    cut, nvcc = find_cutlass(), find_nvcc()
+    req = build.BuildRequest("describe", (cfg(128),), with_device=False)
+    first = build.build(req, cut, nvcc, tmp_path, 300)
+    again = build.build(req, cut, nvcc, tmp_path, 300)
+    assert not first.ok and "error" in first.log and again.cached and again.log == first.log
+    assert "error" in build.first_error(first.log)
+
+
+def test_ptxas_and_static_assert_parsers():
+    log = ("ptxas info    : Function properties for _Z3fooPi\n    0 bytes stack frame, 0 bytes spill stores, "
+           "0 bytes spill loads\nptxas info    : Used 40 registers\nptxas info    : Function properties for "
+           "_ZN7cutlass13device_kernelI\n    24 bytes stack frame, 72 bytes spill stores, 68 bytes spill loads\n"
+           "ptxas info    : Used 168 registers, used 8 barriers\n")
+    assert build.parse_ptxas(log) == {"regs": 168, "spill_stores": 72, "spill_loads": 68, "stack": 24}
+    hit, _, _ = build.smem_static_assert('error: static assertion failed with "SMEM usage exceeded capacity."')
+    assert hit
+    assert build.smem_static_assert("error: identifier undefined")[0] is False
