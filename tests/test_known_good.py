@@ -163,3 +163,45 @@ def test_several_targets_need_one_file_each(tmp_path, rng):
         known_good.write(resultset.load(folder), tmp_path / "one.json")
     written = known_good.write(resultset.load(folder), folder=tmp_path / "kg")
     assert sorted(p.name for p, _ in written) == ["rtx-5090__sm120-nvfp4.json", "rtx-pro-6000__sm120-nvfp4.json"]
+
+
+def test_check_relaunches_verified_tiles_on_a_matching_gpu(tmp_path, monkeypatch, toolchain):
+    """A fake H200 and fake harnesses (no GPU needed): a verified-correct tile that now crashes is a regression."""
+    import json as _json
+    import sys as _sys
+
+    from tileprobe import runner, static_probe, targets
+    from tileprobe.build import BuildResult
+    from tileprobe.known_good import check_file
+    from tileprobe.static_probe import StaticInfo, StaticOutcome
+    from tileprobe.verdict import Verdict
+
+    doc = _json.loads((REPO_KG / "h200__sm90-fp8.json").read_text())
+    doc["tiles"] = [t for t in doc["tiles"] if t["verdict"] == "ok"][:2]
+    path = tmp_path / "h200__sm90-fp8.json"
+    path.write_text(_json.dumps(doc))
+
+    def fake_static(configs, *a, **k):
+        return [StaticOutcome(c, Verdict.FITS, "static", StaticInfo(stages=4, smem_bytes=doc["tiles"][i]["smem_bytes"],
+                                                                     threads_per_cta=384))
+                for i, c in enumerate(configs)]
+
+    ok_line = _json.dumps({"launch_status": "ok", "rel_err": 0.002, "nonfinite": 0, "us": [5.0, 5.1]})
+    scripts = []
+    for i, body in enumerate([f"print({ok_line!r})", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"]):
+        p = tmp_path / f"h{i}"
+        p.write_text(f"#!{_sys.executable}\n{body}\n")
+        p.chmod(0o755)
+        scripts.append(p)
+    dev = targets.replace(targets.profile("h200"), name="gpu0", gpu_index=0)
+    monkeypatch.setattr(static_probe, "probe_static", fake_static)
+    monkeypatch.setattr(targets, "query_devices", lambda: [dev])
+    monkeypatch.setattr(runner, "build_many",
+                        lambda reqs, *a, **k: [BuildResult(r, True, scripts[i], "", 0.1, True, [])
+                                               for i, r in enumerate(reqs)])
+    monkeypatch.setattr(runner, "measure_copy_gbps", lambda i: None)
+    res = check_file(path, toolchain, jobs=1)
+    assert res.checked == 2
+    assert len(res.regressions) == 2  # gate_up and down of the crashing tile
+    assert all(doc["tiles"][1]["tile"] in r and "now crashed" in r and "SIGSEGV" in r for r in res.regressions)
+    assert any("launched again on NVIDIA H200" in n for n in res.notes)

@@ -216,9 +216,7 @@ def files_in(paths: list[str | Path] | None, default: Path = DEFAULT_DIR) -> lis
 
 def check_file(path: Path, tc, jobs: int = 1, timeout_s: float = 1200) -> CheckResult:
     """Re-probe a file's tiles statically against its target; every tile that no longer works is a regression.
-
-    TODO: when a GPU of the file's arch is present, also re-launch the `ok` tiles (runtime re-probe); today a
-    verified-correct entry is re-checked statically only, and the result says so."""
+    When a GPU of the file's arch is present, the verified-correct tiles are also launched again (runtime re-probe)."""
     from tileprobe.static_probe import probe_static  # noqa: PLC0415
 
     doc = load_file(path)
@@ -235,8 +233,6 @@ def check_file(path: Path, tc, jobs: int = 1, timeout_s: float = 1200) -> CheckR
                                                   "nvcc_version": tc.nvcc.version_text}})
     if mism:
         res.notes.append(f"re-probed with another toolchain than the file's: {'; '.join(mism)}")
-    if any(e.get("verdict") == "ok" for e, _ in configs):
-        res.notes.append("verified-correct tiles re-checked statically only (runtime re-probe: TODO)")
     outcomes = probe_static([c for _, c in configs], target, tc.cutlass, tc.nvcc, tc.cache, jobs, timeout_s)
     res.checked = len(outcomes)
     for (e, cfg), o in zip(configs, outcomes):
@@ -249,7 +245,46 @@ def check_file(path: Path, tc, jobs: int = 1, timeout_s: float = 1200) -> CheckR
         elif o.info.smem_bytes != e.get("smem_bytes") or o.info.stages != e.get("stages_resolved"):
             res.notes.append(f"{what}: still fits; SharedStorage {e.get('smem_bytes')} -> {o.info.smem_bytes} B, "
                              f"stages {e.get('stages_resolved')} -> {o.info.stages}")
+    ok = [(e, cfg, o) for (e, cfg), o in zip(configs, outcomes) if e.get("verdict") == "ok" and o.verdict.value in GOOD]
+    if ok:
+        _runtime_recheck(doc, target, ok, tc, jobs, res)
     return res
+
+
+def _runtime_recheck(doc: dict, target, ok: list, tc, jobs: int, res: CheckResult) -> None:
+    """Launch the verified-correct tiles again on a GPU of the file's arch, on one decode point of the file's first
+    recommended workload (batch 8); anything but `ok` is a regression. Without such a GPU, say so."""
+    import tempfile  # noqa: PLC0415
+    from dataclasses import replace  # noqa: PLC0415
+
+    from rich.console import Console  # noqa: PLC0415
+
+    from tileprobe.results import ResultsWriter  # noqa: PLC0415
+    from tileprobe.runner import runtime_rows  # noqa: PLC0415
+    from tileprobe.sweep import SweepOptions  # noqa: PLC0415
+    from tileprobe.targets import NoDevice, query_devices  # noqa: PLC0415
+
+    try:
+        devices = [d for d in query_devices() if d.arch == target.arch]
+    except NoDevice:
+        devices = []
+    if not devices:
+        res.notes.append(f"{len(ok)} verified-correct tile(s) re-checked statically only: no {target.arch} GPU here")
+        return
+    workloads = list(((doc.get("recommended") or {}).get("workloads") or {}).keys()) or ["deepseek-v3"]
+    opts = SweepOptions(jobs=jobs, workload={"presets": workloads[:1], "shapes": None, "batches": [8],
+                                             "routing": "uniform", "tp": 1, "ep": 1, "seed": 1})
+    with tempfile.TemporaryDirectory(prefix="tileprobe-check-") as tmp, ResultsWriter(Path(tmp)) as writer:
+        rows = runtime_rows(opts, tc, replace(devices[0], name=target.name), devices, [o for _, _, o in ok], writer,
+                            Console(quiet=True))
+    by_cfg = {cfg.key: (e, cfg) for e, cfg, _ in ok}
+    for r in rows:
+        if r["verdict"] != "ok" and r["config"] in by_cfg:
+            e, cfg = by_cfg[r["config"]]
+            res.regressions.append(f"{res.path.name}: {target.name} {cfg.tile} {cfg.schedule} [{cfg.key}]: was ok "
+                                   f"({e.get('runtime')}); now {r['verdict']} on GPU {r['gpu_index']} at "
+                                   f"{r['workload']} {r['gemm']} batch {r['batch']}: {r['launch_reason'] or r['reason']}")
+    res.notes.append(f"{len(ok)} verified-correct tile(s) launched again on {devices[0].device_name}")
 
 
 def check(paths: list[str | Path] | None, tc, jobs: int = 1, timeout_s: float = 1200) -> list[CheckResult]:
