@@ -147,7 +147,7 @@ def foreign_rows(plan_: Plan, tc: Toolchain, outcomes: list[StaticOutcome], writ
             if o.verdict in (Verdict.UNSUPPORTED, Verdict.COMPILE_ERROR):
                 continue
             reason = (f"built for {o.config.arch}, GPU {dev.gpu_index} is sm_{dev.cc_int} ({dev.device_name}): "
-                      f"not launched; static: {o.reason}")
+                      f"not launched; {o.reason if o.reason.startswith('static') else 'static: ' + o.reason}")
             out = replace(o, verdict=Verdict.NOT_RUNNABLE_HERE, reason=reason)
             row = make_row(o.config, plan_.target, tc, out,
                            {"gpu_index": dev.gpu_index, "launch_status": "not-runnable-here", "launch_reason": reason},
