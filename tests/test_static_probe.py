@@ -20,6 +20,22 @@ def per_stage_bytes(m: int, n: int, k: int) -> int:
     return (m + n) * k // 2 + (max(m, 128) + max(n, 128)) * k // 16
 
 
+def _up(x: int, a: int) -> int:
+    return -(-x // a) * a
+
+
+def tensor_bytes(m: int, n: int, k: int, stages: int) -> int:
+    """The mainloop's shared tensors for `stages` stages, from first principles and the storage rules of the SM120
+    block-scaled collective: A and B each start on a 1024-byte boundary, the A/B scale factors follow 16-byte
+    aligned (one ue4m3 byte per 16 K elements, at least one 128-row atom each), and the struct, which holds
+    1024-aligned members, is padded to a multiple of 1024 bytes."""
+    a, b = stages * m * k // 2, stages * n * k // 2
+    sfa, sfb = stages * max(m, 128) * k // 16, stages * max(n, 128) * k // 16
+    end = _up(_up(a, 1024) + b, 16) + sfa
+    end = _up(end, 16) + sfb
+    return _up(end, 1024)
+
+
 def cfg(tile: str, stages: int = 0, schedule: str = "cooperative", epilogue: str = "no-c") -> Config:
     return Config(FAM.name, parse_tile(tile, 4), schedule, stages, epilogue, False, "sm_120a")
 
@@ -47,9 +63,8 @@ def test_sizes_match_first_principles(probed):
     for o in probed["out"][:3]:
         t, info = o.config.tile, o.info
         assert o.verdict is Verdict.FITS, o.reason
-        per = per_stage_bytes(t.m, t.n, t.k)
-        # the mainloop is its stages plus at most a little pipeline-barrier/alignment storage
-        assert 0 <= info.smem_mainloop_bytes - info.stages * per <= 2048, (t, info)
+        # tensors, then 16 B of pipeline barriers per stage, padded to the struct's 1024-byte alignment
+        assert info.smem_mainloop_bytes == tensor_bytes(t.m, t.n, t.k, info.stages) + 1024, (t, info)
         assert info.smem_mainloop_bytes + info.smem_epilogue_bytes <= info.smem_bytes
         assert info.smem_bytes <= TARGET.smem_optin and info.cutlass_cap_bytes == 101376
         assert info.threads_per_cta == 384  # 1 producer + 2 consumer warp groups
@@ -59,14 +74,15 @@ def test_explicit_stages_add_exactly_one_stage(probed):
     t = probed["pick"]
     s2, s3 = probed["out"][3], probed["out"][4]
     assert (s2.info.stages, s3.info.stages) == (2, 3)
-    assert s3.info.smem_bytes - s2.info.smem_bytes == per_stage_bytes(t.m, t.n, t.k)
+    assert s3.info.smem_bytes - s2.info.smem_bytes == \
+        tensor_bytes(t.m, t.n, t.k, 3) - tensor_bytes(t.m, t.n, t.k, 2)
 
 
 def test_overfull_stage_count_is_over_limit_with_bytes(probed):
     o = probed["out"][5]
     t = probed["pick"]
     s2 = probed["out"][3]
-    expected = s2.info.smem_bytes + (probed["over"] - 2) * per_stage_bytes(t.m, t.n, t.k)
+    expected = s2.info.smem_bytes + tensor_bytes(t.m, t.n, t.k, probed["over"]) - tensor_bytes(t.m, t.n, t.k, 2)
     assert o.verdict is Verdict.SMEM_OVER_LIMIT
     assert o.info.smem_bytes == expected > TARGET.smem_optin
     assert f"SharedStorage {expected} B > opt-in 101376 B by {expected - 101376} B" in o.reason
