@@ -1,7 +1,7 @@
 // tileprobe static probe: describes compiled kernel configs without touching a GPU.
 //
-// Built with -DTP_FAMILY_KERNEL=<template> and an include path holding tp_configs.inc, a generated file of
-// TP_CFG(idx, TM, TN, TK, Sched, Stages, Epi, Swap) lines; prints one JSON object per config on stdout. With -DTP_WITH_DEVICE each kernel is also instantiated for the device, so
+// Built with -DTP_FAMILY_KERNEL=<template>, -DTP_FAMILY_HEADER="families/<f>.cuh" and an include path holding
+// tp_configs.inc, a generated file of TP_CFG(idx, <the family template's arguments>) lines; prints one JSON object per config on stdout. With -DTP_WITH_DEVICE each kernel is also instantiated for the device, so
 // ptxas reports its registers; the demangled kernel type lets the Python side match ptxas lines to configs.
 #include <cstdio>
 #include <cxxabi.h>
@@ -53,8 +53,7 @@ void describe(int index) {
 }  // namespace
 
 int main() {
-#define TP_CFG(idx, tm, tn, tk, sched, stages, epi, swap) \
-  describe<tileprobe::TP_FAMILY_KERNEL<tm, tn, tk, sched, stages, epi, swap>>(idx);
+#define TP_CFG(idx, ...) describe<tileprobe::TP_FAMILY_KERNEL<__VA_ARGS__>>(idx);
 #include "tp_configs.inc"
 #undef TP_CFG
   return 0;

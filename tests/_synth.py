@@ -22,16 +22,17 @@ TC = {"cutlass_version": "4.5.0", "cutlass_source": "flashinfer", "cutlass_hash"
 def static_row(cfg, target, smem: int, stages: int, tc=TC) -> dict:
     head = target.smem_optin - smem
     verdict = "fits" if head >= 0 else "smem-over-limit"
-    reason = (f"static: SharedStorage {smem} B <= opt-in {target.smem_optin} B, headroom {head} B ({stages} stages); "
+    reason = (f"sized: SharedStorage {smem} B <= opt-in {target.smem_optin} B, headroom {head} B ({stages} stages); "
               "not launched" if head >= 0 else
               f"SharedStorage {smem} B > opt-in {target.smem_optin} B by {-head} B ({stages} stages)")
     return {"family": cfg.family, "target": target.name, "device_name": target.device_name, "cc": target.cc,
             "gpu_index": None, "arch": cfg.arch, "config": cfg.key, "tile": str(cfg.tile),
-            "tile_bytes_k": cfg.tile.bytes_k(cfg.fam.ab_bits), "schedule": cfg.schedule, "epilogue": cfg.epilogue,
+            "tile_bytes_k": cfg.tile.bytes_k(FAMILIES[cfg.family].ab_bits), "schedule": cfg.schedule, "epilogue": cfg.epilogue,
+            "stages_configured": cfg.stages_label, "cluster": "1x1x1",
             "swap_ab": cfg.swap_ab, "stages": stages, "smem_bytes": smem, "smem_mainloop_bytes": smem - 10240,
             "smem_epilogue_bytes": 9216, "smem_limit_bytes": target.smem_optin, "cutlass_cap_bytes": 101376,
             "headroom_bytes": head, "threads_per_cta": 384, "ctas_per_sm": 1 if head >= 0 else 0,
-            "verdict": verdict, "reason": reason, "evidence": "static", "timestamp": "2026-01-01T00:00:00Z", **tc}
+            "verdict": verdict, "reason": reason, "evidence": "sized", "timestamp": "2026-01-01T00:00:00Z", **tc}
 
 
 def make_static(rng: random.Random, tiles=None, target="rtx-pro-6000", stages=None, epilogues=("no-c",), tc=TC):
@@ -59,16 +60,16 @@ def add_runtime(rng: random.Random, static: list[dict], batches=(1, 8, 32, 128),
             r = dict(s, gpu_index=0, device_name="NVIDIA RTX PRO 6000 Blackwell", driver="580.1", **p.columns())
             roll = rng.random()
             if roll < fail_rate / 2:
-                r.update(verdict="launch-error", evidence="launch-attempted", launch_status="launch-error",
+                r.update(verdict="launch-error", evidence="launched", launch_status="launch-error",
                          launch_reason="initialize: kErrorInternal", reason="initialize: kErrorInternal")
             elif roll < fail_rate:
-                r.update(verdict="incorrect", evidence="launched", launch_status="ok", rel_err=0.5,
+                r.update(verdict="incorrect", evidence="launched", launch_status="ok", rel_err=0.5, bad_elements=9,
                          us_median=round(rng.uniform(5, 500), 3), us_spread=0.1,
                          reason="rel. Frobenius error 0.5 > tolerance 0.02")
             else:
                 us = round(rng.uniform(5, 500), 3)
                 gb = round(p.bytes_moved(4, 16, s["epilogue"] == "with-c") / (us * 1e-6) / 1e9, 1)
-                r.update(verdict="ok", evidence="verified-correct", launch_status="ok", rel_err=0.004,
+                r.update(verdict="ok", evidence="verified", launch_status="ok", rel_err=0.004, bad_elements=0,
                          us_median=us, us_spread=round(us * rng.uniform(0.002, 0.02), 3),
                          tflops=round(p.flops() / (us * 1e-6) / 1e12, 2), gbps=gb,
                          pct_peak_bw=round(100 * gb / 1792, 1), pct_copy_bw=round(100 * gb / 1500, 1),

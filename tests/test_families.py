@@ -42,8 +42,15 @@ def test_unbuildable_shapes_are_marked_with_a_reason(rng):
     assert "multiple of the MMA K (64" in cfg.unsupported_reason
     (cfg,) = expand_configs(fam, "sm_120a", ["128x128x128"], ["cooperative"], cluster=(2, 1, 1))
     assert "1x1x1" in cfg.unsupported_reason
-    (cfg,) = expand_configs(fam, "sm_120a", ["128x8x128"], ["pingpong"])
-    assert "N >= 16" in cfg.unsupported_reason
+    # CUTLASS 4.2/4.5's SM120 block-scaled builder: static_assert(N >= 32); a newer release is left to the compiler
+    small_n = rng.choice([8, 16, 24])
+    for sched in ("cooperative", "pingpong"):
+        (cfg,) = expand_configs(fam, "sm_120a", [f"128x{small_n}x128"], [sched], cutlass_version="4.5.0")
+        assert "N >= 32" in cfg.unsupported_reason and f"N={small_n}" in cfg.unsupported_reason
+    (cfg,) = expand_configs(fam, "sm_120a", [f"128x{small_n}x128"], ["cooperative"], cutlass_version="4.9.0")
+    assert cfg.unsupported_reason is None
+    (cfg,) = expand_configs(fam, "sm_120a", ["128x32x128"], ["cooperative"], cutlass_version="4.5.0")
+    assert cfg.unsupported_reason is None
     (cfg,) = expand_configs(FAMILIES["sm90-fp8"], "sm_90a", ["64x128x128"], ["cooperative"])
     assert "M % 128" in cfg.unsupported_reason
     (ok,) = expand_configs(fam, "sm_120a", ["128x256x128"], ["pingpong"])
@@ -62,3 +69,12 @@ def test_default_sets_and_names():
     assert parse_cluster("1x1x1") == (1, 1, 1)
     with pytest.raises(UsageError):
         parse_cluster("1x1")
+
+
+def test_auto_resolves_to_cooperative_on_sm120_and_is_not_probed_twice():
+    fam = FAMILIES["sm120-nvfp4"]
+    both = expand_configs(fam, "sm_120a", ["128x128x128"], ["auto", "cooperative", "pingpong"])
+    assert [c.schedule for c in both] == ["cooperative", "pingpong"]
+    (alone,) = expand_configs(fam, "sm_120a", ["128x128x128"], ["auto"])
+    assert fam.schedule_label(alone.schedule) == "auto->cooperative"
+    assert FAMILIES["sm90-fp8"].schedule_label("pingpong") == "pingpong"

@@ -120,9 +120,9 @@ def test_write_records_identity_evidence_and_recommendations(tmp_path, rng):
     for e in doc["tiles"]:
         cfg = resultset.config_from_entry(e)
         assert cfg.key == e["config"]
-        configured = resultset.parse_config_key(e["config"])["stages"]
+        configured = resultset.legacy_config_key(e["config"])["stages"]
         assert e["stages"] == configured  # 'auto' or the explicit count, never the resolved one
-        assert e["verdict"] == "ok" and e["evidence"] == "verified-correct"
+        assert e["verdict"] == "ok" and e["evidence"] == "verified"
         src = next(s for s in static if s["config"] == e["config"])
         assert e["stages_resolved"] == src["stages"] and e["smem_bytes"] == src["smem_bytes"]
         assert e["headroom_bytes"] == 101376 - src["smem_bytes"]
@@ -156,6 +156,26 @@ def test_update_refuses_other_versions_unless_accepted(tmp_path, rng):
         assert re.search(rf"dropped {victim['config']}: was fits .* now smem-over-limit", p.stdout)
 
 
+def test_update_under_a_new_toolchain_drops_tiles_it_did_not_re_probe(tmp_path, rng):
+    static = make_static(rng, tiles=["128x128x128", "128x64x128", "128x32x128"])
+    for r in static:  # every tile works under the old toolchain
+        r.update(verdict="fits", smem_bytes=90000, headroom_bytes=101376 - 90000)
+    out = tmp_path / "kg.json"
+    known_good.write(resultset.load(write_set(tmp_path / "a", static, meta_for())), out)
+    keep = rng.choice(static)
+    newer = dict(TC, nvcc_version="13.1.0")
+    b = write_set(tmp_path / "b", [dict(keep, **newer)], meta_for(tc=newer))
+    (_, notes), = known_good.write(resultset.load(b), out, accept_versions=True)
+    doc = known_good.load_file(out)
+    assert [e["config"] for e in doc["tiles"]] == [keep["config"]]
+    dropped = [n for n in notes if "not re-probed by this sweep under the new toolchain" in n]
+    assert sorted(n.split()[1].rstrip(":") for n in dropped) == sorted(r["config"] for r in static if r is not keep)
+    # same toolchain: tiles the sweep did not cover are kept
+    same = write_set(tmp_path / "c", [dict(keep, **newer)], meta_for(tc=newer))
+    known_good.write(resultset.load(same), out)
+    assert [e["config"] for e in known_good.load_file(out)["tiles"]] == [keep["config"]]
+
+
 def test_several_targets_need_one_file_each(tmp_path, rng):
     rows = make_static(rng, tiles=["128x128x128"]) + make_static(rng, tiles=["128x128x128"], target="rtx-5090")
     folder = write_set(tmp_path / "m", rows)
@@ -165,43 +185,44 @@ def test_several_targets_need_one_file_each(tmp_path, rng):
     assert sorted(p.name for p, _ in written) == ["rtx-5090__sm120-nvfp4.json", "rtx-pro-6000__sm120-nvfp4.json"]
 
 
-def test_check_relaunches_verified_tiles_on_a_matching_gpu(tmp_path, monkeypatch, toolchain):
-    """A fake H200 and fake harnesses (no GPU needed): a verified-correct tile that now crashes is a regression."""
+def test_check_launches_every_working_tile_static_ones_too(tmp_path, monkeypatch, toolchain, rng):
+    """A fake H200 and fake harnesses (no GPU needed): every tile recorded as working is launched, including one
+    recorded only as `fits` (sized); the static tile that now crashes is a regression with what the launch showed."""
     import json as _json
-    import sys as _sys
 
-    from tileprobe import runner, static_probe, targets
+    from _fakes import fake_harness
+
+    from tileprobe import known_good as kg, runtime, targets
     from tileprobe.build import BuildResult
     from tileprobe.known_good import check_file
-    from tileprobe.static_probe import StaticInfo, StaticOutcome
+    from tileprobe.rows import Outcome, StaticInfo
     from tileprobe.verdict import Verdict
 
     doc = _json.loads((REPO_KG / "h200__sm90-fp8.json").read_text())
     doc["tiles"] = [t for t in doc["tiles"] if t["verdict"] == "ok"][:2]
+    static_one = rng.randrange(2)
+    doc["tiles"][static_one].update(verdict="fits", evidence="sized")
     path = tmp_path / "h200__sm90-fp8.json"
     path.write_text(_json.dumps(doc))
 
     def fake_static(configs, *a, **k):
-        return [StaticOutcome(c, Verdict.FITS, "static", StaticInfo(stages=4, smem_bytes=doc["tiles"][i]["smem_bytes"],
-                                                                     threads_per_cta=384))
+        return [Outcome(c, Verdict.FITS, "sized", StaticInfo(stages=4, smem_bytes=doc["tiles"][i]["smem_bytes"],
+                                                             threads_per_cta=384))
                 for i, c in enumerate(configs)]
 
-    ok_line = _json.dumps({"launch_status": "ok", "rel_err": 0.002, "nonfinite": 0, "us": [5.0, 5.1]})
-    scripts = []
-    for i, body in enumerate([f"print({ok_line!r})", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"]):
-        p = tmp_path / f"h{i}"
-        p.write_text(f"#!{_sys.executable}\n{body}\n")
-        p.chmod(0o755)
-        scripts.append(p)
-    dev = targets.replace(targets.profile("h200"), name="gpu0", gpu_index=0)
-    monkeypatch.setattr(static_probe, "probe_static", fake_static)
-    monkeypatch.setattr(targets, "query_devices", lambda: [dev])
-    monkeypatch.setattr(runner, "build_many",
-                        lambda reqs, *a, **k: [BuildResult(r, True, scripts[i], "", 0.1, True, [])
-                                               for i, r in enumerate(reqs)])
-    monkeypatch.setattr(runner, "measure_copy_gbps", lambda i: None)
+    scripts = [fake_harness(tmp_path, {}, name="good"), fake_harness(tmp_path, {}, default="segv", name="bad")]
+    if static_one == 0:
+        scripts.reverse()
+    dev = targets.replace(targets.profile("h200"), gpu_index=0)
+    monkeypatch.setattr(kg, "probe_static", fake_static)
+    monkeypatch.setattr(kg, "query_devices", lambda: [dev])
+    monkeypatch.setattr(runtime, "build_many", lambda reqs, *a, **k: [BuildResult(r, True, scripts[i], "", 0.1, True,
+                                                                                  []) for i, r in enumerate(reqs)])
+    monkeypatch.setattr(runtime, "measure_refs", lambda i: {})
     res = check_file(path, toolchain, jobs=1)
     assert res.checked == 2
-    assert len(res.regressions) == 2  # gate_up and down of the crashing tile
-    assert all(doc["tiles"][1]["tile"] in r and "now crashed" in r and "SIGSEGV" in r for r in res.regressions)
-    assert any("launched again on NVIDIA H200" in n for n in res.notes)
+    assert len(res.regressions) == 2  # gate_up and down of the crashing (static) tile
+    tile = doc["tiles"][static_one]["tile"]
+    assert all(tile in r and "was fits (sized)" in r and "now crashed" in r and "SIGSEGV" in r
+               for r in res.regressions)
+    assert any("2 working tile(s) launched on NVIDIA H200: 2 of 4 point(s) verified" in n for n in res.notes)

@@ -5,7 +5,8 @@ from dataclasses import replace
 import pytest
 
 from tileprobe.families import FAMILIES, Config, parse_tile
-from tileprobe.static_probe import StaticInfo, judge, occupancy, probe_static
+from tileprobe.rows import StaticInfo, occupancy
+from tileprobe.static_probe import judge, probe_static
 from tileprobe.targets import profile
 from tileprobe.verdict import Verdict
 

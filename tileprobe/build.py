@@ -19,10 +19,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from concurrent.futures import ThreadPoolExecutor, as_completed
+
 from filelock import FileLock
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from platformdirs import user_cache_dir
 
 from tileprobe.errors import UsageError
-from tileprobe.families import Config
+from tileprobe.families import Config, family
 from tileprobe.toolchain import CutlassTree, Nvcc
 
 HARNESS_DIR = Path(os.environ.get("TILEPROBE_HARNESS_DIR", Path(__file__).resolve().parent.parent / "cutlass_harness"))
@@ -36,8 +41,6 @@ def cache_root(explicit: str | os.PathLike | None = None) -> Path:
     elif os.environ.get("TILEPROBE_CACHE_DIR"):
         root = Path(os.environ["TILEPROBE_CACHE_DIR"])
     else:
-        from platformdirs import user_cache_dir  # noqa: PLC0415
-
         root = Path(user_cache_dir("tileprobe"))
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -67,13 +70,21 @@ class BuildRequest:
         else:
             # Sizes only: the device pass parses the headers but instantiates no kernel, so there is no ptxas work.
             gencode = [f"-gencode=arch=compute_{num}a,code=compute_{num}a", "-O0"]
-        defines = [f"-DTP_FAMILY_KERNEL={self.configs[0].fam.kernel_template}", f"-DTP_ARCH={num}"]
+        fam = family(self.configs[0].family)
+        defines = [f"-DTP_FAMILY_KERNEL={fam.kernel_template}", f'-DTP_FAMILY_HEADER="families/{fam.header}"',
+                   f"-DTP_ARCH={num}"]
         if self.kind == "describe" and self.with_device:
             defines.append("-DTP_WITH_DEVICE")
         return COMMON_FLAGS + gencode + defines
 
     def config_include(self) -> str:
-        return "".join(c.cfg_macro(i) + "\n" for i, c in enumerate(self.configs))
+        fam = family(self.configs[0].family)
+        return "".join(fam.cfg_macro(c, i) + "\n" for i, c in enumerate(self.configs))
+
+    def include_dirs(self) -> list[str]:
+        """Folders a family's header needs besides CUTLASS's (e.g. an engine's extensions)."""
+        fam = family(self.configs[0].family)
+        return list(fam.include_dirs()) if fam.include_dirs else []
 
     def readable_name(self) -> str:
         if len(self.configs) == 1:
@@ -97,27 +108,39 @@ class BuildResult:
 
 def cache_key(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc) -> str:
     h = hashlib.sha256()
-    for path in sorted({req.source, HARNESS_DIR / "kernels.cuh"}):
-        h.update(path.name.encode())
+    for path in harness_sources():
+        h.update(str(path.relative_to(HARNESS_DIR)).encode())
         h.update(path.read_bytes())
     h.update(req.config_include().encode())
     h.update(json.dumps(req.flags()).encode())
     h.update(cutlass.tree_hash.encode())
     h.update(nvcc.version_text.encode())
+    h.update(nvcc.host_compiler.encode())
+    for inc in req.include_dirs():
+        h.update(inc.encode())
     return h.hexdigest()[:16]
 
 
-def build(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc, cache: Path, timeout_s: float) -> BuildResult:
-    """Return the cached build or compile it. Never raises for a compile failure: the result carries the log."""
+def harness_sources() -> list[Path]:
+    """Every harness source and header (any of them can change a binary), in a stable order."""
+    return sorted(p for p in HARNESS_DIR.rglob("*") if p.suffix in (".cu", ".cuh", ".h", ".hpp", ".inc") and p.is_file())
+
+
+def build(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc, cache: Path, timeout_s: float,
+          rebuild: bool = False) -> BuildResult:
+    """Return the cached build or compile it (always compile with `rebuild`, replacing the cached entry). Never
+    raises for a compile failure: the result carries the log."""
     key = cache_key(req, cutlass, nvcc)
     final = cache / f"{req.readable_name()}-{key}"
-    hit = _load(final, req)
+    hit = None if rebuild else _load(final, req)
     if hit:
         return hit
     with FileLock(str(final) + ".lock"):
-        hit = _load(final, req)
+        hit = None if rebuild else _load(final, req)
         if hit:
             return hit
+        if rebuild and final.exists():
+            shutil.rmtree(final, ignore_errors=True)
         return _compile(req, cutlass, nvcc, cache, final, timeout_s)
 
 
@@ -138,23 +161,25 @@ def _compile(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc, cache: Path, f
     try:
         (tmp / "tp_configs.inc").write_text(req.config_include())
         cmd = [str(nvcc.path), *req.flags(), "-I", str(HARNESS_DIR), "-I", str(tmp)]
-        for inc in cutlass.include_dirs:
+        for inc in [*cutlass.include_dirs, *req.include_dirs()]:
             cmd += ["-I", str(inc)]
         cmd += [str(req.source), "-o", str(tmp / "harness")]
         start = time.monotonic()
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=tmp)
             ok, log = proc.returncode == 0, proc.stdout + proc.stderr
+            why = killed_reason(proc.returncode, log)
+            if why:
+                log = f"tileprobe: {why}; not cached\n{log}"
+            timed_out = why is not None
         except subprocess.TimeoutExpired as exc:
             ok = False
-            log = f"tileprobe: nvcc timed out after {timeout_s:.0f} s\n{_text(exc.stdout)}{_text(exc.stderr)}"
+            log = f"tileprobe: nvcc timed out after {timeout_s:.0f} s; not cached\n{_text(exc.stdout)}{_text(exc.stderr)}"
             timed_out = True
-        else:
-            timed_out = False
         seconds = time.monotonic() - start
         (tmp / "build.log").write_text(log)
         result = BuildResult(req, ok, None, log, seconds, False, cmd)
-        if timed_out:  # not deterministic: do not cache
+        if timed_out:  # a timeout, a signal or memory exhaustion says nothing about the config: do not cache
             return result
         (tmp / "meta.json").write_text(json.dumps({"ok": ok, "seconds": seconds, "command": cmd,
                                                    "configs": [c.name for c in req.configs]}))
@@ -167,6 +192,21 @@ def _compile(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc, cache: Path, f
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+_OOM = re.compile(r"out of memory|cannot allocate memory|std::bad_alloc|virtual memory exhausted|Killed", re.I)
+
+
+def killed_reason(returncode: int, log: str) -> str | None:
+    """Why a failed compile says nothing about its config: killed by a signal (negative code, or 128+N from a
+    wrapper), or the compiler ran out of memory. None for an ordinary result."""
+    if returncode < 0:
+        return f"nvcc killed by signal {-returncode}"
+    if returncode in (137, 139, 143):
+        return f"nvcc exited {returncode} (killed by signal {returncode - 128})"
+    if returncode != 0 and _OOM.search(log):
+        return "the compiler ran out of memory"
+    return None
 
 
 def _text(b: bytes | str | None) -> str:
@@ -228,21 +268,15 @@ def first_error(log: str) -> str:
 
 
 def build_many(requests: list[BuildRequest], cutlass: CutlassTree, nvcc: Nvcc, cache: Path, jobs: int,
-               timeout_s: float, label: str = "compiling") -> list[BuildResult]:
+               timeout_s: float, label: str = "compiling", rebuild: bool = False) -> list[BuildResult]:
     """Build in parallel (threads waiting on nvcc processes), with a rich progress bar; results in input order."""
-    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
-
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
-
     results: list[BuildResult | None] = [None] * len(requests)
     if not requests:
         return []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   transient=True) as progress, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         task = progress.add_task(label, total=len(requests))
-        futures = {pool.submit(build, r, cutlass, nvcc, cache, timeout_s): i for i, r in enumerate(requests)}
-        from concurrent.futures import as_completed  # noqa: PLC0415
-
+        futures = {pool.submit(build, r, cutlass, nvcc, cache, timeout_s, rebuild): i for i, r in enumerate(requests)}
         for fut in as_completed(futures):
             results[futures[fut]] = fut.result()
             progress.advance(task)

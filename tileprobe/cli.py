@@ -11,7 +11,13 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from tileprobe import compare, families, known_good, resultset
+from tileprobe import recommend as rec
+from tileprobe import sweep as sw
 from tileprobe.errors import UsageError
+from tileprobe.explain import explain as run_explain
+from tileprobe.merge import merge as run_merge
+from tileprobe.report import _write, devices_table, export, print_table, write_reports
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Which CUTLASS grouped-GEMM tiles fit, launch, are correct and are fastest on a GPU.")
@@ -72,7 +78,8 @@ def sweep(
     cluster: Annotated[str, typer.Option("--cluster", help="cluster shape; SM120 supports 1x1x1 only")] = "1x1x1",
     out: Annotated[Path, typer.Option("--out", help="results folder")] = Path("tileprobe-results"),
     jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles (default: cores)")] = os.cpu_count() or 1,
-    regs: Annotated[bool, typer.Option("--regs/--no-regs", help="static: also build device code for ptxas registers/spills (slow)")] = False,
+    compile_: Annotated[bool, typer.Option("--compile/--no-compile", help="static: also build device code (evidence 'compiled': ptxas registers and spills; slow). Without it, kernel types are instantiated and sized only (evidence 'sized')")] = False,
+    rebuild: Annotated[bool, typer.Option("--rebuild", help="ignore the build cache and rebuild (replacing its entries)")] = False,
     static_only: Annotated[bool, typer.Option("--static-only", help="never launch, even with a GPU")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="keep rows in --out and skip what they cover")] = False,
     shard: Annotated[Optional[str], typer.Option("--shard", help="i/n: probe a deterministic 1/n of the configs")] = None,
@@ -92,8 +99,6 @@ def sweep(
     cache_dir: CacheOpt = None,
 ) -> None:
     """Probe tiles: static on any machine, runtime where a GPU of the family's arch is present."""
-    from tileprobe import families, sweep as sw  # noqa: PLC0415
-    from tileprobe.report import print_table, write_reports  # noqa: PLC0415
 
     if jobs < 1:
         raise UsageError("--jobs must be at least 1")
@@ -108,7 +113,7 @@ def sweep(
     opts = sw.SweepOptions(
         family=family, target=target, tiles=_split_csv(tiles), schedules=_split_csv(schedules),
         stages=_ints(stages, "--stages"), epilogues=_split_csv(epilogue), swap_ab=swaps,
-        cluster=families.parse_cluster(cluster), out=out, jobs=jobs, regs=regs, static_only=static_only,
+        cluster=families.parse_cluster(cluster), out=out, jobs=jobs, compile=compile_, rebuild=rebuild, static_only=static_only,
         resume=resume, shard=_shard(shard), gpus=gpu_list, compile_timeout_s=compile_timeout,
         run_timeout_s=run_timeout, cutlass_dir=cutlass_dir, nvcc=nvcc, cache_dir=cache_dir,
         workload={"presets": _split_csv(workload), "shapes": _split_csv(shape),
@@ -139,7 +144,6 @@ def explain(
     cache_dir: CacheOpt = None,
 ) -> None:
     """The shared-memory budget of one config in words and bytes, and which stage count or K would fit."""
-    from tileprobe.explain import explain as run_explain  # noqa: PLC0415
 
     st = _ints([stages], "--stages")[0]  # type: ignore[index]
     console.print(run_explain(tile, family, target, schedule, epilogue, st, cutlass_dir, nvcc, cache_dir), soft_wrap=True,
@@ -149,7 +153,6 @@ def explain(
 @app.command()
 def devices() -> None:
     """List visible GPUs through cuda-python; with none, the built-in offline target profiles."""
-    from tileprobe.report import devices_table  # noqa: PLC0415
 
     console.print(devices_table())
 
@@ -164,7 +167,6 @@ def report(
     out: Annotated[Optional[Path], typer.Option("--out", help="csv/json: write to this file instead of stdout")] = None,
 ) -> None:
     """The report of a results folder: markdown with charts, or its rows as CSV or JSON."""
-    from tileprobe.report import export  # noqa: PLC0415
 
     text = export(results, fmt, out)
     if fmt == "md" or out is not None:
@@ -184,7 +186,6 @@ def known_good_write(
     accept_versions: Annotated[bool, typer.Option("--accept-versions", help="update a file made with another CUTLASS or nvcc")] = False,
 ) -> None:
     """Make or update known-good files from a sweep (one per target and family)."""
-    from tileprobe import known_good, resultset  # noqa: PLC0415
 
     for path, notes in known_good.write(resultset.load(results), out, accept_versions=accept_versions):
         doc = known_good.load_file(path)
@@ -202,11 +203,9 @@ def check(
     cache_dir: CacheOpt = None,
 ) -> None:
     """Re-probe known-good tiles statically against their targets; exit 1 listing each regression on one line."""
-    from tileprobe import known_good  # noqa: PLC0415
-    from tileprobe.sweep import make_toolchain  # noqa: PLC0415
 
     paths = known_good.files_in(files)
-    tc = make_toolchain(cutlass_dir, nvcc, cache_dir)
+    tc = sw.make_toolchain(cutlass_dir, nvcc, cache_dir)
     results = known_good.check(paths, tc, max(1, jobs))
     bad = [line for r in results for line in r.regressions]
     for r in results:
@@ -228,8 +227,6 @@ def diff(
     out: Annotated[Optional[Path], typer.Option("--out", help="also write the markdown here")] = None,
 ) -> None:
     """Two results folders side by side: verdicts changed, SharedStorage moved, timings moved beyond noise."""
-    from tileprobe import compare, resultset  # noqa: PLC0415
-    from tileprobe.report import _write  # noqa: PLC0415
 
     text = compare.render(compare.diff(resultset.load(a), resultset.load(b)))
     if out is not None:
@@ -246,7 +243,6 @@ def recommend(
     target: TargetOpt = None,
 ) -> None:
     """Per workload and GEMM: batch-size buckets -> best verified-correct tile and runner-up, as JSON."""
-    from tileprobe import recommend as rec, resultset  # noqa: PLC0415
 
     text = rec.write_recommendations(resultset.load(results), out, epilogue=epilogue, routing=routing, target=target)
     if out is None:
@@ -262,11 +258,8 @@ def merge(
     force: Annotated[bool, typer.Option("--force", help="merge even when CUTLASS or nvcc versions differ")] = False,
 ) -> None:
     """Join results folders into one without duplicate rows; writes results, run.json and report.md into --out."""
-    from tileprobe.merge import merge as run_merge  # noqa: PLC0415
-    from tileprobe.report import write_reports  # noqa: PLC0415
-    from tileprobe.sweep import command_line  # noqa: PLC0415
 
-    res = run_merge(folders, out, force, command_line())
+    res = run_merge(folders, out, force, sw.command_line())
     console.print(f"merged {res.inputs} folder(s): {res.rows} rows, {res.duplicates} duplicate(s) dropped"
                   + (f", {len(res.disagreeing)} of them disagreeing (first kept)" if res.disagreeing else ""),
                   highlight=False)

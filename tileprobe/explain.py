@@ -17,10 +17,14 @@ def explain(tile: str, family_name: str | None, target_name: str | None, schedul
     target, _ = resolve_target(target_name)
     fam = family(family_name) if family_name else family_for_cc(target.cc)
     arch = arch_for(fam, target.cc)
-    (cfg,) = expand_configs(fam, arch, [tile], [schedule], [stages], [epilogue], [False])
+    if arch is None:
+        raise UsageError(f"{fam.name} builds {', '.join(fam.archs)} binaries; none runs on {target.name} "
+                         f"(sm_{target.cc_int}): unsupported")
+    tc = make_toolchain(cutlass_dir, nvcc, cache_dir)
+    (cfg,) = expand_configs(fam, arch, [tile], [schedule], [stages], [epilogue], [False],
+                            cutlass_version=tc.cutlass.version)
     if cfg.unsupported_reason:
         raise UsageError(f"{cfg.tile} {schedule} on {fam.name}: unsupported: {cfg.unsupported_reason}")
-    tc = make_toolchain(cutlass_dir, nvcc, cache_dir)
     # The asked config plus two explicit stage counts (to measure bytes per stage) and K halved.
     probes = [cfg, replace(cfg, stages=2), replace(cfg, stages=3)]
     half_k = cfg.tile.k // 2

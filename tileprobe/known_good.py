@@ -12,10 +12,19 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import tempfile
+
+from rich.console import Console
+
 from tileprobe.errors import UsageError
-from tileprobe.results import TOOLCHAIN_COLUMNS, now
+from tileprobe.recommend import recommendations
+from tileprobe.results import TOOLCHAIN_COLUMNS, ResultsWriter, now
 from tileprobe.resultset import ResultSet, config_from_entry, config_from_row, target_from_dict
-from tileprobe.verdict import Verdict
+from tileprobe.runtime import RuntimeJob, runtime_rows
+from tileprobe.static_probe import probe_static
+from tileprobe.targets import NoDevice, query_devices
+from tileprobe.verdict import Evidence, Verdict
+from tileprobe.workloads import points_for
 
 FORMAT = "tileprobe-known-good/1"
 DEFAULT_DIR = Path("results") / "known_good"
@@ -45,7 +54,7 @@ def _config_verdicts(rs: ResultSet, target: str, family: str) -> list[dict]:
                 rec.update(verdict=fails[0]["verdict"], evidence=fails[0]["evidence"],
                            reason=fails[0].get("launch_reason") or fails[0].get("reason"))
             elif counts.get("ok"):
-                rec.update(verdict="ok", evidence=Verdict.OK.evidence,
+                rec.update(verdict="ok", evidence=Evidence.VERIFIED.value,
                            reason=f"launched at {len(rt)} workload points, all verified correct")
             rec["runtime"] = ", ".join(f"{v} {n}" for v, n in counts.items()) + f" of {len(rt)}"
             rec["devices"] = sorted({x.get("device_name") for x in rt if x.get("device_name")})
@@ -95,8 +104,6 @@ def build(rs: ResultSet, target: str, family: str) -> dict:
            "not_good": [{"config": r["config"], "verdict": r["verdict"], "reason": r.get("reason")}
                         for r in recs if r["verdict"] not in GOOD]}
     if any(r["target"] == target and r["family"] == family for r in rs.runtime):
-        from tileprobe.recommend import recommendations  # noqa: PLC0415
-
         routing = Counter(r["routing"] for r in rs.runtime if r["target"] == target).most_common(1)[0][0]
         try:
             doc["recommended"] = recommendations(rs, target=target, routing=routing)
@@ -126,8 +133,11 @@ def version_mismatches(old: dict, new: dict) -> list[str]:
 
 def _merge(old: dict, new: dict) -> tuple[dict, list[str]]:
     """Update `old` with `new`: tiles in the new sweep replace their old entries, tiles that stopped working are
-    dropped (and said so), tiles the new sweep did not cover are kept."""
+    dropped (and said so). Tiles the new sweep did not cover are kept only when the toolchain is unchanged; under
+    another toolchain they were never re-verified, so they are dropped and listed, not carried under the new
+    header."""
     notes = []
+    same_toolchain = not version_mismatches(old, new)
     bad = {x["config"]: x for x in new["not_good"]}
     fresh = {e["config"]: e for e in new["tiles"]}
     tiles = []
@@ -142,8 +152,11 @@ def _merge(old: dict, new: dict) -> tuple[dict, list[str]]:
                 notes.append(f"changed {k}: {e.get('verdict')} {e.get('smem_bytes')} B -> {n.get('verdict')} "
                              f"{n.get('smem_bytes')} B")
             tiles.append(n)
-        else:
+        elif same_toolchain:
             tiles.append(e)
+        else:
+            notes.append(f"dropped {k}: not re-probed by this sweep under the new toolchain (was {e.get('verdict')}, "
+                         f"{e.get('evidence')}, {e.get('smem_bytes')} B under the old one)")
     for k, n in fresh.items():
         notes.append(f"added {k}: {n.get('verdict')} {n.get('smem_bytes')} B, headroom {n.get('headroom_bytes')} B")
         tiles.append(n)
@@ -217,8 +230,6 @@ def files_in(paths: list[str | Path] | None, default: Path = DEFAULT_DIR) -> lis
 def check_file(path: Path, tc, jobs: int = 1, timeout_s: float = 1200) -> CheckResult:
     """Re-probe a file's tiles statically against its target; every tile that no longer works is a regression.
     When a GPU of the file's arch is present, the verified-correct tiles are also launched again (runtime re-probe)."""
-    from tileprobe.static_probe import probe_static  # noqa: PLC0415
-
     doc = load_file(path)
     target = target_from_dict(doc["target"])
     res = CheckResult(Path(path))
@@ -245,46 +256,41 @@ def check_file(path: Path, tc, jobs: int = 1, timeout_s: float = 1200) -> CheckR
         elif o.info.smem_bytes != e.get("smem_bytes") or o.info.stages != e.get("stages_resolved"):
             res.notes.append(f"{what}: still fits; SharedStorage {e.get('smem_bytes')} -> {o.info.smem_bytes} B, "
                              f"stages {e.get('stages_resolved')} -> {o.info.stages}")
-    ok = [(e, cfg, o) for (e, cfg), o in zip(configs, outcomes) if e.get("verdict") == "ok" and o.verdict.value in GOOD]
-    if ok:
-        _runtime_recheck(doc, target, ok, tc, jobs, res)
+    # Every tile recorded as working is launched where a GPU of the file's arch is present: verified tiles and
+    # static (sized/compiled) ones alike, so an SM120 file is tested by an SM120 GPU, not only re-sized.
+    working = [(e, cfg, o) for (e, cfg), o in zip(configs, outcomes) if o.verdict.value in GOOD]
+    if working:
+        _runtime_recheck(doc, target, working, tc, jobs, res)
     return res
 
 
 def _runtime_recheck(doc: dict, target, ok: list, tc, jobs: int, res: CheckResult) -> None:
-    """Launch the verified-correct tiles again on a GPU of the file's arch, on one decode point of the file's first
-    recommended workload (batch 8); anything but `ok` is a regression. Without such a GPU, say so."""
-    import tempfile  # noqa: PLC0415
-    from dataclasses import replace  # noqa: PLC0415
-
-    from rich.console import Console  # noqa: PLC0415
-
-    from tileprobe.results import ResultsWriter  # noqa: PLC0415
-    from tileprobe.runner import runtime_rows  # noqa: PLC0415
-    from tileprobe.sweep import SweepOptions  # noqa: PLC0415
-    from tileprobe.targets import NoDevice, query_devices  # noqa: PLC0415
-
+    """Launch the working tiles (verified or static) on a GPU of the file's arch, on one decode point of the file's
+    first recommended workload (batch 8); anything but `ok` is a regression, and what each launch showed is noted.
+    Without such a GPU, say so."""
     try:
         devices = [d for d in query_devices() if d.arch == target.arch]
     except NoDevice:
         devices = []
     if not devices:
-        res.notes.append(f"{len(ok)} verified-correct tile(s) re-checked statically only: no {target.arch} GPU here")
+        res.notes.append(f"{len(ok)} working tile(s) re-checked statically only (sized): no {target.arch} GPU here")
         return
     workloads = list(((doc.get("recommended") or {}).get("workloads") or {}).keys()) or ["deepseek-v3"]
-    opts = SweepOptions(jobs=jobs, workload={"presets": workloads[:1], "shapes": None, "batches": [8],
-                                             "routing": "uniform", "tp": 1, "ep": 1, "seed": 1})
+    points = points_for(workloads[:1], None, [8], "uniform", 1, 1, 1)
+    job = RuntimeJob(points, 1, devices, [o for _, _, o in ok], tc, jobs, 1200, 120)
     with tempfile.TemporaryDirectory(prefix="tileprobe-check-") as tmp, ResultsWriter(Path(tmp)) as writer:
-        rows = runtime_rows(opts, tc, replace(devices[0], name=target.name), devices, [o for _, _, o in ok], writer,
-                            Console(quiet=True))
+        rows = runtime_rows(job, writer, Console(quiet=True))
     by_cfg = {cfg.key: (e, cfg) for e, cfg, _ in ok}
     for r in rows:
         if r["verdict"] != "ok" and r["config"] in by_cfg:
             e, cfg = by_cfg[r["config"]]
-            res.regressions.append(f"{res.path.name}: {target.name} {cfg.tile} {cfg.schedule} [{cfg.key}]: was ok "
-                                   f"({e.get('runtime')}); now {r['verdict']} on GPU {r['gpu_index']} at "
-                                   f"{r['workload']} {r['gemm']} batch {r['batch']}: {r['launch_reason'] or r['reason']}")
-    res.notes.append(f"{len(ok)} verified-correct tile(s) launched again on {devices[0].device_name}")
+            res.regressions.append(f"{res.path.name}: {target.name} {cfg.tile} {cfg.schedule} [{cfg.key}]: was "
+                                   f"{e.get('verdict')} ({e.get('evidence')}); now {r['verdict']} on GPU "
+                                   f"{r['gpu_index']} ({r['device_name']}) at {r['workload']} {r['gemm']} batch "
+                                   f"{r['batch']}: {r['reason']}")
+    shown = sum(1 for r in rows if r["verdict"] == "ok")
+    res.notes.append(f"{len(ok)} working tile(s) launched on {devices[0].device_name}: {shown} of {len(rows)} "
+                     f"point(s) verified")
 
 
 def check(paths: list[str | Path] | None, tc, jobs: int = 1, timeout_s: float = 1200) -> list[CheckResult]:

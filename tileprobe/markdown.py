@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tileprobe import plots
 from tileprobe.resultset import ResultSet, best_by_point, evidence_statement, label, load, stages_text
 
 REPORT_NAME = "report.md"
@@ -200,8 +201,6 @@ def foreign_section(rs: ResultSet) -> list[str]:
 
 
 def chart_section(rs: ResultSet, folder: Path) -> list[str]:
-    from tileprobe import plots  # noqa: PLC0415
-
     for pattern in CHART_GLOBS:
         for old in folder.glob(pattern):
             old.unlink()

@@ -1,11 +1,25 @@
 """PNG charts for the report: SharedStorage against the opt-in limit, and throughput against batch size.
 
-matplotlib is imported lazily with the Agg backend; `matplotlib_missing()` says why charts cannot be drawn.
+matplotlib draws with the Agg backend (charts are files, never a window); `matplotlib_missing()` says why charts
+cannot be drawn.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+try:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+    _MPL_ERROR = None
+except Exception as _exc:  # ImportError, or a broken install: charts are skipped with this reason
+    matplotlib = plt = None
+    _MPL_ERROR = f"matplotlib unavailable ({type(_exc).__name__}: {_exc})"
 
 from tileprobe.resultset import best_by_point, label
 
@@ -16,22 +30,10 @@ VERDICT_COLOR = {"fits": "#2e8b57", "ok": "#1a7f37", "smem-over-limit": "#c62828
 
 def matplotlib_missing() -> str | None:
     """None when charts can be drawn, else the reason (matplotlib not installed or broken)."""
-    try:
-        import matplotlib  # noqa: PLC0415
-
-        matplotlib.use("Agg", force=True)
-        import matplotlib.pyplot  # noqa: F401, PLC0415
-    except Exception as exc:  # ImportError, or a broken install
-        return f"matplotlib unavailable ({type(exc).__name__}: {exc})"
-    return None
+    return _MPL_ERROR
 
 
 def _plt():
-    import matplotlib  # noqa: PLC0415
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
     return plt
 
 
@@ -39,8 +41,6 @@ def smem_chart(rows: list[dict], limit: int, title: str, path: Path) -> Path:
     """Horizontal bars of SharedStorage per config (mainloop / epilogue / rest stacked), colored by verdict, with the
     opt-in limit as a vertical line and the headroom or overflow written at each bar's end."""
     plt = _plt()
-    from matplotlib.patches import Patch  # noqa: PLC0415
-
     rows = list(rows)
     n = max(1, len(rows))
     fig, ax = plt.subplots(figsize=(11, 1.2 + 0.3 * n))
@@ -128,8 +128,6 @@ def throughput_chart(rows: list[dict], path: Path, metric: str = "gbps", highlig
                         "black"), markeredgecolor="black", markeredgewidth=0.6, zorder=5)
         ax.set_xscale("log", base=2)
         if metric == "us_median":
-            from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter  # noqa: PLC0415
-
             ax.set_yscale("log")
             ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
             ax.yaxis.set_major_formatter(ScalarFormatter())
@@ -145,8 +143,6 @@ def throughput_chart(rows: list[dict], path: Path, metric: str = "gbps", highlig
         ax.axis("off")
     if not panels:
         axes.flat[0].text(0.5, 0.5, "no verified-correct runtime rows", ha="center", va="center")
-    from matplotlib.lines import Line2D  # noqa: PLC0415
-
     handles = [Line2D([], [], color=colors[c], marker="o", label=labels.get(c, c),
                       linestyle="--" if "with-c" in labels.get(c, "") else "-") for c in podium if c in labels]
     handles += [Line2D([], [], color="#bdbdbd", label="other tiles"),

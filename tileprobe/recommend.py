@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from tileprobe.errors import UsageError
-from tileprobe.resultset import ResultSet, best_by_point, parse_config_key
+from tileprobe.resultset import ResultSet, best_by_point, legacy_config_key
 
 FORMAT = "tileprobe-recommend/1"
 
@@ -28,10 +28,12 @@ def buckets(batches: list[int]) -> list[tuple[str, int, int | None, int]]:
 
 def tile_entry(row: dict) -> dict:
     """A tile's full identity (stages as configured and as resolved) and its timing at the measured point."""
-    try:
-        configured = parse_config_key(row.get("config") or "")["stages"]
-    except UsageError:
-        configured = row.get("stages")
+    configured = row.get("stages_configured")
+    if configured in (None, ""):
+        try:
+            configured = legacy_config_key(row.get("config") or "")["stages"]
+        except UsageError:
+            configured = row.get("stages")
     return {"config": row.get("config"), "family": row.get("family"), "tile": row.get("tile"),
             "tile_bytes_k": row.get("tile_bytes_k"), "schedule": row.get("schedule"), "stages": configured,
             "stages_resolved": row.get("stages"), "epilogue": row.get("epilogue"), "swap_ab": bool(row.get("swap_ab")),

@@ -10,6 +10,9 @@ from pathlib import Path
 from rich.table import Table
 
 from tileprobe.errors import UsageError
+from tileprobe.markdown import render_report
+from tileprobe.results import COLUMNS
+from tileprobe.resultset import load
 
 from tileprobe.targets import PROFILES, NoDevice, query_devices
 
@@ -74,8 +77,6 @@ def devices_table() -> Table:
 
 def write_reports(out: Path, console) -> None:
     """Write report.md next to the results (the full report lives in tileprobe.markdown)."""
-    from tileprobe.markdown import render_report  # noqa: PLC0415
-
     path = render_report(Path(out))
     console.print(f"results: {Path(out) / 'results.csv'}; report: {path}")
 
@@ -88,15 +89,10 @@ def export(folder: Path, fmt: str, out: Path | None = None) -> str:
 
     md writes report.md and its charts into the folder and returns the report's path; csv and json return the text,
     also written to `out` when given."""
-    from tileprobe.results import COLUMNS  # noqa: PLC0415
-    from tileprobe.resultset import load  # noqa: PLC0415
-
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     folder = Path(folder)
     if fmt == "md":
-        from tileprobe.markdown import render_report  # noqa: PLC0415
-
         if out is not None:
             raise UsageError("--out is for csv and json: the markdown report is written into the results folder, "
                              "next to the charts it embeds")

@@ -6,34 +6,17 @@ import csv
 import json
 import math
 import os
-from datetime import datetime, timezone
 from pathlib import Path
 
 from tileprobe.errors import UsageError
+from tileprobe.rows import COLUMNS, TOOLCHAIN_COLUMNS, now, row_key
+from tileprobe.verdict import Verdict
 
-COLUMNS = [
-    "family", "target", "device_name", "cc", "gpu_index", "worker", "arch", "config", "tile", "tile_bytes_k", "schedule",
-    "epilogue", "swap_ab", "stages", "smem_bytes", "smem_mainloop_bytes", "smem_epilogue_bytes", "smem_limit_bytes",
-    "smem_limit_device_bytes", "cutlass_cap_bytes", "headroom_bytes", "regs_per_thread", "spill_bytes",
-    "threads_per_cta", "ctas_per_sm", "ctas_per_sm_smem", "ctas_per_sm_regs", "warps_per_sm",
-    "verdict", "reason", "evidence", "launch_status", "launch_reason", "rel_err",
-    "workload", "gemm", "batch", "routing", "experts_active", "problem", "us_median", "us_spread", "tflops", "gbps",
-    "pct_peak_bw", "pct_copy_bw",
-    "cutlass_version", "cutlass_source", "cutlass_hash", "nvcc_version", "driver", "compile_seconds", "timestamp",
-]
-TOOLCHAIN_COLUMNS = ["cutlass_version", "cutlass_hash", "nvcc_version"]
+__all__ = ["COLUMNS", "CSV_NAME", "JSONL_NAME", "TOOLCHAIN_COLUMNS", "ResultsWriter", "load_rows", "now", "row_key",
+           "settled"]
+
 CSV_NAME = "results.csv"
 JSONL_NAME = "results.jsonl"
-
-
-def row_key(row: dict) -> str:
-    """Identity of a row: the config, where it was judged, and the workload point (empty for static rows)."""
-    return "|".join(str(row.get(k) if row.get(k) is not None else "") for k in
-                    ("config", "target", "workload", "gemm", "batch", "routing", "problem"))
-
-
-def now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _clean(value):
@@ -45,8 +28,9 @@ def _clean(value):
 class ResultsWriter:
     """Appends rows to results.csv and results.jsonl in `out`, flushing and syncing each one at once.
 
-    With resume, rows already in the folder are kept and their keys skipped; without it, the folder's results are
-    moved aside (results.csv.1, ...), never deleted.
+    With resume, rows already in the folder are kept and their keys skipped, except points whose last row is
+    transient (crashed, timeout, not-run): those run again and their new row is appended after the old one.
+    Without resume, the folder's results are moved aside (results.csv.1, ...), never deleted.
     """
 
     def __init__(self, out: Path, resume: bool = False) -> None:
@@ -62,7 +46,8 @@ class ResultsWriter:
         self.jsonl_path = self.out / JSONL_NAME
         self.done: set[str] = set()
         if resume:
-            self.done = {row_key(r) for r in load_rows(self.out)} if self.jsonl_path.exists() else set()
+            old = settled(load_rows(self.out)) if self.jsonl_path.exists() else []
+            self.done = {row_key(r) for r in old if not _transient(r)}
         else:
             for p in (self.csv_path, self.jsonl_path):
                 if p.exists():
@@ -91,7 +76,8 @@ class ResultsWriter:
         for f in (self._csv, self._jsonl):
             f.flush()
             os.fsync(f.fileno())
-        self.done.add(key)
+        if not _transient(row):
+            self.done.add(key)
 
     def close(self) -> None:
         self._csv.close()
@@ -116,3 +102,21 @@ def load_rows(folder: Path) -> list[dict]:
         except json.JSONDecodeError:
             continue
     return rows
+
+
+def _transient(row: dict) -> bool:
+    try:
+        return Verdict(row.get("verdict")).transient
+    except ValueError:
+        return False
+
+
+def settled(rows: list[dict]) -> list[dict]:
+    """One row per key: the last settled (non-transient) row when there is one, else the last row. A point that
+    crashed once and ran `ok` when re-run is `ok`; the crash stays in the file."""
+    best: dict[str, dict] = {}
+    for r in rows:
+        k = row_key(r)
+        if k not in best or not _transient(r) or _transient(best[k]):
+            best[k] = r
+    return list(best.values())

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tileprobe.errors import UnsupportedConfig, UsageError
-from tileprobe.families import EPILOGUES, FAMILIES, SCHEDULE_SHORT, Config, parse_tile
-from tileprobe.results import JSONL_NAME, TOOLCHAIN_COLUMNS, load_rows
+from tileprobe.families import EPILOGUES, FAMILIES, SCHEDULE_SHORT, Config, parse_cluster, parse_tile
+from tileprobe.results import JSONL_NAME, TOOLCHAIN_COLUMNS, load_rows, settled
 from tileprobe.targets import PROFILES, Target
 
 RUN_JSON = "run.json"
@@ -25,8 +25,9 @@ _KEY_RE = re.compile(r"^(?P<family>.+?)_(?P<tile>\d+x\d+x\d+)_(?P<schedule>[a-z]
 @dataclass
 class ResultSet:
     folder: Path
-    rows: list[dict]
+    rows: list[dict]  # one row per key (results.settled): a re-run that settled a crashed point replaces it
     meta: dict = field(default_factory=dict)  # run.json ({} when missing)
+    all_rows: list[dict] = field(default_factory=list)  # every line of the file, in order
 
     @property
     def static(self) -> list[dict]:
@@ -86,7 +87,8 @@ def load(folder: Path | str) -> ResultSet:
         raise UsageError(f"{folder} is not a results folder (no such directory)")
     if not (folder / JSONL_NAME).is_file():
         raise UsageError(f"{folder} is not a results folder (no {JSONL_NAME})")
-    rows = load_rows(folder)
+    all_rows = load_rows(folder)
+    rows = settled(all_rows)
     meta: dict = {}
     path = folder / RUN_JSON
     if path.is_file():
@@ -94,11 +96,12 @@ def load(folder: Path | str) -> ResultSet:
             meta = json.loads(path.read_text())
         except (json.JSONDecodeError, OSError):
             meta = {}
-    return ResultSet(folder, rows, meta if isinstance(meta, dict) else {})
+    return ResultSet(folder, rows, meta if isinstance(meta, dict) else {}, all_rows)
 
 
-def parse_config_key(key: str) -> dict:
-    """The fields of a config key such as sm120_nvfp4_128x128x128_coop_sauto_noc_noswap_sm_120a."""
+def legacy_config_key(key: str) -> dict:
+    """Older files (before rows carried `stages_configured`) hold the configured stage count only in the config
+    key, e.g. sm120_nvfp4_128x128x128_coop_sauto_noc_noswap_sm_120a. Used only to load such files."""
     m = _KEY_RE.match(key or "")
     if not m:
         raise UsageError(f"not a tileprobe config key: {key!r}")
@@ -113,15 +116,17 @@ def parse_config_key(key: str) -> dict:
             "swap_ab": m.group("swap") == "swap", "arch": m.group("arch")}
 
 
-def make_config(family: str, tile: str, schedule: str, stages, epilogue: str, swap_ab: bool, arch: str) -> Config:
+def make_config(family: str, tile: str, schedule: str, stages, epilogue: str, swap_ab: bool, arch: str,
+                cluster: str | tuple = (1, 1, 1), extra: dict | None = None, cutlass_version: str | None = None) -> Config:
     """A families.Config from its identity fields; `stages` is as configured: 'auto' (or 0) or a count."""
     if family not in FAMILIES:
         raise UsageError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
     fam = FAMILIES[family]
+    schedule = str(schedule).split("->")[0]  # rows show 'auto->cooperative' where the builder resolves auto
     if schedule not in SCHEDULE_SHORT:
         raise UsageError(f"unknown schedule {schedule!r}; known: {', '.join(SCHEDULE_SHORT)}")
-    if epilogue not in EPILOGUES:
-        raise UsageError(f"unknown epilogue {epilogue!r}; known: {', '.join(EPILOGUES)}")
+    if epilogue not in fam.epilogues:
+        raise UsageError(f"unknown epilogue {epilogue!r}; known: {', '.join(fam.epilogues)}")
     if arch not in fam.archs:
         raise UsageError(f"{family} builds for {', '.join(fam.archs)}, not {arch}")
     if stages in ("auto", 0, "0", None):
@@ -134,18 +139,25 @@ def make_config(family: str, tile: str, schedule: str, stages, epilogue: str, sw
         if not 1 <= n <= 32:
             raise UsageError(f"stage count {n} out of range: 'auto' or 1..32")
     t = parse_tile(str(tile), fam.ab_bits)
+    cl = parse_cluster(cluster) if isinstance(cluster, str) else tuple(cluster)
+    ex = tuple((k, str((extra or {})[k])) for k in fam.extra_fields if (extra or {}).get(k) is not None)
     reason = None
     try:
-        fam.check(t, schedule, (1, 1, 1))
+        fam.check(t, schedule, cl, cutlass_version)
     except UnsupportedConfig as exc:
         reason = str(exc)
-    return Config(family, t, schedule, n, epilogue, bool(swap_ab), arch, reason)
+    return Config(family, t, schedule, n, epilogue, bool(swap_ab), arch, cl, ex, reason)  # type: ignore[arg-type]
 
 
 def config_from_row(row: dict) -> Config:
-    """The configured config behind a row. The `config` key holds the configured stage count ('auto' or N); the
-    row's `stages` column is the count CUTLASS resolved, so it is not used here."""
-    return make_config(**parse_config_key(row.get("config") or ""))
+    """The configured config behind a row, from its explicit fields. The row's `stages` column is the count CUTLASS
+    resolved; the configured one is `stages_configured` (older files: read from the config key)."""
+    stages = row.get("stages_configured")
+    if stages in (None, ""):
+        stages = legacy_config_key(row.get("config") or "")["stages"]
+    return make_config(row.get("family") or "", row.get("tile") or "", row.get("schedule") or "", stages,
+                       row.get("epilogue") or "", bool(row.get("swap_ab")), row.get("arch") or "",
+                       row.get("cluster") or (1, 1, 1), row, row.get("cutlass_version"))
 
 
 def config_from_entry(entry: dict) -> Config:
@@ -154,7 +166,7 @@ def config_from_entry(entry: dict) -> Config:
     if missing:
         raise UsageError(f"known-good entry {entry.get('config') or entry.get('tile')!r} lacks {', '.join(missing)}")
     return make_config(entry["family"], entry["tile"], entry["schedule"], entry["stages"], entry["epilogue"],
-                       entry["swap_ab"], entry["arch"])
+                       entry["swap_ab"], entry["arch"], entry.get("cluster") or (1, 1, 1), entry)
 
 
 def target_from_dict(d: dict) -> Target:
@@ -175,10 +187,12 @@ def label(row: dict) -> str:
 
 def stages_text(row: dict) -> str:
     """'auto→4' for a carveout-resolved count, '4' for an explicit one."""
-    try:
-        st = parse_config_key(row.get("config") or "")["stages"]
-    except UsageError:
-        st = None
+    st = row.get("stages_configured")
+    if st in (None, ""):
+        try:
+            st = legacy_config_key(row.get("config") or "")["stages"]
+        except UsageError:
+            st = None
     resolved = row.get("stages")
     if st == "auto":
         return f"auto→{resolved}" if resolved not in (None, "", "auto") else "auto"
@@ -207,7 +221,8 @@ def evidence_statement(rs: ResultSet) -> str:
     arches = sorted({r["arch"] for r in rs.rows if r.get("arch")}) or ["?"]
     runtime = rs.runtime
     ok = [r for r in runtime if r.get("verdict") == "ok"]
-    launched = [r for r in runtime if r.get("evidence") in ("launched", "launch-attempted", "verified-correct")]
+    launched = [r for r in runtime if r.get("evidence") in ("launched", "verified", "launch-attempted",
+                                                            "verified-correct")]
     compiled = f"compiled for {', '.join(arches)}, sizes read"
     if ok:
         devices = sorted({r.get("device_name") or r.get("target") for r in ok})

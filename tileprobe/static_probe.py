@@ -4,62 +4,18 @@ from __future__ import annotations
 
 import json
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 
 from tileprobe.build import BuildRequest, BuildResult, build_many, first_error, smem_static_assert, too_few_stages
 from tileprobe.errors import OutOfResources
 from tileprobe.families import Config
+from tileprobe.rows import Outcome, StaticInfo
 from tileprobe.targets import Target
 from tileprobe.toolchain import CutlassTree, Nvcc
 from tileprobe.verdict import Verdict
 
-RESERVED_SMEM_PER_BLOCK = 1024  # the driver's per-block reservation (opt-in = per-SM - 1 KiB)
-
-
-@dataclass
-class StaticInfo:
-    stages: int | None = None
-    smem_bytes: int | None = None
-    smem_mainloop_bytes: int | None = None
-    smem_epilogue_bytes: int | None = None
-    cutlass_cap_bytes: int | None = None
-    threads_per_cta: int | None = None
-    min_blocks: int | None = None
-    regs_per_thread: int | None = None
-    spill_bytes: int | None = None
-    compile_seconds: float | None = None
-
-
-@dataclass
-class StaticOutcome:
-    config: Config
-    verdict: Verdict
-    reason: str
-    info: StaticInfo = field(default_factory=StaticInfo)
-    log: str = ""
-
-
-def occupancy(info: StaticInfo, target: Target) -> dict:
-    """CTAs per SM limited by shared memory, by registers and by threads; warps per SM."""
-    out = {"ctas_per_sm_smem": None, "ctas_per_sm_regs": None, "ctas_per_sm": None, "warps_per_sm": None}
-    if info.smem_bytes is None or info.threads_per_cta is None:
-        return out
-    if info.smem_bytes > target.smem_optin:
-        out.update(ctas_per_sm_smem=0, ctas_per_sm=0, warps_per_sm=0)
-        return out
-    by_smem = target.smem_per_sm // (info.smem_bytes + RESERVED_SMEM_PER_BLOCK)
-    by_threads = target.max_threads_per_sm // info.threads_per_cta
-    limits = [by_smem, by_threads]
-    warps = info.threads_per_cta // 32
-    if info.regs_per_thread:
-        regs_per_warp = -(-info.regs_per_thread * 32 // 256) * 256  # allocated per warp in units of 256
-        by_regs = target.regs_per_sm // (regs_per_warp * warps)
-        out["ctas_per_sm_regs"] = by_regs
-        limits.append(by_regs)
-    ctas = min(limits)
-    out.update(ctas_per_sm_smem=by_smem, ctas_per_sm=ctas, warps_per_sm=ctas * warps)
-    return out
+StaticOutcome = Outcome  # the static probe's outcomes are rows.Outcome records
 
 
 def judge(config: Config, info: StaticInfo, target: Target) -> StaticOutcome:
@@ -69,8 +25,9 @@ def judge(config: Config, info: StaticInfo, target: Target) -> StaticOutcome:
     if headroom < 0:
         err = OutOfResources("SharedStorage", info.smem_bytes, target.smem_optin)
         return StaticOutcome(config, Verdict.SMEM_OVER_LIMIT, f"{err} ({info.stages} stages)", info)
+    how = "compiled" if info.compiled else "sized"
     return StaticOutcome(config, Verdict.FITS,
-                         f"static: SharedStorage {info.smem_bytes} B <= opt-in {target.smem_optin} B, "
+                         f"{how}: SharedStorage {info.smem_bytes} B <= opt-in {target.smem_optin} B, "
                          f"headroom {headroom} B ({info.stages} stages); not launched", info)
 
 
@@ -93,7 +50,7 @@ def _info_from(desc: dict, build: BuildResult) -> StaticInfo:
         smem_epilogue_bytes=desc["smem_epilogue_bytes"], cutlass_cap_bytes=desc["cutlass_cap_bytes"],
         threads_per_cta=desc["max_threads"], min_blocks=desc["min_blocks"], regs_per_thread=ptxas.get("regs"),
         spill_bytes=(ptxas["spill_stores"] + ptxas["spill_loads"]) if ptxas else None,
-        compile_seconds=round(build.seconds, 1))
+        compile_seconds=round(build.seconds, 1), compiled=build.request.with_device)
 
 
 def _failed(config: Config, build: BuildResult) -> StaticOutcome:
@@ -108,7 +65,7 @@ def _failed(config: Config, build: BuildResult) -> StaticOutcome:
 
 
 def probe_static(configs: list[Config], target: Target, cutlass: CutlassTree, nvcc: Nvcc, cache: Path, jobs: int,
-                 timeout_s: float, regs: bool = False) -> list[StaticOutcome]:
+                 timeout_s: float, regs: bool = False, rebuild: bool = False) -> list[StaticOutcome]:
     """Outcome for every config, in input order. Unsupported configs are not compiled.
 
     Without `regs`, configs are batched into `jobs` translation units (sizes need no device code); a batch that
@@ -127,7 +84,7 @@ def probe_static(configs: list[Config], target: Target, cutlass: CutlassTree, nv
     else:
         batches = _split([c for c in todo], max(1, jobs))
         results = build_many([BuildRequest("describe", tuple(b), with_device=False) for b in batches],
-                             cutlass, nvcc, cache, jobs, timeout_s, "static (batched)")
+                             cutlass, nvcc, cache, jobs, timeout_s, "sizing (batched)", rebuild)
         singles = []
         for batch, res in zip(batches, results):
             if not res.ok:
@@ -141,7 +98,7 @@ def probe_static(configs: list[Config], target: Target, cutlass: CutlassTree, nv
             for i, c in enumerate(batch):
                 outcomes[c.key] = judge(c, _info_from(desc[i], res), target)
     results = build_many([BuildRequest("describe", (c,), with_device=regs) for c in singles], cutlass, nvcc,
-                         cache, jobs, timeout_s, "static (per config)")
+                         cache, jobs, timeout_s, "compiling" if regs else "sizing (per config)", rebuild)
     retry: list[Config] = []
     for c, res in zip(singles, results):
         if not res.ok:
@@ -164,8 +121,6 @@ def _two_stage_numbers(configs: list[Config], target: Target, cutlass: CutlassTr
                        jobs: int, timeout_s: float) -> list[StaticOutcome]:
     """For auto-carveout configs that died on CUTLASS's 'Stages set to value 2 or more' static_assert: build the
     same tile with exactly 2 stages to put bytes on why (the smallest pipeline, and how far over the limit it is)."""
-    from dataclasses import replace  # noqa: PLC0415
-
     twos = [replace(c, stages=2) for c in configs]
     out = []
     for c, two in zip(configs, probe_static(twos, target, cutlass, nvcc, cache, jobs, timeout_s) if twos else []):

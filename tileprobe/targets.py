@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from dataclasses import asdict, dataclass, replace
 
 from tileprobe.errors import UsageError
+
+try:  # cuda-python; loading the module touches no device (that happens only when a command queries one)
+    from cuda.bindings import runtime as _cudart_module
+except ImportError as _exc:  # missing or broken: every device query says so
+    _cudart_module = None
+    _CUDART_ERROR = str(_exc)
 
 
 @dataclass(frozen=True)
@@ -84,11 +92,9 @@ class NoDevice(Exception):
 
 
 def _cudart():
-    try:
-        from cuda.bindings import runtime as cudart  # noqa: PLC0415 - imported only when a device is asked for
-    except ImportError as exc:  # cuda-python missing or broken
-        raise NoDevice(f"cuda-python unavailable: {exc}") from exc
-    return cudart
+    if _cudart_module is None:
+        raise NoDevice(f"cuda-python unavailable: {_CUDART_ERROR}")
+    return _cudart_module
 
 
 def _check(result):
@@ -137,9 +143,6 @@ def query_devices() -> list[Target]:
 
 def _driver_version(cuda_api: str) -> str:
     """The kernel-mode driver release (e.g. 580.159.04) from nvidia-smi when it is there, with its CUDA API level."""
-    import shutil  # noqa: PLC0415
-    import subprocess  # noqa: PLC0415
-
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
@@ -156,7 +159,9 @@ def resolve_target(name: str | None, gpus: list[int] | None = None) -> tuple[Tar
     """The target to judge against, and the devices to run on (empty when static only).
 
     A real device wins when present unless --target names a profile; then the devices are still returned when
-    their compute capability matches the profile, so a runtime probe can confirm it.
+    their compute capability matches the profile, so a runtime probe can confirm it. Devices always carry their
+    own name ('h200', or 'gpu-sm120' when no profile matches the device's name): an RTX 5090 probed with
+    --target rtx-pro-6000 files its runtime rows under rtx-5090, never under the profile it was compared with.
     """
     try:
         devices = query_devices()
@@ -168,12 +173,12 @@ def resolve_target(name: str | None, gpus: list[int] | None = None) -> tuple[Tar
         if missing:
             raise UsageError(f"--gpus names {missing}, but visible GPUs are {sorted(by_index) or 'none'}")
         devices = [by_index[g] for g in gpus]  # an index may repeat: several workers share that GPU
+    devices = [replace(d, name=_profile_name_for(d)) for d in devices]
     if name:
         target = profile(name)
         return target, [d for d in devices if d.cc == target.cc]
     if devices:
-        first = devices[0]
-        return replace(first, name=_profile_name_for(first)), devices
+        return devices[0], devices
     return profile(DEFAULT_OFFLINE_TARGET), []
 
 

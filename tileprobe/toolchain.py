@@ -35,6 +35,7 @@ class Nvcc:
     path: Path
     version: tuple[int, int]
     version_text: str  # e.g. "13.0.88"
+    host_compiler: str = ""  # first line of the host compiler's --version (nvcc's default: the c++ on PATH)
 
     def check_arch(self, arch: str) -> None:
         need = MIN_CUDA_FOR_ARCH.get(arch)
@@ -137,4 +138,18 @@ def _nvcc_version(path: Path) -> Nvcc:
     m = re.search(r"release (\d+)\.(\d+), V([\d.]+)", out)
     if not m:
         raise ToolchainError(f"cannot read the version of {path}")
-    return Nvcc(path.resolve(), (int(m.group(1)), int(m.group(2))), m.group(3))
+    return Nvcc(path.resolve(), (int(m.group(1)), int(m.group(2))), m.group(3), _host_compiler())
+
+
+def _host_compiler() -> str:
+    """The host compiler nvcc calls by default (gcc, else c++ on PATH), as its --version's first line."""
+    for name in ("gcc", "c++"):
+        exe = shutil.which(name)
+        if not exe:
+            continue
+        try:
+            out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        return (out.strip().splitlines() or [name])[0]
+    return "unknown"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import dataclass
 
@@ -56,9 +57,15 @@ class Point:
         n, k = self.problems[0][1], self.problems[0][2]
         return f"E={len(ms)} M={min(ms)}..{max(ms)} N={n} K={k}"
 
+    @property
+    def problems_hash(self) -> str:
+        """Identity of the exact problem list (every expert's M, N, K in order)."""
+        text = ";".join(f"{m},{n},{k}" for m, n, k in self.problems)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
     def columns(self) -> dict:
         return {"workload": self.workload, "gemm": self.gemm, "batch": self.batch, "routing": self.routing,
-                "experts_active": self.experts_active, "problem": self.label()}
+                "experts_active": self.experts_active, "problem": self.label(), "problems_hash": self.problems_hash}
 
     def kernel_problems(self, swap_ab: bool) -> list[tuple[int, int, int]]:
         """Problems as the kernel sees them: tokens in M, or with swap-AB weights in M and tokens in N."""

@@ -1,0 +1,146 @@
+"""What every family shares: tiles and their spellings, the Family record, and the structured Config.
+
+A config is data: explicit fields (family, tile, schedule, stages, epilogue, swap, arch, cluster and whatever a
+family adds in `extra`). Its readable name is derived from those fields and never parsed back; rows and known-good
+files store the fields themselves.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tileprobe.errors import UnsupportedConfig, UsageError
+
+SCHEDULE_IDS = {"auto": 0, "cooperative": 1, "pingpong": 2}
+SCHEDULE_SHORT = {"auto": "auto", "cooperative": "coop", "pingpong": "pp"}
+EPILOGUES = {"no-c": 0, "with-c": 1}  # bf16 D only / bf16 D = alpha*acc + beta*C with a bf16 C source
+
+
+@dataclass(frozen=True)
+class Tile:
+    m: int
+    n: int
+    k: int  # in elements
+
+    def __str__(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}"
+
+    def bytes_k(self, bits: int) -> str:
+        """TensorRT-LLM / FlashInfer spelling, K in bytes: 128x256x128 FP4 -> 128x256x64B."""
+        return f"{self.m}x{self.n}x{self.k * bits // 8}B"
+
+
+_TILE_RE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*[xX]\s*(\d+)\s*([bB]?)\s*$")
+
+
+def parse_tile(text: str, bits: int) -> Tile:
+    """'128x256x128' (elements) or '128x256x64B' (K in bytes, converted with the family's operand width)."""
+    m = _TILE_RE.match(str(text))
+    if not m:
+        raise UsageError(f"malformed tile {text!r}: expected MxNxK in elements (128x256x128) or K in bytes (128x256x64B)")
+    tm, tn, tk = (int(g) for g in m.groups()[:3])
+    if m.group(4):
+        if (tk * 8) % bits:
+            raise UsageError(f"tile {text!r}: {tk} bytes of K is not a whole number of {bits}-bit elements")
+        tk = tk * 8 // bits
+    if min(tm, tn, tk) <= 0:
+        raise UsageError(f"malformed tile {text!r}: extents must be positive")
+    return Tile(tm, tn, tk)
+
+
+def version_tuple(version: str | None) -> tuple[int, ...]:
+    """'4.5.0' -> (4, 5, 0); unknown -> ()."""
+    nums = re.findall(r"\d+", version or "")
+    return tuple(int(x) for x in nums[:3])
+
+
+@dataclass(frozen=True)
+class Config:
+    family: str
+    tile: Tile
+    schedule: str
+    stages: int  # 0 = auto carveout
+    epilogue: str
+    swap_ab: bool
+    arch: str
+    cluster: tuple[int, int, int] = (1, 1, 1)
+    extra: tuple[tuple[str, str], ...] = ()  # family-specific fields, e.g. (("dtypes", "nvfp4xnvfp4"),)
+    unsupported_reason: str | None = field(default=None, compare=False)
+
+    @property
+    def stages_label(self) -> str:
+        return "auto" if self.stages == 0 else str(self.stages)
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        return dict(self.extra).get(name, default)
+
+    @property
+    def name(self) -> str:
+        """Procedural kernel name, CUTLASS-library style: every parameter, readable (derived, never parsed)."""
+        fam = self.family.replace("-", "_")
+        extra = "".join(f"_{v}" for _, v in self.extra)
+        cluster = "" if self.cluster == (1, 1, 1) else "_c" + "x".join(map(str, self.cluster))
+        return (f"{fam}{extra}_{self.tile}_{SCHEDULE_SHORT.get(self.schedule, self.schedule)}_s{self.stages_label}_"
+                f"{self.epilogue.replace('-', '')}_{'swap' if self.swap_ab else 'noswap'}{cluster}_{self.arch}")
+
+    @property
+    def key(self) -> str:
+        """Identity of a config inside a results file (resume, merge, diff)."""
+        return self.name
+
+    def fields(self) -> dict:
+        """The config as explicit row/known-good fields (`stages_configured` is 'auto' or the count asked for)."""
+        return {"family": self.family, "tile": str(self.tile), "schedule": self.schedule,
+                "stages_configured": self.stages_label, "epilogue": self.epilogue, "swap_ab": self.swap_ab,
+                "arch": self.arch, "cluster": "x".join(map(str, self.cluster)), **dict(self.extra)}
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    kernel_template: str  # C++ template in the family's header
+    header: str  # cutlass_harness/families/<header>
+    archs: tuple[str, ...]  # arch-specific targets it builds for
+    ab_bits: int  # operand width, for K-byte notation and byte counts
+    sf_vector: int  # scale-factor vector length along K (0: no block scales)
+    schedules: tuple[str, ...]  # schedules it accepts
+    default_schedules: tuple[str, ...]
+    default_tiles: tuple[str, ...]
+    mma_k: int  # K granularity of the MMA instruction, in elements
+    atol: float  # element-wise tolerance: |out - ref| <= atol + rtol * |ref|
+    rtol: float
+    description: str
+    rules: Callable[[Tile, str, str | None], None]  # raises UnsupportedConfig (tile, schedule, cutlass version)
+    resolves: dict[str, str] = field(default_factory=dict)  # schedule aliases the builder resolves, e.g. auto->coop
+    extra_fields: tuple[str, ...] = ()
+    epilogues: tuple[str, ...] = tuple(EPILOGUES)
+    render: Callable[[Config], list[int]] | None = None  # template arguments, when not the default seven
+    include_dirs: Callable[[], list[str]] | None = None  # extra -I folders the header needs
+
+    def check(self, tile: Tile, schedule: str, cluster: tuple[int, int, int], cutlass_version: str | None = None) -> None:
+        """Raise UnsupportedConfig with the reason when CUTLASS cannot build this for the family."""
+        if schedule not in self.schedules:
+            raise UnsupportedConfig(f"{self.name} takes schedules {', '.join(self.schedules)}; not {schedule}")
+        if cluster != (1, 1, 1):
+            why = "SM120/121 support cluster 1x1x1 only" if "sm_120a" in self.archs else (
+                "tileprobe's sm90 harness builds cluster 1x1x1 only")
+            raise UnsupportedConfig(f"cluster {'x'.join(map(str, cluster))}: {why}")
+        if tile.k % self.mma_k:
+            raise UnsupportedConfig(f"K={tile.k} is not a multiple of the MMA K ({self.mma_k} elements)")
+        self.rules(tile, schedule, cutlass_version)
+
+    def schedule_label(self, schedule: str) -> str:
+        """'auto->cooperative' where the builder resolves auto to a named schedule."""
+        return f"{schedule}->{self.resolves[schedule]}" if schedule in self.resolves else schedule
+
+    def template_args(self, cfg: Config) -> list[int]:
+        """The numbers the C++ template takes, in its order (see the family's header)."""
+        if self.render is not None:
+            return self.render(cfg)
+        t = cfg.tile
+        return [t.m, t.n, t.k, SCHEDULE_IDS[cfg.schedule], cfg.stages, EPILOGUES[cfg.epilogue], int(cfg.swap_ab)]
+
+    def cfg_macro(self, cfg: Config, index: int) -> str:
+        return f"TP_CFG({index}, {', '.join(str(a) for a in self.template_args(cfg))})"

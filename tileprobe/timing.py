@@ -1,0 +1,96 @@
+"""Timing policy: how many input sets rotate (sized from the device's L2), how a harness times, and what the
+timings become (medians, spreads, launch gaps, bandwidth against the device's own references).
+
+Method: each of 7 repeats times enough launches to fill about 10 ms (3 to 400, after 5 warm-up launches), once as
+plain back-to-back launches and once replayed from a CUDA graph of the same launches. `us_median` is the plain
+launches' median (what an engine that launches kernels one by one sees); `us_graph_median` is the graph's, which
+removes the CPU launch gaps; `launch_gap_us` is the difference. For kernels of a few µs the graph figure is the
+kernel's own time; reports show both.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from tileprobe.families import Config, family
+from tileprobe.targets import Target
+from tileprobe.workloads import Point
+
+L2_SPAN = 4  # rotated inputs span at least 4x the L2, so no timed launch finds its data in cache
+
+
+def set_bytes(point: Point, config: Config) -> float:
+    fam = family(config.family)
+    return point.bytes_moved(fam.ab_bits, fam.sf_vector, config.epilogue == "with-c")
+
+
+def rotation_sets(point: Point, config: Config, device: Target) -> int:
+    """Input sets to rotate through: enough that they span L2_SPAN x the device's L2 (no cap)."""
+    return max(1, math.ceil(L2_SPAN * device.l2_bytes / max(set_bytes(point, config), 1)))
+
+
+def harness_options(config: Config, seed: int) -> list[str]:
+    fam = family(config.family)
+    return ["--seed", str(seed), "--atol", repr(fam.atol), "--rtol", repr(fam.rtol), "--warmup", "5",
+            "--iters", "400", "--target-ms", "10", "--repeats", "7"]
+
+
+def harness_command(binary: Path, problems_file: Path, config: Config, seed: int) -> list[str]:
+    return [str(binary), "--problems", str(problems_file), *harness_options(config, seed)]
+
+
+def _stats(values) -> tuple[float | None, float | None]:
+    us = [float(x) for x in values or [] if isinstance(x, (int, float)) and x > 0]
+    if not us:
+        return None, None
+    return statistics.median(us), max(us) - min(us)
+
+
+def timing_columns(data: dict, point: Point, config: Config, device: Target, refs: dict) -> dict:
+    """Timing columns of one answer; `refs` holds the device's measured copy_gbps / read_gbps (may be empty)."""
+    med, spread = _stats(data.get("us"))
+    gmed, gspread = _stats(data.get("us_graph"))
+    out = {"l2_bytes": data.get("l2_bytes"), "rotation_bytes": data.get("rotation_bytes")}
+    if med is None:
+        return out
+    gbps = set_bytes(point, config) / (med * 1e-6) / 1e9
+    copy, read = refs.get("copy_gbps"), refs.get("read_gbps")
+    out.update({
+        "us_median": round(med, 3), "us_spread": round(spread, 3),
+        "us_graph_median": round(gmed, 3) if gmed is not None else None,
+        "us_graph_spread": round(gspread, 3) if gspread is not None else None,
+        "launch_gap_us": round(med - gmed, 3) if gmed is not None else None,
+        "tflops": round(point.flops() / (med * 1e-6) / 1e12, 2), "gbps": round(gbps, 1),
+        "pct_peak_bw": round(100 * gbps / device.peak_gbps, 1) if device.peak_gbps else None,
+        "pct_copy_bw": round(100 * gbps / copy, 1) if copy else None,
+        "pct_read_bw": round(100 * gbps / read, 1) if read else None,
+    })
+    return out
+
+
+_COPY_SNIPPET = """
+import torch, sys
+x = torch.empty(2 * 1024**3, dtype=torch.uint8, device='cuda'); y = torch.empty_like(x)
+for _ in range(3): y.copy_(x)
+s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+torch.cuda.synchronize(); s.record()
+for _ in range(20): y.copy_(x)
+e.record(); torch.cuda.synchronize()
+print(2 * x.numel() * 20 / (s.elapsed_time(e) * 1e-3) / 1e9)
+"""
+
+
+def measure_refs(gpu_index: int) -> dict:
+    """Reference bandwidths of one device (bytes read + written by a D2D copy), measured in a child process."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu_index))
+    try:
+        p = subprocess.run([sys.executable, "-c", _COPY_SNIPPET], capture_output=True, text=True, timeout=120,
+                           env=env)
+        return {"copy_gbps": round(float(p.stdout.strip().splitlines()[-1]), 1)}
+    except (subprocess.TimeoutExpired, ValueError, IndexError, OSError):
+        return {}
