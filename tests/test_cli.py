@@ -23,6 +23,14 @@ def tileprobe(*args, env=None):
     (["sweep", "--static-only", "--target", "rtx-pro-6000", "--stages", "two"], "not a whole number"),
     (["sweep", "--static-only", "--target", "rtx-pro-6000", "--shard", "3/2"], "--shard"),
     (["explain", "12x12"], "malformed tile"),
+    # workload options are validated before any work, GPU or not (they used to be ignored without a GPU)
+    (["sweep", "--batch", "0"], "batch size 0"),
+    (["sweep", "--shape", "1:2:3"], "expected E:M:N:K"),
+    (["sweep", "--routing", "zz"], "unknown routing"),
+    (["sweep", "--tp", "0"], "--tp and --ep"),
+    (["sweep", "--workload", "nope"], "unknown workload"),
+    (["sweep", "--static-only", "--epilogue", "sideways"], "unknown epilogue"),
+    (["sweep", "--jobs", "0"], "--jobs"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, needle, tmp_path):
     p = tileprobe(*args, "--out", str(tmp_path / "o")) if args[0] == "sweep" else tileprobe(*args)
@@ -54,3 +62,15 @@ def test_devices_without_gpu_lists_profiles():
     for name in ("rtx-pro-6000", "rtx-5090", "dgx-spark-gb10", "b200", "h100", "h200"):
         assert name in p.stdout
     assert "101376" in p.stdout and "232448" in p.stdout
+
+
+def test_a_family_whose_binaries_cannot_run_on_the_target_is_unsupported(tmp_path):
+    """sm90-fp8 against an SM120 target: an sm_90a binary cannot run on sm_120 at all; nothing is compiled."""
+    p = tileprobe("sweep", "--static-only", "--family", "sm90-fp8", "--target", "rtx-pro-6000", "--tiles",
+                  "128x128x128", "--out", str(tmp_path / "o"), "--json", "--cache-dir", str(tmp_path / "c"))
+    assert p.returncode == 0, p.stderr
+    import json
+    rows = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+    assert rows and all(r["verdict"] == "unsupported" for r in rows)
+    assert all("cannot run on rtx-pro-6000" in r["reason"] and r["evidence"] == "none" for r in rows)
+    assert not any((tmp_path / "c").glob("describe-*"))

@@ -65,3 +65,23 @@ def test_static_only_results_are_refused_in_one_line(tmp_path, rng):
     folder = write_set(tmp_path / "r", static + add_runtime(rng, static, batches=(1, 8), fail_rate=0), meta_for())
     p = tileprobe("recommend", str(folder), "--routing", "skewed")
     assert p.returncode == 2 and "--routing 'skewed'" in p.stderr
+
+
+def test_ties_are_broken_by_the_stated_rule_whatever_the_measured_order(rng):
+    """Two tiles whose medians lie within each other's spread are a tie: the smaller SharedStorage wins in every
+    sweep, whichever was measured faster this time."""
+    from tileprobe.resultset import rank
+
+    base = rng.uniform(50, 500)
+    small = {"config": "b_small", "us_median": base, "us_spread": base * 0.02, "smem_bytes": 60000}
+    big = {"config": "a_big", "us_median": base, "us_spread": base * 0.02, "smem_bytes": 90000}
+    slow = {"config": "c_slow", "us_median": base * 1.5, "us_spread": base * 0.01, "smem_bytes": 1000}
+    for _ in range(10):
+        jitter = rng.uniform(-0.01, 0.01) * base
+        runs = [dict(small, us_median=base + jitter), dict(big, us_median=base - jitter), slow]
+        rng.shuffle(runs)
+        ranked = rank(runs)
+        assert [r["config"] for r in ranked] == ["b_small", "a_big", "c_slow"]
+        assert ranked[0]["tie_with"] == ["a_big"]
+    apart = rank([dict(small, us_median=base * 1.2), big, slow])
+    assert [r["config"] for r in apart][:2] == ["a_big", "b_small"] and "tie_with" not in apart[0]

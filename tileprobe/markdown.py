@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from tileprobe import plots
-from tileprobe.resultset import ResultSet, best_by_point, evidence_statement, label, load, stages_text
+from tileprobe.resultset import TIE_RULE, ResultSet, best_by_point, evidence_statement, label, load, stages_text
 
 REPORT_NAME = "report.md"
 CHART_GLOBS = ("smem__*.png", "throughput__*.png")
@@ -144,10 +144,11 @@ def throughput_section(rs: ResultSet) -> list[str]:
         return []
     ranked = best_by_point(runtime)
     lines = ["## Throughput", "",
-             "Timed rows only; `best` = lowest median µs among rows whose verdict is `ok` (launched and verified "
-             "correct against the reference), per batch size and epilogue (a C source is extra work). GB/s counts "
-             "the fewest bytes; % peak is against the target's datasheet bandwidth, % copy against a measured "
-             "device-to-device copy.", ""]
+             "Timed rows only; `best` = lowest median µs among rows whose verdict is `ok` (launched and every "
+             "output element verified against the reference), per batch size and epilogue (a C source is extra "
+             f"work). Ties: {TIE_RULE}. µs is plain back-to-back launches; µs (graph) the same launches replayed "
+             "from a CUDA graph (no CPU launch gaps). GB/s counts the fewest bytes; % peak is against the target's "
+             "datasheet bandwidth, % copy against a measured device-to-device copy (read + write).", ""]
     groups: dict[tuple, list[dict]] = {}
     for r in runtime:
         groups.setdefault((r.get("target"), r.get("workload"), r.get("gemm"), r.get("routing")), []).append(r)
@@ -164,6 +165,9 @@ def throughput_section(rs: ResultSet) -> list[str]:
                 for tag, r in (("best", rk[0] if rk else None), ("runner-up", rk[1] if len(rk) > 1 else None)):
                     rec[tag] = label(r) if r else "– (no verified-correct tile)" if tag == "best" else "–"
                     rec[f"{tag} µs"] = _cell(r.get("us_median") if r else None, 2)
+                rec["tie"] = ("tied with " + ", ".join(label(x) for x in rk[1:1 + len(rk[0].get("tie_with") or [])])
+                              if rk and rk[0].get("tie_with") else "")
+                rec["best µs (graph)"] = _cell(rk[0].get("us_graph_median") if rk else None, 2)
                 rec["best GB/s"] = _cell(rk[0].get("gbps") if rk else None, 0)
                 rec["best % copy"] = _cell(rk[0].get("pct_copy_bw") if rk else None, 1)
                 best_recs.append(rec)
@@ -179,6 +183,7 @@ def throughput_section(rs: ResultSet) -> list[str]:
                          "K bytes": _cell(r.get("tile_bytes_k")), "schedule": _cell(r.get("schedule")),
                          "stages": stages_text(r), "epilogue": _cell(r.get("epilogue")),
                          "swap": "on" if r.get("swap_ab") else "off", "µs": _cell(r.get("us_median"), 2),
+                         "µs (graph)": _cell(r.get("us_graph_median"), 2),
                          "± µs": _cell(r.get("us_spread"), 2), "TFLOP/s": _cell(r.get("tflops"), 2),
                          "GB/s": _cell(r.get("gbps"), 0), "% peak": _cell(r.get("pct_peak_bw"), 1),
                          "% copy": _cell(r.get("pct_copy_bw"), 1), "verdict": _cell(r.get("verdict")),

@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from tileprobe.errors import UsageError
-from tileprobe.resultset import ResultSet, best_by_point, legacy_config_key
+from tileprobe.resultset import TIE_RULE, ResultSet, best_by_point, legacy_config_key
 
 FORMAT = "tileprobe-recommend/1"
 
@@ -39,7 +39,7 @@ def tile_entry(row: dict) -> dict:
             "stages_resolved": row.get("stages"), "epilogue": row.get("epilogue"), "swap_ab": bool(row.get("swap_ab")),
             "arch": row.get("arch"), "cluster": "1x1x1", "smem_bytes": row.get("smem_bytes"),
             "us_median": row.get("us_median"), "us_spread": row.get("us_spread"), "gbps": row.get("gbps"),
-            "tflops": row.get("tflops"), "evidence": row.get("evidence")}
+            "tflops": row.get("tflops"), "evidence": row.get("evidence"), "tie_with": row.get("tie_with") or []}
 
 
 def _pick(values: list, what: str, flag: str, wanted=None):
@@ -94,7 +94,8 @@ def recommend_document(rs: ResultSet, epilogue: str | None = None, routing: str 
             "target": {k: t.get(k) for k in ("name", "device_name", "cc", "arch", "sms", "smem_optin", "driver")},
             "devices": sorted({r.get("device_name") for r in rows if r.get("device_name")}),
             "toolchain": tc, "epilogue": rec["epilogue"], "routing": rec["routing"],
-            "selection": "lowest median µs among rows whose verdict is ok (launched and verified correct)",
+            "selection": "lowest median µs among rows whose verdict is ok (launched and every element verified); "
+                         + TIE_RULE,
             "source": {"folder": str(rs.folder), "command": rs.meta.get("command"), "date": rs.meta.get("date")},
             "workloads": rec["workloads"]}
 

@@ -199,16 +199,38 @@ def stages_text(row: dict) -> str:
     return str(resolved if resolved not in (None, "") else st)
 
 
+TIE_RULE = ("two tiles tie when their medians differ by no more than the larger of their spreads (max - min over "
+            "the repeats); among tiles tied with the fastest, the one with the smaller SharedStorage wins (more "
+            "headroom), then the lower config name")
+
+
+def tied(a: dict, b: dict) -> bool:
+    """Medians within each other's spread: the measurements cannot tell the two apart."""
+    spread = max(float(a.get("us_spread") or 0), float(b.get("us_spread") or 0))
+    return abs(float(a["us_median"]) - float(b["us_median"])) <= spread
+
+
+def rank(rows: list[dict]) -> list[dict]:
+    """Fastest first, ties with the fastest broken by TIE_RULE, so two sweeps that measure the same tiles within
+    their noise give the same order at the top. Each row of the leading tie group gets `tie_with` (the others)."""
+    by_speed = sorted(rows, key=lambda r: (float(r["us_median"]), r.get("config") or ""))
+    if not by_speed:
+        return []
+    group = [r for r in by_speed if tied(by_speed[0], r)]
+    group.sort(key=lambda r: (r.get("smem_bytes") if r.get("smem_bytes") is not None else 1 << 40, r.get("config") or ""))
+    rest = [r for r in by_speed if r not in group]
+    out = [dict(r, tie_with=[x.get("config") for x in group if x is not r]) if len(group) > 1 else r for r in group]
+    return out + rest
+
+
 def best_by_point(rows: list[dict]) -> dict[tuple, list[dict]]:
-    """Per (target, workload, gemm, routing, batch, epilogue): the `ok` rows fastest first (lowest us_median)."""
+    """Per (target, workload, gemm, routing, batch, epilogue): the `ok` rows, best first (see rank and TIE_RULE)."""
     out: dict[tuple, list[dict]] = {}
     for r in rows:
         if kind_of(r) != "runtime" or r.get("verdict") != "ok" or r.get("us_median") is None:
             continue
         out.setdefault(point_key(r), []).append(r)
-    for k in out:
-        out[k].sort(key=lambda r: (float(r["us_median"]), r.get("config") or ""))
-    return out
+    return {k: rank(v) for k, v in out.items()}
 
 
 def point_key(r: dict) -> tuple:

@@ -151,6 +151,9 @@ def command_line() -> str:
 
 def run(opts: SweepOptions, console) -> list[dict]:
     """The whole sweep. Returns the rows written by this run (rows kept from --resume are not repeated)."""
+    w = opts.workload
+    points_for(w.get("presets"), w.get("shapes"), w.get("batches"), w.get("routing", "uniform"), w.get("tp", 1),
+               w.get("ep", 1), 0)  # every workload option is checked before anything else happens
     tc = make_toolchain(opts.cutlass_dir, opts.nvcc, opts.cache_dir)
     p = plan(opts, tc.cutlass.version)
     fam, target, devices, configs = p.family, p.target, p.devices, p.configs
@@ -161,7 +164,6 @@ def run(opts: SweepOptions, console) -> list[dict]:
     if seed < 0:
         seed = random.randrange(2**31)  # fresh random inputs every run, recorded for reproduction
     opts.workload["seed"] = seed
-    w = opts.workload
     points = points_for(w.get("presets"), w.get("shapes"), w.get("batches"), w.get("routing", "uniform"),
                         w.get("tp", 1), w.get("ep", 1), seed)
     with ResultsWriter(opts.out, resume=opts.resume) as writer:
