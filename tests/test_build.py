@@ -14,7 +14,7 @@ pytestmark = pytest.mark.nvcc
 TINY = """
 #include <cstdio>
 int main() {
-#define TP_CFG(idx, tm, tn, tk, sched, stages, epi, swap) std::printf("{\\"index\\": %d, \\"tm\\": %d}\\n", idx, tm);
+#define TP_CFG(idx, tm, ...) std::printf("{\\"index\\": %d, \\"tm\\": %d}\\n", idx, tm);
 #include "tp_configs.inc"
   return 0;
 }
@@ -60,6 +60,7 @@ def test_key_covers_config_sources_flags_and_cutlass(tiny_harness, tmp_path):
     assert build.cache_key(build.BuildRequest("describe", (cfg(128),), with_device=True), cut, nvcc) != k
     assert build.cache_key(base, replace(cut, tree_hash="other"), nvcc) != k
     assert build.cache_key(base, cut, replace(nvcc, version_text="12.9.1")) != k
+    assert build.cache_key(base, cut, replace(nvcc, host_compiler="gcc (GCC) 99.1")) != k
     (tiny_harness / "kernels.cuh").write_text("// changed\n")
     assert build.cache_key(base, cut, nvcc) != k
 
@@ -83,3 +84,20 @@ def test_ptxas_and_static_assert_parsers():
     hit, _, _ = build.smem_static_assert('error: static assertion failed with "SMEM usage exceeded capacity."')
     assert hit
     assert build.smem_static_assert("error: identifier undefined")[0] is False
+
+
+def test_a_build_killed_by_a_signal_or_oom_is_not_cached_and_rebuild_replaces(tiny_harness, tmp_path, rng):
+    cut, nvcc = find_cutlass(), find_nvcc()
+    req = build.BuildRequest("describe", (cfg(rng.choice([128, 256])),), with_device=False)
+    for body in ("kill -9 $$", "echo 'nvcc error   : out of memory' >&2; exit 1"):
+        fake = tmp_path / "nvcc"
+        fake.write_text(f"#!/bin/sh\n{body}\n")
+        fake.chmod(0o755)
+        res = build.build(req, cut, replace(nvcc, path=fake), tmp_path / "c", 60)
+        assert not res.ok and "not cached" in res.log
+        assert not [p for p in (tmp_path / "c").iterdir() if p.is_dir()]
+    first = build.build(req, cut, nvcc, tmp_path / "c", 300)  # the real nvcc: compiled now, not a cached failure
+    assert first.ok and not first.cached
+    assert build.build(req, cut, nvcc, tmp_path / "c", 300).cached
+    again = build.build(req, cut, nvcc, tmp_path / "c", 300, rebuild=True)
+    assert again.ok and not again.cached
