@@ -97,8 +97,11 @@ class BuildResult:
 
 def cache_key(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc) -> str:
     h = hashlib.sha256()
-    for path in sorted({req.source, HARNESS_DIR / "kernels.cuh"}):
-        h.update(path.name.encode())
+    # Every harness source (run.cu and describe.cu include headers of their own), not just the one compiled.
+    sources = {req.source} | set(HARNESS_DIR.rglob("*.cu")) | set(HARNESS_DIR.rglob("*.cuh"))
+    for path in sorted(sources):
+        h.update(path.relative_to(HARNESS_DIR).as_posix().encode() if path.is_relative_to(HARNESS_DIR) else
+                 path.name.encode())
         h.update(path.read_bytes())
     h.update(req.config_include().encode())
     h.update(json.dumps(req.flags()).encode())
