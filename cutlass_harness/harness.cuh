@@ -179,30 +179,43 @@ struct Harness {
       d_lsfb = upload(h_lsfb, "layout SFB");
     }
     constexpr int data_kind = Cfg::BlockScaled ? kRawBytes : kFp8;
+    // One allocation per set, carved into 256-byte-aligned buffers: R sets cost R cudaMallocs, not R x G x 6.
+    auto padded = [](size_t bytes) { return (bytes + 255) & ~size_t(255); };
+    size_t arena = 0;
+    for (int g = 0; g < G; ++g) {
+      const GroupBufs& b = sizes[g];
+      size_t mn = size_t(probs[g].m) * probs[g].n;
+      arena += padded(b.a_bytes) + padded(b.b_bytes) + padded(b.sfa_bytes) + padded(b.sfb_bytes) + (kHasC ? 2 : 1) * padded(mn * 2);
+    }
     sets.resize(nsets);
     for (int s = 0; s < nsets; ++s) {
       std::vector<void*> host_ptrs[6];
-      std::string of = ", set " + std::to_string(s) + " of " + std::to_string(nsets);
+      char* next = static_cast<char*>(dalloc(arena, "set " + std::to_string(s) + " of " + std::to_string(nsets)));
+      auto carve = [&](size_t bytes) {
+        void* p = next;
+        next += padded(bytes);
+        return p;
+      };
       for (int g = 0; g < G; ++g) {
         const Problem& p = probs[g];
         uint64_t seed = mix64((opt.seed + uint64_t(s)) * 0x100000001B3ull + uint64_t(g) * 16);
         GroupBufs b = sizes[g];
-        b.a = static_cast<uint8_t*>(dalloc(b.a_bytes, "A" + of));
-        b.b = static_cast<uint8_t*>(dalloc(b.b_bytes, "B" + of));
+        b.a = static_cast<uint8_t*>(carve(b.a_bytes));
+        b.b = static_cast<uint8_t*>(carve(b.b_bytes));
         fill(b.a, b.a_bytes, seed + 1, data_kind);
         fill(b.b, b.b_bytes, seed + 2, data_kind);
         if constexpr (Cfg::BlockScaled) {
-          b.sfa = static_cast<uint8_t*>(dalloc(b.sfa_bytes, "SFA" + of));
-          b.sfb = static_cast<uint8_t*>(dalloc(b.sfb_bytes, "SFB" + of));
+          b.sfa = static_cast<uint8_t*>(carve(b.sfa_bytes));
+          b.sfb = static_cast<uint8_t*>(carve(b.sfb_bytes));
           fill(b.sfa, b.sfa_bytes, seed + 3, kScaleBytes);
           fill(b.sfb, b.sfb_bytes, seed + 4, kScaleBytes);
         }
         size_t mn = size_t(p.m) * p.n;
         if (kHasC) {
-          b.c = static_cast<cutlass::bfloat16_t*>(dalloc(mn * 2, "C" + of));
+          b.c = static_cast<cutlass::bfloat16_t*>(carve(mn * 2));
           fill(b.c, mn, seed + 5, kBf16);
         }
-        b.d = static_cast<cutlass::bfloat16_t*>(dalloc(mn * 2, "D" + of));
+        b.d = static_cast<cutlass::bfloat16_t*>(carve(mn * 2));
         ck(cudaMemset(b.d, 0, mn * 2), "cudaMemset(D)");
         void* ps[6] = {b.a, b.b, b.sfa, b.sfb, b.c, b.d};
         for (int i = 0; i < 6; ++i) host_ptrs[i].push_back(ps[i]);
