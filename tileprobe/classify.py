@@ -1,8 +1,9 @@
 """What a harness answer means: the launch status and the correctness policy, as one verdict and a reason.
 
 Correctness (documented in the README): every element of every group is checked by the harness against an
-independent fp32 reference: an element is wrong when it is not finite or |out - ref| > atol + rtol * |ref|, with
-the family's atol/rtol (tileprobe/families/<family>.py). A point is `ok` only when no element is wrong; the pooled
+independent fp32 reference: an element is wrong when it is not finite or |out - ref| > atol * rms + rtol * |ref|,
+rms being the root mean square of the group's reference, with the family's atol/rtol
+(tileprobe/families/<family>.py). A point is `ok` only when no element is wrong; the pooled
 relative Frobenius error is kept as a column, never used to pass a point. A launch without a check is `unchecked`.
 """
 
@@ -38,7 +39,7 @@ def correctness(data: dict) -> ProbeResult:
     if rel is None or bad is None:
         why = "correctness not checked" if rel is None else "no element-wise check in the harness answer"
         return ProbeResult(Verdict.UNCHECKED, f"launched and ran; {why}: launched evidence only", data)
-    tol = f"|out - ref| <= {_g(data.get('atol'))} + {_g(data.get('rtol'))}*|ref|"
+    tol = f"|out - ref| <= {_g(data.get('atol'))}*rms(ref) + {_g(data.get('rtol'))}*|ref|"
     pooled = f"pooled rel. Frobenius error {_g(rel)}"
     nonfinite = int(data.get("nonfinite") or 0)
     if bad or nonfinite or not _finite(rel):

@@ -28,9 +28,10 @@ FAMILY = Family(
                    "256x128x128"),
     mma_k=32,
     # e4m3 inputs in [-2, 2] are exact in the fp32 reference; FP8 fast-accum keeps partial sums in the tensor core's
-    # reduced-precision accumulator, then bf16 rounding of D: rtol 2e-2, atol 5e-2 for sums that cancel (K up to 7168
-    # of products up to 4 in magnitude).
-    atol=5e-2,
+    # reduced-precision accumulator (pooled error ~2e-3 of the output RMS on the H200), then bf16 rounding of D
+    # (2^-9 relative). atol is in units of the group's reference RMS (the accumulation error scales with the partial
+    # sums, not with an element that happens to cancel to ~0): 3e-2 RMS + 2e-2 |ref| is ~10x the observed error.
+    atol=3e-2,
     rtol=2e-2,
     description="FP8 e4m3 x e4m3 -> bf16, Sm90 ptr-array TMA warp-specialized grouped GEMM (fast accum)",
     rules=_rules,

@@ -1,0 +1,537 @@
+// tileprobe runtime harness: the harness for one kernel config (Cfg, a type from kernels.cuh): device buffers and
+// rotation sets, CUTLASS arguments, the step-by-step launch, the element-wise check and the timing (plain launches
+// and a CUDA-graph replay). Included by run.cu after the config is defined; TP_ARCH must be defined.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kernels.cuh"
+#include "harness_io.cuh"
+#include "reference.cuh"
+#include "faults.cuh"
+
+// ---- Device memory of one point ----
+inline std::vector<void*> g_allocs;  // everything one point allocated, freed before the next point
+
+inline void* dalloc(size_t bytes, const std::string& what) {
+  void* p = nullptr;
+  ck(cudaMalloc(&p, std::max<size_t>(bytes, 16)), "cudaMalloc(" + what + ", " + std::to_string(bytes) + " bytes)");
+  g_allocs.push_back(p);
+  return p;
+}
+
+inline void free_point_allocs() {
+  for (void* p : g_allocs) cudaFree(p);
+  g_allocs.clear();
+}
+
+template <class T>
+T* upload(const std::vector<T>& v, const char* what) {
+  T* p = static_cast<T*>(dalloc(v.size() * sizeof(T), what));
+  ck(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), std::string("cudaMemcpy(") + what + ")");
+  return p;
+}
+
+// Scale-factor types exist only for block-scaled families; the placeholders keep the fp8 build from naming them.
+template <class C, bool = C::BlockScaled>
+struct SfTypes { using LA = int; using LB = int; };
+template <class C>
+struct SfTypes<C, true> { using LA = typename C::LayoutSFA; using LB = typename C::LayoutSFB; };
+
+// Everything a point measures, for its result line.
+struct Result {
+  bool checked = false;
+  double rel_err = 0, worst_value = 0, worst_ref = 0, worst_ratio = 0;
+  long long nonfinite = 0, checked_elements = 0, bad_elements = 0, bad_groups = 0;
+  long long worst_group = 0, worst_row = 0, worst_col = 0;
+  int iters = 0;  // launches per timed repeat (plain and graph)
+  std::vector<double> us, us_graph;
+  std::string graph_error;  // empty: null
+};
+
+// ---- The harness for one kernel config ----
+template <class Cfg>
+struct Harness {
+  using Gemm = typename Cfg::Gemm;
+  using GemmKernel = typename Cfg::GemmKernel;
+  using LSFA = typename SfTypes<Cfg>::LA;
+  using LSFB = typename SfTypes<Cfg>::LB;
+  using Shape3 = typename tileprobe::ProblemShape::UnderlyingProblemShape;
+  static constexpr bool kHasC = !std::is_void_v<typename Cfg::ElementC>;
+  static constexpr bool kDColMajor = std::is_same_v<typename Cfg::LayoutD, cutlass::layout::ColumnMajor>;
+  // Only the family's own arch can launch it: an nvfp4 sm_90a build exists just to serve --reference-dump.
+  static constexpr bool kLaunchable = Cfg::BlockScaled ? TP_ARCH >= 120 : TP_ARCH == 90;
+  static constexpr int kBitsA = cutlass::sizeof_bits<typename Cfg::DataA>::value;
+  static constexpr int kBitsB = cutlass::sizeof_bits<typename Cfg::DataB>::value;
+
+  struct GroupBufs {
+    uint8_t *a = nullptr, *b = nullptr, *sfa = nullptr, *sfb = nullptr;
+    cutlass::bfloat16_t *c = nullptr, *d = nullptr;
+    size_t a_bytes = 0, b_bytes = 0, sfa_bytes = 0, sfb_bytes = 0;
+  };
+  struct Set {
+    std::vector<GroupBufs> g;
+    void** ptrs[6] = {};  // device pointer arrays: A, B, SFA, SFB, C, D
+    void* workspace = nullptr;
+  };
+
+  const Options& opt;
+  const Fault& fault;
+  long long point_id;
+  int device, sm_count;
+  std::vector<Problem> probs;
+  std::vector<Shape3> h_shapes;
+  std::vector<LSFA> h_lsfa;
+  std::vector<LSFB> h_lsfb;
+  std::vector<GroupBufs> sizes;  // per-group byte counts (pointers null), from prepare()
+  size_t set_bytes = 0;          // A, B, SFA, SFB, C, D over all groups: one rotation set
+  int sets_allocated = 0;
+  Shape3* d_shapes = nullptr;
+  typename GemmKernel::InternalStrideA* d_sa = nullptr;
+  typename GemmKernel::InternalStrideB* d_sb = nullptr;
+  typename GemmKernel::InternalStrideC* d_sc = nullptr;
+  typename GemmKernel::InternalStrideD* d_sd = nullptr;
+  LSFA* d_lsfa = nullptr;
+  LSFB* d_lsfb = nullptr;
+  std::vector<Set> sets;
+  std::vector<Gemm> gemms;
+  cudaStream_t stream = nullptr;  // every GEMM launch (plain, first, captured) goes to this one stream
+  cudaEvent_t ev0 = nullptr, ev1 = nullptr;
+
+  Harness(const Options& o, const Fault& f, long long id, std::vector<Problem> p, int dev, int sms)
+      : opt(o), fault(f), point_id(id), device(dev), sm_count(sms), probs(std::move(p)) {
+    prepare();
+  }
+
+  void release() {  // errors ignored: after a sticky error these fail too, and the process is about to exit
+    if (ev0) cudaEventDestroy(ev0);
+    if (ev1) cudaEventDestroy(ev1);
+    if (stream) cudaStreamDestroy(stream);
+    ev0 = ev1 = nullptr;
+    stream = nullptr;
+    cudaGetLastError();
+  }
+
+  static void fill(void* p, size_t n, uint64_t seed, int kind) {
+    if (n == 0) return;
+    int blocks = int(std::min<size_t>((n + 255) / 256, 4096));
+    fill_kernel<<<blocks, 256>>>(p, n, seed, kind);
+    ck(cudaGetLastError(), "fill_kernel launch");
+  }
+
+  // Host only: shapes, SF layouts and the byte counts of one set (so set_bytes exists even where nothing runs).
+  void prepare() {
+    for (const Problem& p : probs) {
+      h_shapes.push_back(cute::make_shape(p.m, p.n, p.k));
+      GroupBufs b;
+      b.a_bytes = (size_t(p.m) * p.k * kBitsA + 7) / 8;
+      b.b_bytes = (size_t(p.n) * p.k * kBitsB + 7) / 8;
+      if constexpr (Cfg::BlockScaled) {
+        using SfCfg = typename Cfg::Sm1xxBlkScaledConfig;
+        h_lsfa.push_back(SfCfg::tile_atom_to_shape_SFA(cute::make_shape(p.m, p.n, p.k, 1)));
+        h_lsfb.push_back(SfCfg::tile_atom_to_shape_SFB(cute::make_shape(p.m, p.n, p.k, 1)));
+        b.sfa_bytes = size_t(cute::size(cute::filter_zeros(h_lsfa.back()))) * sizeof(typename Cfg::ElementSF);
+        b.sfb_bytes = size_t(cute::size(cute::filter_zeros(h_lsfb.back()))) * sizeof(typename Cfg::ElementSF);
+      }
+      size_t mn = size_t(p.m) * p.n;
+      set_bytes += b.a_bytes + b.b_bytes + b.sfa_bytes + b.sfb_bytes + (kHasC ? mn * 2 : 0) + mn * 2;
+      sizes.push_back(b);
+    }
+  }
+
+  // Strides and SF layouts on the device (shared by all sets), then nsets sets of operand buffers filled on
+  // device. Any failed cudaMalloc fails the point: the set count is never quietly reduced.
+  void allocate(int nsets) {
+    int G = int(probs.size());
+    using SA = typename GemmKernel::InternalStrideA;
+    using SB = typename GemmKernel::InternalStrideB;
+    using SC = typename GemmKernel::InternalStrideC;
+    using SD = typename GemmKernel::InternalStrideD;
+    std::vector<SA> sa;
+    std::vector<SB> sb;
+    std::vector<SC> sc;
+    std::vector<SD> sd;
+    for (const Problem& p : probs) {
+      sa.push_back(cutlass::make_cute_packed_stride(SA{}, cute::make_shape(p.m, p.k, 1)));
+      sb.push_back(cutlass::make_cute_packed_stride(SB{}, cute::make_shape(p.n, p.k, 1)));
+      sc.push_back(cutlass::make_cute_packed_stride(SC{}, cute::make_shape(p.m, p.n, 1)));
+      sd.push_back(cutlass::make_cute_packed_stride(SD{}, cute::make_shape(p.m, p.n, 1)));
+    }
+    d_shapes = upload(h_shapes, "problem shapes");
+    d_sa = upload(sa, "stride A");
+    d_sb = upload(sb, "stride B");
+    d_sc = upload(sc, "stride C");
+    d_sd = upload(sd, "stride D");
+    if constexpr (Cfg::BlockScaled) {
+      d_lsfa = upload(h_lsfa, "layout SFA");
+      d_lsfb = upload(h_lsfb, "layout SFB");
+    }
+    constexpr int data_kind = Cfg::BlockScaled ? kRawBytes : kFp8;
+    // One allocation per set, carved into 256-byte-aligned buffers: R sets cost R cudaMallocs, not R x G x 6.
+    auto padded = [](size_t bytes) { return (bytes + 255) & ~size_t(255); };
+    size_t arena = 0;
+    for (int g = 0; g < G; ++g) {
+      const GroupBufs& b = sizes[g];
+      size_t mn = size_t(probs[g].m) * probs[g].n;
+      arena += padded(b.a_bytes) + padded(b.b_bytes) + padded(b.sfa_bytes) + padded(b.sfb_bytes) + (kHasC ? 2 : 1) * padded(mn * 2);
+    }
+    sets.resize(nsets);
+    for (int s = 0; s < nsets; ++s) {
+      std::vector<void*> host_ptrs[6];
+      char* next = static_cast<char*>(dalloc(arena, "set " + std::to_string(s) + " of " + std::to_string(nsets)));
+      auto carve = [&](size_t bytes) {
+        void* p = next;
+        next += padded(bytes);
+        return p;
+      };
+      for (int g = 0; g < G; ++g) {
+        const Problem& p = probs[g];
+        uint64_t seed = mix64((opt.seed + uint64_t(s)) * 0x100000001B3ull + uint64_t(g) * 16);
+        GroupBufs b = sizes[g];
+        b.a = static_cast<uint8_t*>(carve(b.a_bytes));
+        b.b = static_cast<uint8_t*>(carve(b.b_bytes));
+        fill(b.a, b.a_bytes, seed + 1, data_kind);
+        fill(b.b, b.b_bytes, seed + 2, data_kind);
+        if constexpr (Cfg::BlockScaled) {
+          b.sfa = static_cast<uint8_t*>(carve(b.sfa_bytes));
+          b.sfb = static_cast<uint8_t*>(carve(b.sfb_bytes));
+          fill(b.sfa, b.sfa_bytes, seed + 3, kScaleBytes);
+          fill(b.sfb, b.sfb_bytes, seed + 4, kScaleBytes);
+        }
+        size_t mn = size_t(p.m) * p.n;
+        if (kHasC) {
+          b.c = static_cast<cutlass::bfloat16_t*>(carve(mn * 2));
+          fill(b.c, mn, seed + 5, kBf16);
+        }
+        b.d = static_cast<cutlass::bfloat16_t*>(carve(mn * 2));
+        ck(cudaMemset(b.d, 0, mn * 2), "cudaMemset(D)");
+        void* ps[6] = {b.a, b.b, b.sfa, b.sfb, b.c, b.d};
+        for (int i = 0; i < 6; ++i) host_ptrs[i].push_back(ps[i]);
+        sets[s].g.push_back(b);
+      }
+      for (int i = 0; i < 6; ++i) sets[s].ptrs[i] = upload(host_ptrs[i], "pointer array");
+      sets_allocated = s + 1;
+    }
+    ck(cudaDeviceSynchronize(), "fill kernels");
+  }
+
+  // Reference for (set, group) into out (MxN row-major float) on the default stream; C contributes only when use_c.
+  void reference(int s, int g, float beta, bool use_c, float* out, bool sync = true) {
+    const Problem& p = probs[g];
+    const GroupBufs& b = sets[s].g[g];
+    dim3 block(128), grid((p.n + 127) / 128, std::min(p.m, 65535));
+    const cutlass::bfloat16_t* c = use_c ? b.c : nullptr;
+    if constexpr (Cfg::BlockScaled) {
+      Nvfp4Operands<LSFA, LSFB> ops{b.a, b.b, b.sfa, b.sfb, h_lsfa[g], h_lsfb[g], p.k};
+      reference_kernel<<<grid, block>>>(ops, p.m, p.n, p.k, opt.alpha, beta, c, kDColMajor, out);
+    } else {
+      Fp8Operands ops{b.a, b.b, p.k};
+      reference_kernel<<<grid, block>>>(ops, p.m, p.n, p.k, opt.alpha, beta, c, kDColMajor, out);
+    }
+    ck(cudaGetLastError(), "reference kernel launch");
+    if (sync) ck(cudaDeviceSynchronize(), "reference kernel");
+  }
+
+  template <class T>
+  static T as(void** p) {  // a device array of pointers, as the typed pointer-to-pointer CUTLASS takes
+    return static_cast<T>(static_cast<void*>(p));
+  }
+
+  typename Gemm::Arguments make_args(int s) {
+    typename Gemm::Arguments args{};
+    args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
+    args.problem_shape = {int(probs.size()), d_shapes, h_shapes.data()};
+    auto& ml = args.mainloop;
+    void** const* P = sets[s].ptrs;
+    ml.ptr_A = as<decltype(ml.ptr_A)>(P[0]);
+    ml.dA = d_sa;
+    ml.ptr_B = as<decltype(ml.ptr_B)>(P[1]);
+    ml.dB = d_sb;
+    if constexpr (Cfg::BlockScaled) {
+      ml.ptr_SFA = as<decltype(ml.ptr_SFA)>(P[2]);
+      ml.layout_SFA = d_lsfa;
+      ml.ptr_SFB = as<decltype(ml.ptr_SFB)>(P[3]);
+      ml.layout_SFB = d_lsfb;
+    }
+    auto& ep = args.epilogue;
+    ep.thread.alpha = opt.alpha;
+    ep.thread.beta = kHasC ? opt.beta : 0.0f;
+    ep.ptr_C = kHasC ? as<decltype(ep.ptr_C)>(P[4]) : nullptr;
+    ep.dC = d_sc;
+    ep.ptr_D = as<decltype(ep.ptr_D)>(P[5]);
+    ep.dD = d_sd;
+    args.hw_info.device_id = device;
+    args.hw_info.sm_count = sm_count;
+    return args;
+  }
+
+  // ---- the launch path: steps, correctness, timing ----
+  std::vector<std::pair<std::string, std::string>> steps;
+  void record(const char* name, const std::string& status, cudaError_t e) {
+    steps.push_back({name, Json().add("status", jstr(status)).add("cuda", e == cudaSuccess ? "null" : jstr(cudaGetErrorString(e))).str()});
+  }
+  static std::string step_fail(const char* name, const std::string& status, cudaError_t e) {
+    return std::string(name) + ": " + status + (e == cudaSuccess ? "" : std::string(" — ") + cudaGetErrorString(e));
+  }
+
+  // The whole point: fault injection, allocation, every step; throws Failure on the first one that fails.
+  void launch(Result& r) {
+    if constexpr (kLaunchable) {  // else never instantiated
+      inject_launch_fault(fault, point_id);
+      allocate(opt.rotate);
+      launch_impl(r);
+    } else {
+      throw Failure{"this build cannot launch its kernel"};
+    }
+  }
+
+  void launch_impl(Result& r) {
+    int N = opt.rotate;
+    ck(cudaStreamCreate(&stream), "cudaStreamCreate");
+    ck(cudaEventCreate(&ev0), "cudaEventCreate");
+    ck(cudaEventCreate(&ev1), "cudaEventCreate");
+    gemms.resize(N);
+    std::vector<typename Gemm::Arguments> args;
+    for (int s = 0; s < N; ++s) args.push_back(make_args(s));
+
+    cutlass::Status st = Gemm::can_implement(args[0]);
+    cudaError_t ce = cudaGetLastError();
+    record("can_implement", status_name(st), ce);
+    if (st != cutlass::Status::kSuccess || ce != cudaSuccess) throw Failure{step_fail("can_implement", status_name(st), ce)};
+
+    for (int s = 0; s < N; ++s) {
+      size_t ws = Gemm::get_workspace_size(args[s]);
+      sets[s].workspace = ws ? dalloc(ws, "workspace, set " + std::to_string(s)) : nullptr;
+      st = gemms[s].initialize(args[s], sets[s].workspace, stream);
+      ce = cudaGetLastError();
+      if (st != cutlass::Status::kSuccess) {
+        // CUTLASS swallows the CUDA error behind a failed initialize: repeat its smem opt-in to capture it.
+        size_t smem = sizeof(typename GemmKernel::SharedStorage);
+        cudaError_t attr = cudaFuncSetAttribute(cutlass::device_kernel<GemmKernel>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+        cudaGetLastError();
+        int optin = 0;
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+        cudaError_t shown = attr != cudaSuccess ? attr : ce;
+        record("initialize", status_name(st), shown);
+        std::string why = attr != cudaSuccess
+            ? "cudaFuncSetAttribute(MaxDynamicSharedMemorySize=" + std::to_string(smem) + "): " + cudaGetErrorString(attr) +
+                  "; opt-in limit " + std::to_string(optin)
+            : std::string(ce != cudaSuccess ? cudaGetErrorString(ce) : "no CUDA error");
+        throw Failure{std::string("initialize: ") + status_name(st) + " — " + why};
+      }
+      if (ce != cudaSuccess) {
+        record("initialize", status_name(st), ce);
+        throw Failure{step_fail("initialize", status_name(st), ce)};
+      }
+    }
+    record("initialize", status_name(st), cudaSuccess);
+
+    // First launch on set 0, into a D poisoned with bf16 NaN so that unwritten elements show up.
+    if (opt.check)
+      for (int g = 0; g < int(probs.size()); ++g)
+        ck(cudaMemset(sets[0].g[g].d, 0xFF, size_t(probs[g].m) * probs[g].n * 2), "cudaMemset(D poison)");
+    ck(cudaDeviceSynchronize(), "D poison: sync");
+    st = gemms[0].run(stream);
+    ce = cudaGetLastError();
+    if (st != cutlass::Status::kSuccess && ce == cudaSuccess) {
+      // kernel_launch consumed the CUDA error; launch once more the same way to see it.
+      auto const& params = gemms[0].params();
+      cutlass::device_kernel<GemmKernel><<<Gemm::get_grid_shape(params), GemmKernel::get_block_shape(),
+                                           GemmKernel::SharedStorageSize, stream>>>(params);
+      ce = cudaGetLastError();
+    }
+    record("run", status_name(st), ce);
+    if (st != cutlass::Status::kSuccess || ce != cudaSuccess) throw Failure{step_fail("run", status_name(st), ce)};
+    ce = cudaDeviceSynchronize();
+    record("sync", ce == cudaSuccess ? "kSuccess" : cudaGetErrorName(ce), ce);
+    if (ce != cudaSuccess) throw Failure{step_fail("sync", cudaGetErrorName(ce), ce)};
+
+    if (fault.at(Fault::kCorrupt, point_id)) corrupt(int(fault.group));
+    if (opt.check) {
+      check(r);
+      r.checked = true;
+    }
+    time(r);
+  }
+
+  // TILEPROBE_FAULT corrupt: damage one block of set 0's D of this group, after the run and before the check.
+  void corrupt(int g) {
+    if (g >= int(probs.size()))
+      throw Failure{"TILEPROBE_FAULT corrupt: group " + std::to_string(g) + " out of range (the point has " +
+                    std::to_string(probs.size()) + " groups)"};
+    std::fprintf(stderr, "TILEPROBE_FAULT corrupt: point %lld group %d, a %dx%d block of D at (0, 0)\n", point_id, g,
+                 kCorruptRows, kCorruptCols);
+    corrupt_kernel<<<32, 256>>>(sets[0].g[g].d, probs[g].m, probs[g].n, kDColMajor);
+    ck(cudaGetLastError(), "corrupt_kernel launch");
+    ck(cudaDeviceSynchronize(), "corrupt_kernel");
+  }
+
+  // Every element of every group of set 0 against the reference; see reference.cuh for the rule.
+  void check(Result& r) {
+    int G = int(probs.size());
+    size_t max_mn = 0;
+    for (const Problem& p : probs) max_mn = std::max(max_mn, size_t(p.m) * p.n);
+    if (max_mn >= 0xFFFFFFFFull) throw Failure{"check: a group's M*N reaches 2^32 elements; the check indexes with 32 bits"};
+    float* d_ref = static_cast<float*>(dalloc(max_mn * sizeof(float), "reference"));
+    GroupStats* d_st = static_cast<GroupStats*>(dalloc(G * sizeof(GroupStats), "compare stats"));
+    ck(cudaMemset(d_st, 0, G * sizeof(GroupStats)), "cudaMemset(compare stats)");
+    for (int g = 0; g < G; ++g) {  // all on the default stream, in order: d_ref is reused group after group
+      const Problem& p = probs[g];
+      size_t mn = size_t(p.m) * p.n;
+      reference(0, g, kHasC ? opt.beta : 0.0f, kHasC, d_ref, false);
+      int blocks = int(std::min<size_t>((mn + kCompareThreads - 1) / kCompareThreads, 2048));
+      ref_sq_kernel<<<blocks, kCompareThreads>>>(d_ref, mn, d_st + g);
+      compare_kernel<<<blocks, kCompareThreads>>>(sets[0].g[g].d, d_ref, p.m, p.n, kDColMajor, opt.atol, opt.rtol, d_st + g);
+      worst_values_kernel<<<1, 1>>>(sets[0].g[g].d, d_ref, p.m, p.n, kDColMajor, d_st + g);
+      ck(cudaGetLastError(), "compare kernel launch");
+    }
+    ck(cudaDeviceSynchronize(), "reference and compare kernels");
+    std::vector<GroupStats> st(G);
+    ck(cudaMemcpy(st.data(), d_st, G * sizeof(GroupStats), cudaMemcpyDeviceToHost), "cudaMemcpy(compare stats)");
+    double num = 0, den = 0;
+    unsigned long long best = 0;
+    for (int g = 0; g < G; ++g) {
+      const GroupStats& s = st[g];
+      r.checked_elements += (long long)s.checked;
+      r.bad_elements += (long long)s.bad;
+      r.nonfinite += (long long)s.nonfinite;
+      r.bad_groups += s.bad ? 1 : 0;
+      num += s.num;
+      den += s.den;
+      if (g == 0 || (s.worst_key >> 32) > (best >> 32)) {  // ratio only: ties keep the first group
+        best = s.worst_key;
+        size_t i = size_t(0xFFFFFFFFull - (s.worst_key & 0xFFFFFFFFull));
+        r.worst_group = g;
+        r.worst_row = (long long)(i / size_t(probs[g].n));
+        r.worst_col = (long long)(i % size_t(probs[g].n));
+        r.worst_value = s.worst_value;
+        r.worst_ref = s.worst_ref;
+      }
+    }
+    uint32_t bits = uint32_t(best >> 32);
+    float ratio;
+    std::memcpy(&ratio, &bits, sizeof(ratio));
+    r.worst_ratio = std::isfinite(ratio) ? double(ratio) : 1e30;
+    r.rel_err = r.nonfinite > 0 ? 1e30 : (den > 0 ? std::sqrt(num / den) : (num > 0 ? 1e30 : 0.0));
+  }
+
+  double elapsed_ms() {
+    float ms = 0;
+    ck(cudaEventElapsedTime(&ms, ev0, ev1), "cudaEventElapsedTime");
+    return double(ms);
+  }
+
+  // Plain launches, then the same launches replayed from a CUDA graph; both per-launch microseconds per repeat.
+  void time(Result& r) {
+    int N = opt.rotate;
+    long long launches = 0;
+    auto launch_one = [&]() {
+      cutlass::Status st = gemms[launches++ % N].run(stream);
+      if (st != cutlass::Status::kSuccess) throw Failure{step_fail("timing: run", status_name(st), cudaGetLastError())};
+    };
+    for (int w = 0; w < opt.warmup; ++w) launch_one();
+    ck(cudaStreamSynchronize(stream), "timing: warmup sync");
+    int iters = opt.iters;
+    if (opt.target_ms > 0) {  // size each repeat to about target_ms of GPU time, between 3 and --iters launches
+      ck(cudaEventRecord(ev0, stream), "cudaEventRecord");
+      for (int i = 0; i < 3; ++i) launch_one();
+      ck(cudaEventRecord(ev1, stream), "cudaEventRecord");
+      ck(cudaEventSynchronize(ev1), "timing: estimate sync");
+      double per = std::max(1e-3, elapsed_ms() / 3.0);
+      iters = int(std::clamp(std::ceil(opt.target_ms / per), 3.0, double(std::max(3, opt.iters))));
+    }
+    r.iters = iters;
+    for (int rep = 0; rep < opt.repeats; ++rep) {
+      ck(cudaEventRecord(ev0, stream), "cudaEventRecord");
+      for (int i = 0; i < iters; ++i) launch_one();
+      ck(cudaEventRecord(ev1, stream), "cudaEventRecord");
+      ck(cudaEventSynchronize(ev1), "timing: sync");
+      r.us.push_back(elapsed_ms() * 1000.0 / iters);
+    }
+    ck(cudaGetLastError(), "timing");
+    ck(cudaDeviceSynchronize(), "timing: final sync");
+    if (opt.repeats > 0) r.graph_error = time_graph(iters, r.us_graph);
+  }
+
+  // Capture `iters` launches (rotating through the sets from set 0) once, replay once untimed, then once per
+  // repeat between events. Returns "" or why the graph could not be timed; never throws, never fails the point.
+  std::string time_graph(int iters, std::vector<double>& us_graph) {
+    int N = opt.rotate;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    std::string why;
+    auto cuda = [&](cudaError_t e, const char* what) {
+      if (e != cudaSuccess && why.empty()) why = std::string(what) + ": " + cudaGetErrorName(e) + " — " + cudaGetErrorString(e);
+      return why.empty();
+    };
+    if (cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture")) {
+      for (int i = 0; i < iters && why.empty(); ++i) {
+        cutlass::Status st = gemms[i % N].run(stream);
+        if (st != cutlass::Status::kSuccess) why = step_fail("capture: run", status_name(st), cudaGetLastError());
+      }
+      cuda(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");  // always ends the capture
+    }
+    if (why.empty()) cuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    if (why.empty()) cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch (warm-up)");
+    if (why.empty()) cuda(cudaStreamSynchronize(stream), "graph warm-up sync");
+    for (int rep = 0; rep < opt.repeats && why.empty(); ++rep) {
+      if (!cuda(cudaEventRecord(ev0, stream), "cudaEventRecord") || !cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch") ||
+          !cuda(cudaEventRecord(ev1, stream), "cudaEventRecord") || !cuda(cudaEventSynchronize(ev1), "graph replay sync"))
+        break;
+      float ms = 0;
+      if (cuda(cudaEventElapsedTime(&ms, ev0, ev1), "cudaEventElapsedTime")) us_graph.push_back(double(ms) * 1000.0 / iters);
+    }
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();  // a failed capture leaves a non-sticky error behind; a sticky one shows at the point's end
+    if (!why.empty()) us_graph.clear();
+    return why;
+  }
+
+  // --reference-dump: group 0 of set 0, raw operand bytes and the fp32 reference (beta = 0, no C).
+  std::string dump(const std::string& dir) {
+    if constexpr (!Cfg::BlockScaled) {
+      throw Failure{"--reference-dump is only for block-scaled (nvfp4) builds"};
+    } else {
+      allocate(1);
+      const Problem& p = probs[0];
+      const GroupBufs& b = sets[0].g[0];
+      size_t mn = size_t(p.m) * p.n;
+      float* d_ref = static_cast<float*>(dalloc(mn * sizeof(float), "reference"));
+      reference(0, 0, 0.0f, false, d_ref);
+      if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) throw Failure{"mkdir(" + dir + "): " + std::strerror(errno)};
+      auto write = [&](const char* name, const void* dev, size_t bytes) {
+        std::vector<char> host(bytes);
+        ck(cudaMemcpy(host.data(), dev, bytes, cudaMemcpyDeviceToHost), std::string("cudaMemcpy(") + name + ")");
+        std::ofstream f(dir + "/" + name, std::ios::binary);
+        f.write(host.data(), std::streamsize(bytes));
+        if (!f) throw Failure{std::string("cannot write ") + dir + "/" + name};
+      };
+      write("A.bin", b.a, b.a_bytes);
+      write("B.bin", b.b, b.b_bytes);
+      write("SFA.bin", b.sfa, b.sfa_bytes);
+      write("SFB.bin", b.sfb, b.sfb_bytes);
+      write("D_ref.bin", d_ref, mn * sizeof(float));
+      Json meta;
+      meta.add("M", jint(p.m)).add("N", jint(p.n)).add("K", jint(p.k));
+      meta.add("alpha", jnum(opt.alpha)).add("sfa_bytes", jint((long long)b.sfa_bytes)).add("sfb_bytes", jint((long long)b.sfb_bytes));
+      std::ofstream f(dir + "/meta.json");
+      f << meta.str() << "\n";
+      if (!f) throw Failure{"cannot write " + dir + "/meta.json"};
+      return meta.body;
+    }
+  }
+};

@@ -1,0 +1,177 @@
+// tileprobe runtime harness: device-side data generation, operand decoders (independent of CUTLASS's own
+// conversions), the fp32 reference kernel and the element-wise compare kernels.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cute/tensor.hpp"
+#include "cutlass/bfloat16.h"
+#include "cutlass/float8.h"
+
+__host__ __device__ inline uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+enum FillKind { kRawBytes = 0, kScaleBytes = 1, kFp8 = 2, kBf16 = 3 };
+
+// kRawBytes: any byte (two e2m1 codes, all valid); kScaleBytes: ue4m3 with exponent field 6..9 (0.5 .. 7.5);
+// kFp8: uniform [-2, 2] as e4m3; kBf16: uniform [-1, 1].
+__global__ void fill_kernel(void* p, size_t n, uint64_t seed, int kind) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint64_t r = mix64(seed ^ mix64(i));
+    float u = float(r >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    switch (kind) {
+      case kRawBytes: static_cast<uint8_t*>(p)[i] = uint8_t(r >> 24); break;
+      case kScaleBytes: static_cast<uint8_t*>(p)[i] = uint8_t(((6 + ((r >> 32) & 3)) << 3) | ((r >> 40) & 7)); break;
+      case kFp8: static_cast<uint8_t*>(p)[i] = cutlass::float_e4m3_t(-2.0f + 4.0f * u).storage; break;
+      default: static_cast<cutlass::bfloat16_t*>(p)[i] = cutlass::bfloat16_t(-1.0f + 2.0f * u); break;
+    }
+  }
+}
+
+__device__ inline float decode_minifloat(int bits, int exp_bits, int man_bits, int bias) {  // no sign, no NaN
+  int e = (bits >> man_bits) & ((1 << exp_bits) - 1), m = bits & ((1 << man_bits) - 1);
+  float frac = float(m) / float(1 << man_bits);
+  return e == 0 ? ldexpf(frac, 1 - bias) : ldexpf(1.0f + frac, e - bias);
+}
+__device__ inline float decode_e4m3(uint8_t b) {
+  if ((b & 0x7F) == 0x7F) return NAN;
+  float v = decode_minifloat(b & 0x7F, 4, 3, 7);
+  return (b & 0x80) ? -v : v;
+}
+__device__ inline float decode_ue4m3(uint8_t b) { return decode_minifloat(b & 0x7F, 4, 3, 7); }
+__device__ inline float decode_e2m1(uint8_t nib) {
+  float v = decode_minifloat(nib & 7, 2, 1, 1);  // 0, 0.5, 1, 1.5, 2, 3, 4, 6
+  return (nib & 8) ? -v : v;
+}
+
+// Operand readers for the reference: A is MxK row-major, B is NxK with K contiguous.
+struct Fp8Operands {
+  const uint8_t *a, *b;
+  int k;
+  __device__ float A(int m, int kk) const { return decode_e4m3(a[size_t(m) * k + kk]); }
+  __device__ float B(int n, int kk) const { return decode_e4m3(b[size_t(n) * k + kk]); }
+};
+
+template <class LayoutSFA, class LayoutSFB>
+struct Nvfp4Operands {
+  const uint8_t *a, *b, *sfa, *sfb;
+  LayoutSFA lsfa;
+  LayoutSFB lsfb;
+  int k;
+  // Packed e2m1: element i sits in byte i/2, low nibble first.
+  __device__ static float nib(const uint8_t* p, size_t i) { return decode_e2m1((p[i >> 1] >> ((i & 1) * 4)) & 15); }
+  // Scale factors are read through CUTLASS's own (swizzled, stride-0-within-16) layout.
+  __device__ float A(int m, int kk) const {
+    return nib(a, size_t(m) * k + kk) * decode_ue4m3(cute::make_tensor(sfa, lsfa)(m, kk, 0));
+  }
+  __device__ float B(int n, int kk) const {
+    return nib(b, size_t(n) * k + kk) * decode_ue4m3(cute::make_tensor(sfb, lsfb)(n, kk, 0));
+  }
+};
+
+// One thread per output element, fp32 accumulation; out is MxN row-major float, C follows D's layout.
+template <class Ops>
+__global__ void reference_kernel(Ops ops, int M, int N, int Kd, float alpha, float beta,
+                                 const cutlass::bfloat16_t* C, bool col_major, float* out) {
+  int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  for (int m = blockIdx.y; m < M; m += gridDim.y) {
+    float acc = 0.0f;
+    for (int kk = 0; kk < Kd; ++kk) acc += ops.A(m, kk) * ops.B(n, kk);
+    float r = alpha * acc;
+    if (C) r += beta * float(C[col_major ? size_t(n) * M + m : size_t(m) * N + n]);
+    out[size_t(m) * N + n] = r;
+  }
+}
+
+// ---- Element-wise compare of one group's D against its reference ----
+// Element (m, n) of the MxN output is bad when D is non-finite, the reference is non-finite, or
+// |D - ref| > atol * rms(ref) + rtol * |ref|, where rms(ref) is the root mean square of the group's reference (so atol
+// is relative to the group's output scale: accumulation-order differences grow with the partial sums, not with the
+// element itself, and an absolute atol would mean something else for every K and data range). Its ratio is |D - ref| / (atol + rtol * |ref|) (infinite when either value is
+// non-finite, or when the tolerance is 0 and the difference is not). The worst element is kept as one 64-bit key,
+// ratio bits (non-negative floats order like their bits) over the complemented row-major index (ties: first).
+struct GroupStats {
+  unsigned long long checked, bad, nonfinite, worst_key;
+  double num, den;  // pooled Frobenius sums over finite outputs: sum (D - ref)^2, sum ref^2
+  double ref_sq;    // sum of ref^2 over the whole group (ref_sq_kernel, before the compare): the atol scale
+  float worst_value, worst_ref;
+};
+
+constexpr int kCompareThreads = 256;
+
+__device__ inline size_t worst_index(unsigned long long key) { return size_t(0xFFFFFFFFull - (key & 0xFFFFFFFFull)); }
+
+__global__ void __launch_bounds__(kCompareThreads) ref_sq_kernel(const float* ref, size_t mn, GroupStats* st) {
+  double acc = 0;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < mn; i += size_t(gridDim.x) * blockDim.x) {
+    double r = ref[i];
+    if (isfinite(r)) acc += r * r;
+  }
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xFFFFFFFFu, acc, o);
+  if ((threadIdx.x & 31) == 0) atomicAdd(&st->ref_sq, acc);
+}
+
+__global__ void __launch_bounds__(kCompareThreads)
+    compare_kernel(const cutlass::bfloat16_t* d, const float* ref, int M, int N, bool col_major, double atol,
+                   double rtol, GroupStats* st) {
+  size_t mn = size_t(M) * N;
+  atol *= sqrt(st->ref_sq / double(mn > 0 ? mn : 1));  // in units of the group's reference RMS
+  unsigned long long bad = 0, nonfinite = 0, key = 0;
+  double num = 0, den = 0;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < mn; i += size_t(gridDim.x) * blockDim.x) {
+    size_t m = i / size_t(N), n = i % size_t(N);
+    double r = ref[i];
+    double v = float(d[col_major ? n * size_t(M) + m : i]);
+    bool fin = isfinite(v), rfin = isfinite(r);
+    double diff = fabs(v - r), tol = atol + rtol * fabs(r);
+    float ratio;
+    if (!fin || !rfin) ratio = INFINITY;
+    else if (tol > 0) ratio = float(diff / tol);  // past FLT_MAX this rounds to infinity
+    else ratio = diff > 0 ? INFINITY : 0.0f;
+    if (!fin) ++nonfinite;
+    else num += (v - r) * (v - r), den += r * r;
+    if (!fin || !rfin || diff > tol) ++bad;
+    unsigned long long k = (static_cast<unsigned long long>(__float_as_uint(ratio)) << 32) | (0xFFFFFFFFull - i);
+    key = k > key ? k : key;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    bad += __shfl_down_sync(0xFFFFFFFFu, bad, o);
+    nonfinite += __shfl_down_sync(0xFFFFFFFFu, nonfinite, o);
+    num += __shfl_down_sync(0xFFFFFFFFu, num, o);
+    den += __shfl_down_sync(0xFFFFFFFFu, den, o);
+    unsigned long long k = __shfl_down_sync(0xFFFFFFFFu, key, o);
+    key = k > key ? k : key;
+  }
+  __shared__ unsigned long long s_bad[32], s_nonfinite[32], s_key[32];
+  __shared__ double s_num[32], s_den[32];
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) s_bad[warp] = bad, s_nonfinite[warp] = nonfinite, s_key[warp] = key, s_num[warp] = num, s_den[warp] = den;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (int w = 1; w < int(blockDim.x + 31) / 32; ++w) {
+    bad += s_bad[w], nonfinite += s_nonfinite[w], num += s_num[w], den += s_den[w];
+    key = s_key[w] > key ? s_key[w] : key;
+  }
+  if (bad) atomicAdd(&st->bad, bad);
+  if (nonfinite) atomicAdd(&st->nonfinite, nonfinite);
+  atomicAdd(&st->num, num);
+  atomicAdd(&st->den, den);
+  atomicMax(&st->worst_key, key);
+}
+
+// After compare_kernel (same stream): the worst element's D and reference values, while ref still holds this group.
+__global__ void worst_values_kernel(const cutlass::bfloat16_t* d, const float* ref, int M, int N, bool col_major,
+                                    GroupStats* st) {
+  size_t i = worst_index(st->worst_key), m = i / size_t(N), n = i % size_t(N);
+  st->checked = static_cast<unsigned long long>(M) * N;
+  st->worst_value = float(d[col_major ? n * size_t(M) + m : i]);
+  st->worst_ref = ref[i];
+}
