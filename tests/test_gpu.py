@@ -6,8 +6,12 @@ import random
 import numpy as np
 import pytest
 
-from tileprobe import runner
+import os
+import subprocess
+
 from tileprobe.build import BuildRequest, build_many
+from tileprobe.classify import ProbeResult, classify
+from tileprobe.runner import Answer, run_points
 from tileprobe.families import FAMILIES, Config, parse_tile
 from tileprobe.verdict import Verdict
 
@@ -31,6 +35,15 @@ def builds(toolchain):
     for r in res:
         assert r.ok, r.log[-2000:]
     return dict(zip(cfgs, res))
+
+
+def run_one(cmd: list[str], timeout: float = 120, fault: str | None = None) -> ProbeResult:
+    """The verdict of the first point a real harness answers (with TILEPROBE_FAULT set when `fault` is)."""
+    env = dict(os.environ, TILEPROBE_FAULT=fault) if fault else None
+    for ev in run_points(cmd, timeout, env):
+        if isinstance(ev, Answer):
+            return classify(ev.data)
+    raise AssertionError(f"no answer from {cmd}")
 
 
 def _problems(tmp_path, probs):
@@ -70,9 +83,9 @@ def test_nvfp4_reference_matches_an_independent_dequantize_and_matmul(builds, tm
     m, n, k = rng.randint(1, 300), 8 * rng.randint(1, 40), 64 * rng.randint(1, 12)
     alpha = rng.uniform(0.25, 2.0)
     out = tmp_path / "dump"
-    p = runner.run_isolated([str(builds["nvfp4_ref_sm90"].binary), "--problems", str(_problems(tmp_path, [(m, n, k)])),
-                             "--seed", str(rng.randrange(2**31)), "--alpha", repr(alpha), "--reference-dump",
-                             str(out)], 120)
+    p = subprocess.run([str(builds["nvfp4_ref_sm90"].binary), "--problems", str(_problems(tmp_path, [(m, n, k)])),
+                        "--seed", str(rng.randrange(2**31)), "--alpha", repr(alpha), "--reference-dump", str(out)],
+                       capture_output=True, text=True, timeout=120)
     meta = json.loads((out / "meta.json").read_text())
     assert (meta["M"], meta["N"], meta["K"]) == (m, n, k), p
     a = decode_e2m1(np.fromfile(out / "A.bin", np.uint8), m * k).reshape(m, k)
@@ -90,14 +103,14 @@ def test_nvfp4_reference_matches_an_independent_dequantize_and_matmul(builds, tm
 
 
 def test_sm120a_binary_is_not_runnable_on_this_gpu(builds, tmp_path):
-    r = runner.run_isolated([str(builds["nvfp4_sm120"].binary), "--problems",
+    r = run_one([str(builds["nvfp4_sm120"].binary), "--problems",
                              str(_problems(tmp_path, [(16, 256, 256)]))], 120)
     assert r.verdict is Verdict.NOT_RUNNABLE_HERE, r
     assert "sm_120a" in r.reason and "sm_90" in r.reason
 
 
 def test_overfull_stage_count_fails_at_initialize_with_bytes(builds, tmp_path):
-    r = runner.run_isolated([str(builds["fp8_overfull"].binary), "--problems",
+    r = run_one([str(builds["fp8_overfull"].binary), "--problems",
                              str(_problems(tmp_path, [(64, 512, 1024)] * 3))], 120)
     assert r.verdict is Verdict.LAUNCH_ERROR, r
     assert r.data["steps"]["can_implement"]["status"] == "kSuccess"
@@ -109,9 +122,25 @@ def test_overfull_stage_count_fails_at_initialize_with_bytes(builds, tmp_path):
 def test_fp8_grouped_gemm_is_correct_on_random_shapes(builds, tmp_path):
     rng = random.Random()
     probs = [(rng.randint(1, 200), 16 * rng.randint(1, 64), 16 * rng.randint(1, 64)) for _ in range(rng.randint(1, 9))]
-    r = runner.run_isolated([str(builds["fp8_ok"].binary), "--problems", str(_problems(tmp_path, probs)),
-                             "--seed", str(rng.randrange(2**31))], 120)
-    r = runner.check_correct(r, FAMILIES["sm90-fp8"].rel_tol)
+    fam = FAMILIES["sm90-fp8"]
+    r = run_one([str(builds["fp8_ok"].binary), "--problems", str(_problems(tmp_path, probs)),
+                 "--seed", str(rng.randrange(2**31)), "--atol", repr(fam.atol), "--rtol", repr(fam.rtol)], 120)
     assert r.verdict is Verdict.OK, (probs, r)
     assert r.data["nonfinite"] == 0 and 0 < r.data["rel_err"] < 1e-2 and r.data["groups"] == len(probs)
-    assert len(r.data["us"]) >= 1 and min(r.data["us"]) > 0
+    assert r.data["bad_elements"] == 0 and r.data["checked_elements"] == sum(m * n for m, n, _ in probs)
+    assert len(r.data["us"]) >= 1 and min(r.data["us"]) > 0 and r.data["l2_bytes"] > 0
+
+
+def test_one_corrupted_tile_among_many_groups_is_incorrect_and_named(builds, tmp_path):
+    """64x128 wrong outputs in one group of 64: the pooled norm hardly moves, the element-wise check names it."""
+    rng = random.Random()
+    probs = [(rng.randint(64, 128), 128 * rng.randint(1, 4), 512) for _ in range(64)]
+    g = rng.randrange(64)
+    fam = FAMILIES["sm90-fp8"]
+    cmd = [str(builds["fp8_ok"].binary), "--problems", str(_problems(tmp_path, probs)), "--seed",
+           str(rng.randrange(2**31)), "--atol", repr(fam.atol), "--rtol", repr(fam.rtol)]
+    assert run_one(cmd).verdict is Verdict.OK
+    r = run_one(cmd, fault=f"corrupt:0:{g}")
+    assert r.verdict is Verdict.INCORRECT, r
+    assert r.data["bad_groups"] == 1 and r.data["worst_group"] == g and f"worst in group {g} " in r.reason
+    assert r.data["worst_row"] < 64 and r.data["worst_col"] < 128
