@@ -54,7 +54,8 @@ def main() -> None:
                 desc[d["index"]] = d
     with open(out, "a") as f:
         for i, (key, row) in enumerate(rows):
-            rec = {**row, "cutlass_include": inc, "built": p.returncode == 0 or key not in failed,
+            rec = {**row, "cutlass_include": inc, "batch_ok": p.returncode == 0,
+                   "built": True if p.returncode == 0 else (False if key in failed else None),
                    "error": failed.get(key)}
             if i in desc:
                 rec.update({k: desc[i][k] for k in ("stages", "smem_bytes", "smem_mainloop_bytes", "smem_epilogue_bytes")})

@@ -14,6 +14,8 @@ CUTLASS rejects at compile time raises Unbuildable (with .kind and, for too few 
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from tileprobe.predict import sm90_fp8, sm120_nvfp4
 from tileprobe.predict._common import CannotPredict, Prediction, Unbuildable, version_key
 
@@ -26,6 +28,7 @@ FAMILIES = {m.FAMILY: m for m in (sm120_nvfp4, sm90_fp8)}
 EPILOGUES = ("no-c", "with-c")
 
 
+@lru_cache(maxsize=256)
 def rule_set(family: str, cutlass_version: str) -> str:
     """The rule-set key ('4.5', '4.2') that predict() would use; CannotPredict when there is none."""
     mod = FAMILIES.get(family)

@@ -37,11 +37,17 @@ class Prediction:
     smem_mainloop_bytes: int  # sizeof(CollectiveMainloop::SharedStorage)
     smem_epilogue_bytes: int  # sizeof(CollectiveEpilogue::SharedStorage)
     kernel_level_bytes: int  # the kernel's storage outside its tensors member: pipelines, scheduler, tensormaps, padding
-    parts: dict[str, int] = field(default_factory=dict)  # kernel SharedStorage by member; sums to smem_bytes
+    layout: object = field(repr=False, compare=False)  # the kernel SharedStorage Struct (tileprobe.predict._layout)
     stage_bytes: int = 0  # what the builder's stage-count rule charges per stage
     carveout_bytes: int = 0  # StageCountAutoCarveout<bytes>: sizeof(CollectiveEpilogue::SharedStorage)
     capacity_bytes: int = 0  # the capacity the builder divides (after its own kernel-level reductions)
     auto_stages: bool = True
+
+    @property
+    def parts(self) -> dict[str, int]:
+        """Kernel SharedStorage bytes by member path ('tensors.mainloop.SFB', 'pipelines.scheduler',
+        'tensormaps.epilogue.tensormap_D', '<pad>' for padding); sums to smem_bytes."""
+        return self.layout.parts()
 
     def fits(self, limit_bytes: int) -> bool:
         return self.smem_bytes <= limit_bytes

@@ -2,12 +2,11 @@
 
 A member goes at the next multiple of its alignment; a struct's size is its end rounded up to its alignment, which is
 the largest alignment of any member (or an explicit alignas / cute::aligned_struct<N>). Every rule module builds its
-structs from these two pieces so that padding is never guessed but follows from the members.
+structs from these two pieces so that padding is never guessed but follows from the members. Members are recorded
+cheaply; the named breakdown (parts) is only flattened when asked for.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 
 def up(x: int, a: int) -> int:
@@ -15,40 +14,57 @@ def up(x: int, a: int) -> int:
     return -(-x // a) * a
 
 
-@dataclass
 class Struct:
-    """A struct under construction: add members in declaration order, then close() for its size."""
+    """A struct under construction: add members in declaration order; size is the padded size."""
 
-    name: str
-    align: int = 1  # at least this (alignas / aligned_struct)
-    end: int = 0
-    parts: dict[str, int] = field(default_factory=dict)  # member -> bytes, padding included as '<pad>' entries
+    __slots__ = ("name", "align", "end", "members")
 
-    def add(self, member: str, size: int, align: int, parts: dict[str, int] | None = None) -> int:
-        """Place a member (size bytes, alignment align); returns its offset. `parts` breaks the member down."""
-        off = up(self.end, align)
-        self._pad(off - self.end)
-        if parts:
-            for k, v in parts.items():
-                self.parts[f"{member}.{k}"] = self.parts.get(f"{member}.{k}", 0) + v
-        else:
-            self.parts[member] = self.parts.get(member, 0) + size
+    def __init__(self, name: str, align: int = 1):
+        self.name = name
+        self.align = align  # at least this (alignas / aligned_struct)
+        self.end = 0
+        self.members: list[tuple[str, int, int, Struct | None]] = []  # (name, offset, size, nested struct)
+
+    def add(self, member: str, size: int, align: int, child: "Struct | None" = None) -> int:
+        """Place a member of `size` bytes and alignment `align`; returns its offset."""
+        off = -(-self.end // align) * align
+        self.members.append((member, off, size, child))
         self.end = off + size
-        self.align = max(self.align, align)
+        if align > self.align:
+            self.align = align
         return off
 
-    def add_struct(self, member: str, s: "Struct") -> int:
-        return self.add(member, s.size, s.align, s.parts)
-
-    def _pad(self, n: int) -> None:
-        if n:
-            self.parts["<pad>"] = self.parts.get("<pad>", 0) + n
+    def add_struct(self, member: str, s: "Struct", align: int | None = None) -> int:
+        """A nested struct member; `align` for an alignas() on the member stronger than the struct's own."""
+        a = s.align if align is None or align < s.align else align
+        return self.add(member, -(-s.end // a) * a, a, s)
 
     @property
     def size(self) -> int:
-        return up(self.end, self.align)
+        return -(-self.end // self.align) * self.align
 
-    def close(self) -> "Struct":
-        self._pad(self.size - self.end)
-        self.end = self.size
-        return self
+    def parts(self, prefix: str = "") -> dict[str, int]:
+        """Bytes by member path ('tensors.mainloop.A'); padding as '<pad>' entries. Sums to size."""
+        out: dict[str, int] = {}
+        pos = 0
+        for name, off, size, child in self.members:
+            if off > pos:
+                out[prefix + "<pad>"] = out.get(prefix + "<pad>", 0) + off - pos
+            if child is None:
+                out[prefix + name] = out.get(prefix + name, 0) + size
+            else:
+                for k, v in child.parts(f"{prefix}{name}.").items():
+                    out[k] = out.get(k, 0) + v
+                tail = size - child.size  # a stronger alignas on the member
+                if tail:
+                    out[f"{prefix}{name}.<pad>"] = out.get(f"{prefix}{name}.<pad>", 0) + tail
+            pos = off + size
+        if self.size > pos:
+            out[prefix + "<pad>"] = out.get(prefix + "<pad>", 0) + self.size - pos
+        return out
+
+    def member_size(self, name: str) -> int:
+        for n, _, size, _ in self.members:
+            if n == name:
+                return size
+        raise KeyError(name)

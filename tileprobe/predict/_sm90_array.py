@@ -10,6 +10,7 @@ schedules) to the Sm90 ptr-array kernels. These headers are byte-identical in la
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from tileprobe.predict._layout import Struct, up
 
@@ -46,6 +47,7 @@ class EpilogueParams:
     num_epilogue_warp_groups: int
 
 
+@lru_cache(maxsize=4096)
 def epilogue_storage(p: EpilogueParams) -> tuple[Struct, Struct, Struct]:
     """(TensorStorage, TensorMapStorage, whole SharedStorage) of the Sm90 ptr-array TMA epilogue collective.
 
@@ -74,20 +76,16 @@ def epilogue_storage(p: EpilogueParams) -> tuple[Struct, Struct, Struct]:
     else:
         coll.add("C", tile * p.stages_c, al)
         coll.add("D", tile * p.stages_d, al)
-    coll.close()
     tensors = Struct("epilogue.TensorStorage")
     tensors.add_struct("collective", coll)
     tensors.add("fusion", 1, 1)
-    tensors.close()
     tmaps = Struct("epilogue.TensorMapStorage", align=128)
     tmaps.add("tensormap_C", TMA_DESCRIPTOR, 64)
     tmaps.add("tensormap_D", TMA_DESCRIPTOR * p.num_epilogue_warp_groups, 64)
-    tmaps.close()
     whole = Struct("epilogue.SharedStorage")
     whole.add_struct("tensors", tensors)
     whole.add_struct("tensormaps", tmaps)
     whole.add("pipeline", 2 * BARRIER * p.stages_c, BARRIER)
-    whole.close()
     return tensors, tmaps, whole
 
 
@@ -113,7 +111,17 @@ def kernel_storage(ml_tensors: Struct, ml_tensormaps: Struct, ml_stages: int, ep
     tensors = Struct("kernel.TensorStorage", align=128)
     tensors.add_struct("mainloop", ml_tensors)
     tensors.add_struct("epilogue", ep_tensors)
-    tensors.close()
+    k = Struct("kernel.SharedStorage")
+    k.add_struct("tensors", tensors)
+    k.add_struct("pipelines", _kernel_pipelines(ml_stages, ep_stages_c, pingpong))
+    k.add("scheduler_response", WORK_TILE_INFO * SCHEDULER_PIPELINE_STAGES, 16)
+    k.add_struct("tensormaps", _kernel_tensormaps(ml_tensormaps, ep_tensormaps))
+    return k
+
+
+
+@lru_cache(maxsize=1024)
+def _kernel_pipelines(ml_stages: int, ep_stages_c: int, pingpong: bool) -> Struct:
     pipes = Struct("kernel.PipelineStorage", align=16)
     pipes.add("scheduler", 2 * BARRIER * SCHEDULER_PIPELINE_STAGES, 16)
     pipes.add("mainloop", 2 * BARRIER * ml_stages, 16)
@@ -121,19 +129,12 @@ def kernel_storage(ml_tensors: Struct, ml_tensormaps: Struct, ml_stages: int, ep
     pipes.add("load_order", 2 * BARRIER, 16)
     if pingpong:
         pipes.add("math_wg_order", 4 * BARRIER, 16)
-    pipes.close()
+    return pipes
+
+
+@lru_cache(maxsize=256)
+def _kernel_tensormaps(ml_tensormaps: Struct, ep_tensormaps: Struct) -> Struct:  # cached by identity: both cached
     tmaps = Struct("kernel.TensorMapStorage", align=128)
-    tmaps.add_struct("mainloop", _realign(ml_tensormaps, 128))
-    tmaps.add_struct("epilogue", _realign(ep_tensormaps, 128))
-    tmaps.close()
-    k = Struct("kernel.SharedStorage")
-    k.add_struct("tensors", tensors)
-    k.add_struct("pipelines", pipes)
-    k.add("scheduler_response", WORK_TILE_INFO * SCHEDULER_PIPELINE_STAGES, 16)
-    k.add_struct("tensormaps", tmaps)
-    return k.close()
-
-
-def _realign(s: Struct, align: int) -> Struct:
-    out = Struct(s.name, align=max(s.align, align), end=s.end, parts=dict(s.parts))
-    return out.close()
+    tmaps.add_struct("mainloop", ml_tensormaps, align=128)
+    tmaps.add_struct("epilogue", ep_tensormaps, align=128)
+    return tmaps

@@ -7,6 +7,8 @@ E/ = include/cutlass/epilogue/collective/; '(4.2.0, 4.5.0)' means the rule reads
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from tileprobe.predict import _sm90_array as arr
 from tileprobe.predict._common import Prediction, Unbuildable
 from tileprobe.predict._layout import Struct
@@ -41,13 +43,26 @@ def check(m: int, n: int, k: int, schedule: str, arch: str, version: str) -> Non
     if n < 32:
         # B/sm120_blockscaled_mma_builder.inl: static_assert(size<1>(TileShape_MNK{}) >= 32, "Invalid tile shape N.")
         raise Unbuildable(f"N={n}: CUTLASS static_assert 'Invalid tile shape N.' (N >= 32)", "tile")
-    if version == "4.5" and n < 128 and 128 % n:
-        # C/sm120_blockscaled_mma_array_tma.hpp (4.5.0): SmemLayoutSFB = logical_divide(SmemLayoutSFB_, (N, K)) for
-        # N < 128; the 128-row SF layout ((32,4):(16,4)) divides by 32 and 64 only.
-        raise Unbuildable(f"N={n}: CUTLASS 4.5 logical_divide of the 128-row SFB smem layout by N fails "
-                          "(N < 128 must be 32 or 64)", "tile")
+    if n % EPI_TILE[1]:
+        # E/sm90_epilogue_array_tma_warpspecialized.hpp (4.2.0, 4.5.0): static_assert(CTA_N % EPI_TILE_N == 0,
+        # "EPI_TILE_N must divide CTA_N") with the SM120 auto epilogue tile 64x32 (nvcc: N = 40, 48, ... fail)
+        raise Unbuildable(f"N={n}: CUTLASS static_assert 'EPI_TILE_N must divide CTA_N' (the SM120 epilogue tile is "
+                          f"{EPI_TILE[0]}x{EPI_TILE[1]})", "tile")
+    if version == "4.5" and n > BLK_MN and n % BLK_MN:
+        # 4.5.0: the SF smem atoms hold N/128 whole 128-row blocks (sSFBTileShape_N / Blk_MN) and the SFB TMA box
+        # of N rows must tile them: nvcc stops with cute/layout.hpp "Shape Divisibility Condition" for N = 160, 192,
+        # 224 (cooperative and pingpong). 4.2.0 builds these (its SFB layout differs; verified 160, 192, 224).
+        raise Unbuildable(f"N={n}: CUTLASS 4.5 needs N above 128 to be a multiple of 128 for the SM120 block-scaled "
+                          "scale-factor layout (static_assert 'Shape Divisibility Condition')", "tile")
 
 
+# TensorMapStorage : aligned_struct<128> { 4 TmaDescriptors }: the same for every tile, so one object (its identity
+# keys the kernel tensormap cache in _sm90_array).
+_ML_TENSORMAPS = Struct("mainloop.TensorMapStorage", align=128)
+_ML_TENSORMAPS.add("tensormaps_A_B_SFA_SFB", 4 * arr.TMA_DESCRIPTOR, 64)
+
+
+@lru_cache(maxsize=16384)
 def _mainloop(m: int, n: int, k: int, stages: int, version: str) -> tuple[Struct, Struct, Struct]:
     """(TensorStorage, TensorMapStorage, SharedStorage) of C/sm120_blockscaled_mma_array_tma.hpp.
 
@@ -72,15 +87,12 @@ def _mainloop(m: int, n: int, k: int, stages: int, version: str) -> tuple[Struct
     t.add("SFA", sfa, 16)
     # cute::array<T, 0> inside array_aligned<T, 0, 16> is an empty struct: sizeof 16 (4.2.0, N < 128)
     t.add("SFB", sfb if sfb else 16, 16)
-    t.close()
-    tm = Struct("mainloop.TensorMapStorage", align=128)
-    tm.add("tensormaps_A_B_SFA_SFB", 4 * arr.TMA_DESCRIPTOR, 64)
-    tm.close()
+    tm = _ML_TENSORMAPS
     s = Struct("mainloop.SharedStorage")
     s.add_struct("tensors", t)
     s.add_struct("tensormaps", tm)
     s.add("pipeline", 2 * arr.BARRIER * stages, 16)
-    return t, tm, s.close()
+    return t, tm, s
 
 
 def _sf_stage_bytes(rows: int, k: int) -> int:
@@ -164,6 +176,6 @@ def _assemble(m, n, k, schedule, stages, version, ep, ep_tensors, ep_tmaps, ep_w
     ml_tensors, ml_tmaps, ml_whole = _mainloop(m, n, k, max(stages, 1), version)
     kernel = arr.kernel_storage(ml_tensors, ml_tmaps, max(stages, 1), ep_tensors, ep_tmaps, ep.stages_c,
                                 pingpong=schedule == "pingpong")
-    k_tensors = sum(v for key, v in kernel.parts.items() if key.startswith("tensors."))
+    k_tensors = kernel.member_size("tensors")
     return Prediction(FAMILY, version, stages, kernel.size, ml_whole.size, ep_whole.size, kernel.size - k_tensors,
-                      dict(kernel.parts), stage_bytes, carveout, capacity, auto)
+                      kernel, stage_bytes, carveout, capacity, auto)

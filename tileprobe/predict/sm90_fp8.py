@@ -8,6 +8,7 @@ E/ = include/cutlass/epilogue/collective/.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from tileprobe.predict import _sm90_array as arr
 from tileprobe.predict._common import Prediction, Unbuildable
@@ -68,6 +69,13 @@ def _stage_rule(m: int, n: int, k: int, carveout: int) -> tuple[int, int, int]:
     return (capacity - up(carveout, ALIGNMENT)) // stage_bytes, stage_bytes, capacity
 
 
+# TensorMapStorage : aligned_struct<128> { 2 TmaDescriptors }: the same for every tile, so one object (its identity
+# keys the kernel tensormap cache in _sm90_array).
+_ML_TENSORMAPS = Struct("mainloop.TensorMapStorage", align=128)
+_ML_TENSORMAPS.add("tensormaps_A_B", 2 * arr.TMA_DESCRIPTOR, 64)
+
+
+@lru_cache(maxsize=16384)
 def _mainloop(m: int, n: int, k: int, stages: int) -> tuple[Struct, Struct, Struct]:
     """C/sm90_mma_array_tma_gmma_ss_warpspecialized.hpp (4.5.0) SharedStorage:
       TensorStorage : aligned_struct<128> { array_aligned<e4m3, cosize(SmemLayoutA)> smem_A; ... smem_B; }
@@ -77,15 +85,12 @@ def _mainloop(m: int, n: int, k: int, stages: int) -> tuple[Struct, Struct, Stru
     t = Struct("mainloop.TensorStorage", align=128)
     t.add("A", stages * m * k, 16)
     t.add("B", stages * n * k, 16)
-    t.close()
-    tm = Struct("mainloop.TensorMapStorage", align=128)
-    tm.add("tensormaps_A_B", 2 * arr.TMA_DESCRIPTOR, 64)
-    tm.close()
+    tm = _ML_TENSORMAPS
     s = Struct("mainloop.SharedStorage")
     s.add_struct("tensors", t)
     s.add_struct("tensormaps", tm)
     s.add("pipeline", 2 * arr.BARRIER * stages, arr.BARRIER)
-    return t, tm, s.close()
+    return t, tm, s
 
 
 def predict(m: int, n: int, k: int, schedule: str, stages: int, epilogue: str, swap_ab: bool, arch: str,
@@ -101,9 +106,9 @@ def predict(m: int, n: int, k: int, schedule: str, stages: int, epilogue: str, s
         ml_tensors, ml_tmaps, ml_whole = _mainloop(m, n, k, s)
         kernel = arr.kernel_storage(ml_tensors, ml_tmaps, s, ep_tensors, ep_tmaps, ep.stages_c,
                                     pingpong=schedule == "pingpong")
-        k_tensors = sum(v for key, v in kernel.parts.items() if key.startswith("tensors."))
+        k_tensors = kernel.member_size("tensors")
         return Prediction(FAMILY, version, s, kernel.size, ml_whole.size, ep_whole.size, kernel.size - k_tensors,
-                          dict(kernel.parts), stage_bytes, carveout, capacity, stages == 0)
+                          kernel, stage_bytes, carveout, capacity, stages == 0)
 
     if chosen < 2:
         # C/sm90_mma_array_tma_gmma_ss_warpspecialized.hpp: static_assert(DispatchPolicy::Stages >= 2,
