@@ -80,13 +80,13 @@ def _mainloop(m: int, n: int, k: int, stages: int, version: str) -> tuple[Struct
     a = stages * m * k // 2
     b = stages * n * k // 2
     sfa = stages * _sf_stage_bytes(m, k)
-    sfb = stages * _sfb_stage_bytes(n, k, version)
+    sfb = stages * _sfb_stage_bytes(n, k, version) + _sfb_divide_overhang(n, version)
     t = Struct("mainloop.TensorStorage", align=128)
     t.add("A", a, 1024)
     t.add("B", b, 1024)
     t.add("SFA", sfa, 16)
     # cute::array<T, 0> inside array_aligned<T, 0, 16> is an empty struct: sizeof 16 (4.2.0, N < 128)
-    t.add("SFB", sfb if sfb else 16, 16)
+    t.add("SFB", -(-sfb // 16) * 16 if sfb else 16, 16)  # array_aligned<T, N, 16>: sizeof rounds up to 16
     tm = _ML_TENSORMAPS
     s = Struct("mainloop.SharedStorage")
     s.add_struct("tensors", t)
@@ -108,6 +108,20 @@ def _sfb_stage_bytes(n: int, k: int, version: str) -> int:
         return _sf_stage_bytes(max(n, BLK_MN), k)
     # 4.2.0: sSFB_shapeN = N / Blk_MN: 0 for N < 128, so the SFB layout has no rows (cosize 0)
     return _sf_stage_bytes(n, k)
+
+
+def _sfb_divide_overhang(n: int, version: str) -> int:
+    """Extra cosize of SmemLayoutSFB when 4.5.0 logical_divides the 128-row SF layout by an N < 128 that does not
+    divide 128 (C/sm120_blockscaled_mma_array_tma.hpp, 4.5.0: SmemLayoutSFB = logical_divide(SmemLayoutSFB_,
+    (N, K)) for N < 128). The N mode of SmemLayoutSFB_ is (32,4):(16,4) (span 31*16 + 3*4 = 508). cute's
+    logical_divide(L, N) = composition(L, (N, complement(N, 128))) = composition(L, (N, ceil(128/N)):(1, N)), which
+    is ((32, N/32), ceil(128/N)) : ((16, 4), 4*N/32): span 31*16 + 4*(N/32 - 1) + 4*(N/32)*(ceil(128/N) - 1).
+    N = 32, 64: 508 (no change); N = 96: 516, so cosize grows by 8 (nvcc: 128x96x128 mainloop +1024 B after
+    1024-byte rounding, results/predict_calibration/sweep__sm120-nvfp4__cutlass-4.5.0)."""
+    if version != "4.5" or n >= BLK_MN:
+        return 0
+    q, c = n // 32, -(-BLK_MN // n)
+    return (31 * 16 + 4 * (q - 1) + 4 * q * (c - 1)) - (31 * 16 + 3 * 4)
 
 
 def _stage_rule(m: int, n: int, k: int, carveout: int, version: str) -> tuple[int, int, int]:
