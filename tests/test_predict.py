@@ -1,0 +1,226 @@
+"""tileprobe.predict against what nvcc measured: every committed static row, the member-level layout dumps, and (with
+nvcc) three random configs compiled fresh each run. Expected numbers come from compiled binaries only, never from the
+predictor's formulas."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from tileprobe.predict import CannotPredict, Unbuildable, fits, predict, rule_set, smem_bytes, stages
+
+ROOT = Path(__file__).resolve().parent.parent
+COLUMNS = ("stages", "smem_bytes", "smem_mainloop_bytes", "smem_epilogue_bytes")
+
+
+def _stages_of(config: str) -> int:
+    m = re.search(r"_s(auto|\d+)_", config)
+    assert m, config
+    return 0 if m.group(1) == "auto" else int(m.group(1))
+
+
+def _committed_rows() -> list:
+    out = []
+    for path in sorted(ROOT.glob("results/static/*/results.jsonl")) + sorted(ROOT.glob("results/h200/*/results.jsonl")):
+        for i, line in enumerate(path.read_text().splitlines()):
+            row = json.loads(line)
+            out.append(pytest.param(row, id=f"{path.parent.name}:{i}:{row['config']}"))
+    return out
+
+
+ROWS = _committed_rows()
+
+
+def test_committed_rows_cover_both_versions_and_families():
+    seen = {(p.values[0]["family"], p.values[0]["cutlass_version"]) for p in ROWS
+            if p.values[0].get("smem_bytes") is not None}
+    assert {("sm120-nvfp4", "4.5.0"), ("sm120-nvfp4", "4.2.0"), ("sm90-fp8", "4.5.0")} <= seen
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_committed_static_row(row):
+    """Byte-exact on every committed row that has sizes; rows tileprobe marked unsupported are Unbuildable."""
+    args = dict(family=row["family"], tile=row["tile"], schedule=row["schedule"], stages=_stages_of(row["config"]),
+                epilogue=row["epilogue"], swap_ab=row["swap_ab"], arch=row["arch"],
+                cutlass_version=row["cutlass_version"])
+    if row.get("smem_bytes") is None:
+        assert row["verdict"] == "unsupported", row["verdict"]
+        with pytest.raises(Unbuildable) as exc:
+            predict(**args)
+        assert exc.value.kind == "unsupported"
+        return
+    p = predict(**args)
+    got = {c: getattr(p, c) for c in COLUMNS}
+    want = {c: row[c] for c in COLUMNS}
+    assert got == want
+    assert sum(p.parts.values()) == p.smem_bytes
+    # the verdict the static probe wrote follows from the bytes and the row's limit
+    if row["verdict"] in ("fits", "smem-over-limit"):
+        assert p.fits(row["smem_limit_bytes"]) == (row["verdict"] == "fits")
+
+
+def _layout_rows() -> list:
+    out = []
+    for path in sorted((ROOT / "results" / "predict_calibration").glob("layout__*.jsonl")):
+        family, version = re.match(r"layout__(.+)__cutlass-(.+)\.jsonl", path.name).groups()
+        for line in path.read_text().splitlines():
+            d = json.loads(line)
+            out.append(pytest.param(family, version, d, id=f"{family}-{version}-{d['tile']}-{d['schedule']}-"
+                                                         f"s{d['stages_req']}-{d['epilogue']}-swap{int(d['swap_ab'])}"))
+    return out
+
+
+@pytest.mark.parametrize("family,version,d", _layout_rows())
+def test_layout_dump_members(family, version, d):
+    """Member by member against cutlass_harness/layout.cu dumps (sizeof/offsetof read from the compiled types)."""
+    p = predict(family, d["tile"], d["schedule"], d["stages_req"], d["epilogue"], d["swap_ab"],
+                cutlass_version=version)
+    assert (p.stages, p.smem_bytes, p.smem_mainloop_bytes, p.smem_epilogue_bytes) == (
+        d["stages"], d["k_size"], d["ml_size"], d["ep_size"])
+    parts = p.parts
+    assert parts["tensors.mainloop.A"] == d["A_size"]
+    assert parts["tensors.mainloop.B"] == d["B_size"]
+    if "SFA_size" in d:
+        assert parts["tensors.mainloop.SFA"] == d["SFA_size"]
+        assert parts["tensors.mainloop.SFB"] == d["SFB_size"]
+    assert p.smem_bytes - p.kernel_level_bytes == d["k_tensors_size"]
+    assert parts["pipelines.mainloop"] == d["kp_ml_size"]
+    assert parts["pipelines.epi_load"] == d["kp_epi_size"]
+    assert parts.get("pipelines.math_wg_order") == d.get("kp_math_size")
+    assert parts["scheduler_response"] == d["k_resp_size"]
+    ep_tmaps = parts["tensormaps.epilogue.tensormap_C"] + parts["tensormaps.epilogue.tensormap_D"]
+    assert ep_tmaps == d["ep_tensormaps_size"]
+
+
+# Hand-checked examples (numbers read off compiled binaries, see results/predict_calibration) ------------------------
+
+def test_convenience_functions():
+    assert stages("sm120-nvfp4", (128, 128, 128), "cooperative") == 4
+    assert smem_bytes("sm120-nvfp4", "128x128x128", "pingpong", epilogue="with-c") == 89088
+    assert fits("sm120-nvfp4", "128x32x128", "cooperative", epilogue="with-c", limit_bytes=101376)  # exactly at it
+    assert not fits("sm120-nvfp4", "128x32x128", "cooperative", cutlass_version="4.2.0", limit_bytes=101376)
+    assert smem_bytes("sm90-fp8", "256x256x128", "cooperative", stages=4, arch="sm_90a") == 280576
+
+
+def test_42_vs_45_carveout():
+    """4.2.0 charges 16 B of barriers and no kernel-level storage per the whole budget, and stores no SFB for
+    N < 128; 4.5.0 reserves scheduler/tensormap storage and charges a 128-row SFB, so 128x32x128 no-c gets 8 stages
+    (over the limit by 1024 B) on 4.2.0 and 7 on 4.5.0 (results/static/diff_cutlass_4.5.0_vs_4.2.0.md)."""
+    old = predict("sm120-nvfp4", "128x32x128", "cooperative", cutlass_version="4.2.0")
+    new = predict("sm120-nvfp4", "128x32x128", "cooperative", cutlass_version="4.5.0")
+    assert (old.stages, old.smem_bytes, new.stages, new.smem_bytes) == (8, 102400, 7, 97280)
+    assert old.parts["tensors.mainloop.SFB"] == 16  # an empty array_aligned<ue4m3, 0>
+
+
+def test_unbuildable_configs():
+    with pytest.raises(Unbuildable) as exc:
+        predict("sm120-nvfp4", "128x16x128", "pingpong")
+    assert exc.value.kind == "tile" and "N >= 32" in exc.value.reason
+    with pytest.raises(Unbuildable) as exc:  # nvcc: Divisibility Condition (results/predict_calibration)
+        predict("sm120-nvfp4", "128x48x128", "cooperative")
+    assert exc.value.kind == "tile"
+    with pytest.raises(Unbuildable) as exc:
+        predict("sm120-nvfp4", "128x192x128", "pingpong")
+    assert exc.value.kind == "tile"
+    with pytest.raises(Unbuildable) as exc:
+        predict("sm120-nvfp4", "256x256x512", "cooperative")
+    assert exc.value.kind == "too-few-stages" and exc.value.at_two_stages.stages == 2
+    assert exc.value.at_two_stages.smem_bytes > 101376
+    with pytest.raises(Unbuildable) as exc:
+        predict("sm120-nvfp4", "128x128x128", "cooperative", stages=1)
+    assert exc.value.kind == "too-few-stages"
+    with pytest.raises(Unbuildable) as exc:
+        predict("sm90-fp8", "64x128x128", "cooperative")
+    assert exc.value.kind == "unsupported"
+
+
+@pytest.mark.parametrize("version", ["4.3.0", "4.4.2", "3.9.2", "5.0.0", "4.5.1", "4.2.1", "latest", ""])
+def test_unknown_version_cannot_predict(version):
+    with pytest.raises(CannotPredict, match="CUTLASS"):
+        predict("sm120-nvfp4", "128x128x128", "cooperative", cutlass_version=version)
+
+
+def test_unknown_family_cannot_predict():
+    with pytest.raises(CannotPredict, match="family"):
+        predict("flashinfer-moe", "128x128x128", "cooperative")
+    with pytest.raises(CannotPredict, match="4.5.0"):  # sm90-fp8 was verified on 4.5.0 only
+        predict("sm90-fp8", "128x128x128", "cooperative", cutlass_version="4.2.0")
+
+
+def test_version_aliases():
+    assert rule_set("sm120-nvfp4", "4.5.x") == rule_set("sm120-nvfp4", "4.5") == rule_set("sm120-nvfp4", "4.5.0")
+    assert rule_set("sm120-nvfp4", "4.2.x") == "4.2"
+
+
+def test_importable_without_nvcc_torch_or_gpu():
+    """The model needs nothing but the standard library and tileprobe.errors."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import tileprobe.predict as p; p.predict('sm90-fp8', '128x128x128', 'pingpong'); "
+            "bad = [m for m in ('torch', 'cuda', 'pandas', 'tileprobe.build', 'tileprobe.toolchain') if m in sys.modules];"
+            "print(bad); sys.exit(1 if bad else 0)")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": "/nonexistent"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# Fresh compiles ---------------------------------------------------------------------------------------------------
+
+def _random_config(rng: random.Random, version: str) -> tuple:
+    """A config CUTLASS builds: drawn from the families' valid ranges until the predictor accepts it."""
+    while True:
+        family = rng.choice(["sm120-nvfp4", "sm90-fp8"])
+        if family == "sm120-nvfp4":
+            m = rng.choice([128, 256])
+            n = rng.choice([32, 64, 96, 128, 256])
+            k = rng.choice(range(64, 513, 64))
+            schedule = rng.choice(["auto", "cooperative", "pingpong"])
+            arch = rng.choice(["sm_120a", "sm_121a"])
+        else:
+            schedule = rng.choice(["cooperative", "pingpong"])
+            m = rng.choice([128, 256] if schedule == "cooperative" else [64, 128, 192, 256])
+            n = rng.choice(range(8, 257, 8))
+            k = rng.choice(range(32, 257, 32))
+            arch = "sm_90a"
+        st = rng.choice([0, 0, 2, 3, 4, 5])
+        epi, swap = rng.choice(["no-c", "with-c"]), rng.random() < 0.5
+        try:
+            predict(family, (m, n, k), schedule, st, epi, swap, arch, version)
+        except Unbuildable:
+            continue
+        except CannotPredict:
+            pytest.skip(f"no rules for CUTLASS {version}")
+        return family, (m, n, k), schedule, st, epi, swap, arch
+
+
+@pytest.mark.nvcc
+def test_random_configs_against_nvcc(toolchain):
+    from tileprobe.families import Config, Tile
+    from tileprobe.static_probe import probe_static
+    from tileprobe.targets import profile
+    from tileprobe.verdict import Verdict
+
+    seed = int.from_bytes(os.urandom(4), "little")
+    print(f"predict random seed {seed}")
+    rng = random.Random(seed)
+    version = toolchain.cutlass.version
+    picks = [_random_config(rng, version) for _ in range(3)]
+    print("configs", picks)
+    for family in sorted({p[0] for p in picks}):
+        mine = [p for p in picks if p[0] == family]
+        configs = [Config(family, Tile(*t), sched, st, epi, swap, arch) for _, t, sched, st, epi, swap, arch in mine]
+        target = profile("h200" if family == "sm90-fp8" else "rtx-pro-6000")
+        outs = probe_static(configs, target, toolchain.cutlass, toolchain.nvcc, toolchain.cache, jobs=1,
+                            timeout_s=1800)
+        for pick, out in zip(mine, outs):
+            assert out.verdict in (Verdict.FITS, Verdict.SMEM_OVER_LIMIT), (pick, out.reason)
+            p = predict(*pick, cutlass_version=version)
+            got = {c: getattr(p, c) for c in COLUMNS}
+            want = {c: getattr(out.info, c) for c in COLUMNS}
+            assert got == want, (seed, pick)

@@ -1,0 +1,79 @@
+"""Predict CUTLASS's stage count and every byte of sizeof(GemmKernel::SharedStorage) without compiling.
+
+Pure Python (no nvcc, no GPU, no torch): each family is a rule module that re-derives, from the CUTLASS headers, what
+the collective builders choose (stage count under StageCountAutoCarveout<sizeof epilogue storage>, epilogue tile and
+C/D stages) and lays out the mainloop, epilogue and kernel SharedStorage structs member by member. Every rule names
+its header and the CUTLASS versions it was verified on. An unknown family or version raises CannotPredict; a config
+CUTLASS rejects at compile time raises Unbuildable (with .kind and, for too few stages, the 2-stage prediction).
+
+    >>> from tileprobe.predict import predict
+    >>> p = predict("sm120-nvfp4", (128, 128, 128), "cooperative")
+    >>> p.stages, p.smem_bytes
+    (4, 84992)
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from tileprobe.predict import sm90_fp8, sm120_nvfp4
+from tileprobe.predict._common import CannotPredict, Prediction, Unbuildable, version_key
+
+__all__ = ["CannotPredict", "Prediction", "Unbuildable", "FAMILIES", "predict", "smem_bytes", "stages", "fits",
+           "rule_set"]
+
+# family name -> rule module: VERSIONS (rule-set key -> verified releases) and
+# predict(m, n, k, schedule, stages, epilogue, swap_ab, arch, version_key) -> Prediction.
+FAMILIES = {m.FAMILY: m for m in (sm120_nvfp4, sm90_fp8)}
+EPILOGUES = ("no-c", "with-c")
+
+
+@lru_cache(maxsize=256)
+def rule_set(family: str, cutlass_version: str) -> str:
+    """The rule-set key ('4.5', '4.2') that predict() would use; CannotPredict when there is none."""
+    mod = FAMILIES.get(family)
+    if mod is None:
+        raise CannotPredict(f"no prediction rules for family {family!r}; known: {', '.join(FAMILIES)}")
+    return version_key(cutlass_version, mod.VERSIONS)
+
+
+def predict(family: str, tile, schedule: str = "auto", stages: int = 0, epilogue: str = "no-c",
+            swap_ab: bool = False, arch: str | None = None, cutlass_version: str = "4.5.0") -> Prediction:
+    """Stages and SharedStorage bytes CUTLASS would give this config.
+
+    tile: (M, N, K) in elements, or 'MxNxK'. stages: 0 = StageCountAutoCarveout, N = StageCount<N>.
+    arch defaults to the family's first arch (sm_120a / sm_90a). Raises CannotPredict (unknown family/version, bad
+    argument) or Unbuildable (CUTLASS would not compile it).
+    """
+    key = rule_set(family, cutlass_version)
+    mod = FAMILIES[family]
+    if isinstance(tile, str):
+        try:
+            m, n, k = (int(x) for x in tile.lower().split("x"))
+        except ValueError:
+            raise CannotPredict(f"malformed tile {tile!r}: expected MxNxK in elements") from None
+    else:
+        m, n, k = (int(x) for x in tile)
+    if min(m, n, k) <= 0:
+        raise CannotPredict(f"tile {m}x{n}x{k}: extents must be positive")
+    if epilogue not in EPILOGUES:
+        raise CannotPredict(f"unknown epilogue {epilogue!r}; known: {', '.join(EPILOGUES)}")
+    if not isinstance(stages, int) or stages < 0:
+        raise CannotPredict(f"stages must be 0 (auto) or a positive stage count, not {stages!r}")
+    return mod.predict(m, n, k, schedule, stages, epilogue, bool(swap_ab), arch or mod.ARCHS[0], key)
+
+
+def smem_bytes(family: str, tile, schedule: str = "auto", **kw) -> int:
+    """sizeof(GemmKernel::SharedStorage) for the config (see predict)."""
+    return predict(family, tile, schedule, **kw).smem_bytes
+
+
+def stages(family: str, tile, schedule: str = "auto", **kw) -> int:
+    """The mainloop stage count for the config (see predict)."""
+    return predict(family, tile, schedule, **kw).stages
+
+
+def fits(family: str, tile, schedule: str = "auto", *, limit_bytes: int, **kw) -> bool:
+    """Whether SharedStorage fits limit_bytes (101376 on SM120, 232448 on H100/H200). A config CUTLASS cannot
+    build raises Unbuildable rather than answering False."""
+    return predict(family, tile, schedule, **kw).smem_bytes <= limit_bytes

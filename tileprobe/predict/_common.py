@@ -1,0 +1,80 @@
+"""Types shared by the predictor's API and its family rule modules."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from tileprobe.errors import TileprobeError
+
+
+class CannotPredict(TileprobeError):
+    """The model has no verified rules for this CUTLASS version or family: compile instead of guessing."""
+
+
+class Unbuildable(TileprobeError):
+    """CUTLASS itself rejects this config at compile time (a static_assert or a template that does not form).
+
+    kind: 'too-few-stages' (the auto carveout leaves < 2 stages, or StageCount<1>: the collective's
+    static_assert "Stages set to value 2 or more"), 'tile' (a builder's static_assert or a layout that does not form
+    for this tile), 'unsupported' (outside what tileprobe's family builds: tileprobe.families.Family.check).
+    at_two_stages: for 'too-few-stages', the prediction with StageCount<2>, to put bytes on why.
+    """
+
+    def __init__(self, reason: str, kind: str, at_two_stages: "Prediction | None" = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.kind = kind
+        self.at_two_stages = at_two_stages
+
+
+@dataclass(frozen=True)
+class Prediction:
+    family: str
+    cutlass_version: str  # the rule set used: '4.2' or '4.5'
+    stages: int
+    smem_bytes: int  # sizeof(GemmKernel::SharedStorage)
+    smem_mainloop_bytes: int  # sizeof(CollectiveMainloop::SharedStorage)
+    smem_epilogue_bytes: int  # sizeof(CollectiveEpilogue::SharedStorage)
+    kernel_level_bytes: int  # the kernel's storage outside its tensors member: pipelines, scheduler, tensormaps, padding
+    layout: object = field(repr=False, compare=False)  # the kernel SharedStorage Struct (tileprobe.predict._layout)
+    stage_bytes: int = 0  # what the builder's stage-count rule charges per stage
+    carveout_bytes: int = 0  # StageCountAutoCarveout<bytes>: sizeof(CollectiveEpilogue::SharedStorage)
+    capacity_bytes: int = 0  # the capacity the builder divides (after its own kernel-level reductions)
+    auto_stages: bool = True
+
+    @property
+    def parts(self) -> dict[str, int]:
+        """Kernel SharedStorage bytes by member path ('tensors.mainloop.SFB', 'pipelines.scheduler',
+        'tensormaps.epilogue.tensormap_D', '<pad>' for padding); sums to smem_bytes."""
+        return self.layout.parts()
+
+    def fits(self, limit_bytes: int) -> bool:
+        return self.smem_bytes <= limit_bytes
+
+
+_VERSION_RE = re.compile(r"^\s*(\d+)\.(\d+)(?:\.(\d+|x))?(?:\.\d+)?\s*$")
+
+
+def version_key(version: str, known: dict[str, tuple[str, ...]]) -> str:
+    """The rule-set key ('4.5') for a CUTLASS version string; CannotPredict unless verified.
+
+    known maps a rule-set key to the exact patch versions it was verified against (compiled, byte-exact), e.g.
+    {'4.5': ('4.5.0',)}. 'MAJOR.MINOR.x' and 'MAJOR.MINOR' mean that minor line and are accepted when the line has a
+    verified rule set; an explicit patch version must be one that was verified: patch releases do change these
+    rules (CUTLASS 4.4.2 changed the SM120 block-scaled stage carveout).
+    """
+    m = _VERSION_RE.match(str(version))
+    if not m:
+        raise CannotPredict(f"cannot parse CUTLASS version {version!r}: expected MAJOR.MINOR.PATCH such as 4.5.0")
+    key = f"{m.group(1)}.{m.group(2)}"
+    verified = ", ".join(v for vs in known.values() for v in vs)
+    if key not in known:
+        raise CannotPredict(f"no verified rules for CUTLASS {version}: the predictor knows {verified}; "
+                            "compile it (tileprobe sweep --static-only) instead")
+    patch = m.group(3)
+    if patch not in (None, "x") and f"{key}.{patch}" not in known[key]:
+        raise CannotPredict(f"no verified rules for CUTLASS {version}: the {key} rules were verified on "
+                            f"{', '.join(known[key])} only, and patch releases have changed them before; compile it "
+                            "(tileprobe sweep --static-only) instead")
+    return key
