@@ -166,8 +166,8 @@ def _measure_here(gpu_index: int, buffer_bytes: int = GiB) -> dict:
             ms = _time(driver, stream, lambda: _ok(driver.cuMemcpyDtoDAsync(dst, src, nbytes, stream),
                                                     "cuMemcpyDtoDAsync"))
             out["copy_gbps"], out["copy_gbps_best"] = _gbps(2 * nbytes, ms)
-            methods.append(f"copy: cuda-python {cuda.bindings.__version__} cuMemcpyDtoDAsync of {nbytes} B, counting "
-                           f"2x bytes (read + written), median of {REPEATS} timings of {ITERS}")
+            methods.append(f"copy: cuda-python {getattr(cuda.bindings, '__version__', '?')} cuMemcpyDtoDAsync of "
+                           f"{nbytes} B, counting 2x bytes (read + written), median of {REPEATS} timings of {ITERS}")
         except Exception as exc:  # noqa: BLE001
             errors.append(f"copy: {exc}")
         try:
