@@ -30,7 +30,17 @@ from tileprobe.errors import UsageError
 from tileprobe.families import Config, family
 from tileprobe.toolchain import CutlassTree, Nvcc
 
-HARNESS_DIR = Path(os.environ.get("TILEPROBE_HARNESS_DIR", Path(__file__).resolve().parent.parent / "cutlass_harness"))
+
+def _harness_dir() -> Path:
+    """TILEPROBE_HARNESS_DIR, else the checkout's cutlass_harness/ (editable install), else the installed copy."""
+    if os.environ.get("TILEPROBE_HARNESS_DIR"):
+        return Path(os.environ["TILEPROBE_HARNESS_DIR"])
+    here = Path(__file__).resolve().parent
+    checkout = here.parent / "cutlass_harness"
+    return checkout if (checkout / "kernels.cuh").is_file() else here / "cutlass_harness"
+
+
+HARNESS_DIR = _harness_dir()
 COMMON_FLAGS = ["-std=c++17", "-DNDEBUG", "--expt-relaxed-constexpr", "-diag-suppress", "20012,20013,20014,20015"]
 DEFAULT_COMPILE_TIMEOUT_S = 1200
 
