@@ -38,6 +38,9 @@ def fake_harness(tmp_path: Path, behaviour: dict, default: str = "ok", name: str
         print(json.dumps({{"event": "start", "point": pid}}), flush=True)
         if what == "ok":
             answer(pid)
+        elif what == "slow":
+            time.sleep(0.4)
+            answer(pid)
         elif what == "unchecked":
             answer(pid, rel_err=None, bad_elements=None, checked_elements=None)
         elif what == "sticky":

@@ -106,7 +106,7 @@ def test_rows_carry_the_real_device_and_timing_columns(tmp_path, monkeypatch, rn
 
 def test_interrupt_keeps_rows_and_resume_completes(tmp_path, monkeypatch, rng):
     seed = rng.randrange(10**6)
-    exes = [fake_harness(tmp_path, {}, name=f"h{i}") for i in range(3)]
+    exes = [fake_harness(tmp_path, {}, default="slow", name=f"h{i}") for i in range(3)]
     probe = setup(tmp_path, monkeypatch, exes, seed)
     out = tmp_path / "out"
     writer = ResultsWriter(out)

@@ -17,7 +17,7 @@ from tileprobe.errors import UsageError  # noqa: E402
 from tileprobe.recommend import recommend_document  # noqa: E402
 from tileprobe.results import COLUMNS  # noqa: E402
 from tileprobe.resultset import load  # noqa: E402
-from tileprobe.verdict import Verdict  # noqa: E402
+from tileprobe.verdict import Evidence, Verdict, evidence_for  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
@@ -53,7 +53,7 @@ def test_row_schema_knows_every_column_and_the_verdict_vocabulary():
     props = schema.schema("row")["properties"]
     assert [c for c in COLUMNS if c not in props] == []
     assert set(props["verdict"]["enum"]) == {v.value for v in Verdict}
-    assert {v.evidence for v in Verdict} <= set(props["evidence"]["enum"])
+    assert {evidence_for(v).value for v in Verdict} <= set(props["evidence"]["enum"])
     assert set(schema.schema("known-good")["properties"]["not_good"]["items"]["properties"]["verdict"]["enum"]) == \
         {v.value for v in Verdict}
 

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from tileprobe import compare, families, known_good, resultset
+from tileprobe import compare, families, known_good, resultset, schema as schemas
 from tileprobe import recommend as rec
 from tileprobe import sweep as sw
 from tileprobe.errors import UsageError
@@ -264,6 +264,16 @@ def merge(
                   + (f", {len(res.disagreeing)} of them disagreeing (first kept)" if res.disagreeing else ""),
                   highlight=False)
     write_reports(out, console)
+
+
+@app.command()
+def schema(
+    name: Annotated[str, typer.Argument(help="row, run, known-good or recommend")],
+) -> None:
+    """Print the versioned JSON Schema of a tileprobe format (result rows, run.json, known-good, recommend)."""
+    if name not in schemas.names():
+        raise UsageError(f"unknown schema {name!r}; known: {', '.join(schemas.names())}")
+    sys.stdout.write(json.dumps(schemas.schema(name), indent=1) + "\n")
 
 
 def main() -> None:

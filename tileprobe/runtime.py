@@ -12,7 +12,7 @@ import os
 import queue
 import tempfile
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -40,6 +40,7 @@ class RuntimeJob:
     compile_timeout_s: float
     run_timeout_s: float
     rebuild: bool = False
+    refs: dict = field(default_factory=dict)  # per GPU index: the reference bandwidths measured by its worker
 
 
 def runtime_rows(job: RuntimeJob, writer, console) -> list[dict]:
@@ -58,7 +59,7 @@ def runtime_rows(job: RuntimeJob, writer, console) -> list[dict]:
         if left:
             tasks.put((cfg, b, left))
     total = sum(len(t[2]) for t in tasks.queue)
-    refs: dict[int, dict] = {}
+    refs = job.refs
 
     def emit(cfg: Config, device: Target, res: ProbeResult, point: Point, pid: int) -> None:
         static = statics[cfg.key]

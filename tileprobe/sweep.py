@@ -184,4 +184,7 @@ def run(opts: SweepOptions, console) -> list[dict]:
             job = RuntimeJob(points, seed, devices, outcomes, tc, opts.jobs, opts.compile_timeout_s,
                              opts.run_timeout_s, opts.rebuild)
             rows += runtime_rows(job, writer, console)
+            meta = json.loads((opts.out / "run.json").read_text())
+            meta["references"] = {str(k): v for k, v in job.refs.items()}  # per GPU: copy/read GB/s, L2, method
+            (opts.out / "run.json").write_text(json.dumps(meta, indent=1))
     return rows

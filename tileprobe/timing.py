@@ -11,12 +11,10 @@ kernel's own time; reports show both.
 from __future__ import annotations
 
 import math
-import os
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
+from tileprobe import bandwidth
 from tileprobe.families import Config, family
 from tileprobe.targets import Target
 from tileprobe.workloads import Point
@@ -73,24 +71,8 @@ def timing_columns(data: dict, point: Point, config: Config, device: Target, ref
     return out
 
 
-_COPY_SNIPPET = """
-import torch, sys
-x = torch.empty(2 * 1024**3, dtype=torch.uint8, device='cuda'); y = torch.empty_like(x)
-for _ in range(3): y.copy_(x)
-s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-torch.cuda.synchronize(); s.record()
-for _ in range(20): y.copy_(x)
-e.record(); torch.cuda.synchronize()
-print(2 * x.numel() * 20 / (s.elapsed_time(e) * 1e-3) / 1e9)
-"""
-
-
 def measure_refs(gpu_index: int) -> dict:
-    """Reference bandwidths of one device (bytes read + written by a D2D copy), measured in a child process."""
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu_index))
-    try:
-        p = subprocess.run([sys.executable, "-c", _COPY_SNIPPET], capture_output=True, text=True, timeout=120,
-                           env=env)
-        return {"copy_gbps": round(float(p.stdout.strip().splitlines()[-1]), 1)}
-    except (subprocess.TimeoutExpired, ValueError, IndexError, OSError):
-        return {}
+    """The device's own reference bandwidths (tileprobe.bandwidth, through cuda-python in a child process; no
+    torch): copy_gbps (bytes read + written by a device-to-device copy) and read_gbps (a read-only streaming kernel:
+    a decode GEMM mostly reads, so reading is its honest roofline). Failures come back as `error`, never raised."""
+    return bandwidth.measure(gpu_index)
