@@ -220,12 +220,12 @@ def sm120_prune_rules(tree: FlashinferTree | None = None) -> list[PruneRule]:
     comment = " ".join(line.strip().lstrip("/").strip() for line in block.group(1).splitlines() if line.strip())
     rules: list[PruneRule] = []
     pending: list[str] = []
-    for m in re.finditer(r"case\s+CutlassTileConfigSM120::(CtaShape\d+x\d+x\d+B)\s*:|return\s+(\w+)\s*;",
+    for m in re.finditer(r"case\s+CutlassTileConfigSM120::(CtaShape\d+x\d+x\d+B)\s*:|return\b([^;]*);",
                          block.group(2)):
         if m.group(1):
             pending.append(m.group(1))
             continue
-        ret = m.group(2)
+        ret = m.group(2).strip()
         when = {"true": "grouped", "fp8_act": "grouped, fp8 activations"}.get(ret)
         if when is None and ret != "false":
             raise UsageError(f"structure not recognized in {path}: never_dispatches returns {ret!r}")
