@@ -1,0 +1,3 @@
+// tileprobe stub: see cublasLt.h.
+#pragma once
+#include "cublasLt.h"
