@@ -98,8 +98,14 @@ def main() -> None:
                  "first_rows_kept_verbatim": lines_after[: len(lines_before)] == lines_before,
                  "rows_after_resume": len(rk), "duplicate_keys": len(lines_after) - len({_key(json.loads(l)) for l in lines_after}),
                  "resume_s": round(wall_resume, 1)},
+        "phases_a": json.loads((save / "a" / "run.json").read_text()).get("phases"),
+        "phases_b": json.loads((save / "b" / "run.json").read_text()).get("phases"),
+        "references_b": json.loads((save / "b" / "run.json").read_text()).get("references"),
         "wall_warmup_build_s": round(wall_warm, 1), "wall_a_s": round(wall_a, 1), "wall_b_s": round(wall_b, 1), "ratio_a_over_b": round(wall_a / wall_b, 2),
     }
+    pa, pb = rec["phases_a"] or {}, rec["phases_b"] or {}
+    if pa.get("launch_s") and pb.get("launch_s"):
+        rec["launch_phase_ratio_a_over_b"] = round(pa["launch_s"] / pb["launch_s"], 2)
     print(json.dumps(rec, indent=1))
     (save / "multi_gpu.json").write_text(json.dumps(rec, indent=1))
 

@@ -12,6 +12,7 @@ import os
 import queue
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -41,14 +42,17 @@ class RuntimeJob:
     run_timeout_s: float
     rebuild: bool = False
     refs: dict = field(default_factory=dict)  # per GPU index: the reference bandwidths measured by its worker
+    phases: dict = field(default_factory=dict)  # seconds: build_s (harness builds), launch_s (workers, incl. refs)
 
 
 def runtime_rows(job: RuntimeJob, writer, console) -> list[dict]:
     tc = job.toolchain
     statics = {o.config.key: o for o in job.outcomes if o.verdict not in (Verdict.UNSUPPORTED, Verdict.COMPILE_ERROR)}
     cfgs = [o.config for o in job.outcomes if o.config.key in statics]
+    start = time.perf_counter()
     builds = build_many([BuildRequest("run", (c,)) for c in cfgs], tc.cutlass, tc.nvcc, tc.cache, job.jobs,
                         job.compile_timeout_s, "runtime harnesses", job.rebuild)
+    job.phases["build_s"] = time.perf_counter() - start
     rows: list[dict] = []
     lock = threading.Lock()
     tasks: queue.Queue = queue.Queue()
@@ -102,12 +106,14 @@ def runtime_rows(job: RuntimeJob, writer, console) -> list[dict]:
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TimeRemainingColumn(), console=console, transient=True) as progress:
         bar = progress.add_task("launches", total=total)
+        start = time.perf_counter()
         for i, (d, done) in enumerate(zip(job.devices, finished)):
             threading.Thread(target=worker, args=(d, done), name=f"gpu{d.gpu_index}-w{i}", daemon=True).start()
         try:
             for done in finished:
                 while not done.wait(0.2):  # wake regularly so Ctrl-C reaches the main thread
                     pass
+            job.phases["launch_s"] = time.perf_counter() - start
         except KeyboardInterrupt:
             stop.set()  # workers kill their running probes and end; every written row stays
             for done in finished:

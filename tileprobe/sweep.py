@@ -8,6 +8,7 @@ import os
 import random
 import shlex
 import sys
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -178,13 +179,20 @@ def run(opts: SweepOptions, console) -> list[dict]:
                       f"{tc.cutlass.version} ({tc.cutlass.source}), nvcc {tc.nvcc.version_text}")
         if p.arch_reason:
             console.print(f"[yellow]{p.arch_reason}: every config is unsupported[/]")
+        start = time.perf_counter()
         outcomes, rows = static_rows(opts, tc, target, configs, writer)
         rows += foreign_rows(p, tc, outcomes, writer)
+        phases = {"static_s": round(time.perf_counter() - start, 2)}
         if devices:
             job = RuntimeJob(points, seed, devices, outcomes, tc, opts.jobs, opts.compile_timeout_s,
                              opts.run_timeout_s, opts.rebuild)
+            start = time.perf_counter()
             rows += runtime_rows(job, writer, console)
-            meta = json.loads((opts.out / "run.json").read_text())
+            phases["runtime_s"] = round(time.perf_counter() - start, 2)  # harness builds + references + launches
+            phases.update({k: round(v, 2) for k, v in job.phases.items()})
+        meta = json.loads((opts.out / "run.json").read_text())
+        meta["phases"] = phases
+        if devices:
             meta["references"] = {str(k): v for k, v in job.refs.items()}  # per GPU: copy/read GB/s, L2, method
-            (opts.out / "run.json").write_text(json.dumps(meta, indent=1))
+        (opts.out / "run.json").write_text(json.dumps(meta, indent=1))
     return rows
