@@ -171,7 +171,7 @@ def _compile(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc, cache: Path, f
     try:
         (tmp / "tp_configs.inc").write_text(req.config_include())
         cmd = [str(nvcc.path), *req.flags(), "-I", str(HARNESS_DIR), "-I", str(tmp)]
-        for inc in [*cutlass.include_dirs, *req.include_dirs()]:
+        for inc in [*req.include_dirs(), *cutlass.include_dirs]:  # a family's own headers come first
             cmd += ["-I", str(inc)]
         cmd += [str(req.source), "-o", str(tmp / "harness")]
         start = time.monotonic()

@@ -23,7 +23,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Which CUTLASS grouped-GEMM tiles fit, launch, are correct and are fastest on a GPU.")
 console = Console(width=None if sys.stdout.isatty() else 200)
 
-FamilyOpt = Annotated[Optional[str], typer.Option("--family", help="sm120-nvfp4 or sm90-fp8 (default: by device)")]
+FamilyOpt = Annotated[Optional[str], typer.Option("--family", help="sm120-nvfp4, sm90-fp8 or flashinfer-moe (default: by device)")]
 TargetOpt = Annotated[Optional[str], typer.Option(
     "--target", help="offline profile (rtx-pro-6000, rtx-5090, dgx-spark-gb10, b200, h100, h200); a real GPU wins "
                      "when present unless this is given")]
@@ -76,6 +76,8 @@ def sweep(
     epilogue: Annotated[Optional[list[str]], typer.Option("--epilogue", help="no-c (bf16 D) and/or with-c (bf16 C source)")] = None,
     swap_ab: Annotated[Optional[list[str]], typer.Option("--swap-ab", help="off, on, or off,on")] = None,
     cluster: Annotated[str, typer.Option("--cluster", help="cluster shape; SM120 supports 1x1x1 only")] = "1x1x1",
+    dtypes: Annotated[Optional[list[str]], typer.Option("--dtypes", help="flashinfer-moe: nvfp4xnvfp4, mxfp8xmxfp4 (SM120), fp8xfp8 (SM90); default: every pair the engine dispatches")] = None,
+    flashinfer_dir: Annotated[Optional[Path], typer.Option("--flashinfer-dir", help="flashinfer-moe: another flashinfer package folder than the installed one (e.g. to diff two installs)")] = None,
     out: Annotated[Path, typer.Option("--out", help="results folder")] = Path("tileprobe-results"),
     jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles (default: cores)")] = os.cpu_count() or 1,
     compile_: Annotated[bool, typer.Option("--compile/--no-compile", help="static: also build device code (evidence 'compiled': ptxas registers and spills; slow). Without it, kernel types are instantiated and sized only (evidence 'sized')")] = False,
@@ -110,9 +112,11 @@ def sweep(
                 raise UsageError(f"--swap-ab {v!r}: expected on or off")
             swaps.append(v in ("on", "true", "1"))
     gpu_list = _ints([gpus], "--gpus") if gpus else None
+    if flashinfer_dir is not None:
+        os.environ["TILEPROBE_FLASHINFER_DIR"] = str(flashinfer_dir)  # read by the flashinfer-moe family
     opts = sw.SweepOptions(
         family=family, target=target, tiles=_split_csv(tiles), schedules=_split_csv(schedules),
-        stages=_ints(stages, "--stages"), epilogues=_split_csv(epilogue), swap_ab=swaps,
+        stages=_ints(stages, "--stages"), epilogues=_split_csv(epilogue), swap_ab=swaps, dtypes=_split_csv(dtypes),
         cluster=families.parse_cluster(cluster), out=out, jobs=jobs, compile=compile_, rebuild=rebuild, static_only=static_only,
         resume=resume, shard=_shard(shard), gpus=gpu_list, compile_timeout_s=compile_timeout,
         run_timeout_s=run_timeout, cutlass_dir=cutlass_dir, nvcc=nvcc, cache_dir=cache_dir,

@@ -109,7 +109,7 @@ def make_row(config: Config, target: Target, toolchain: dict, outcome: Outcome, 
     row = {
         "target": target.name, "device_name": target.device_name, "cc": target.cc, "gpu_index": target.gpu_index,
         "config": config.key, **config.fields(), "schedule": fam.schedule_label(config.schedule),
-        "tile_bytes_k": config.tile.bytes_k(fam.ab_bits),
+        "tile_bytes_k": config.tile.bytes_k(fam.bits(config)),
         "stages": info.stages if info.stages is not None else config.stages_label,
         "smem_bytes": info.smem_bytes, "smem_mainloop_bytes": info.smem_mainloop_bytes,
         "smem_epilogue_bytes": info.smem_epilogue_bytes, "smem_kernel_bytes": kernel_level,
@@ -120,6 +120,8 @@ def make_row(config: Config, target: Target, toolchain: dict, outcome: Outcome, 
         "evidence": evidence_for(outcome.verdict, info.compiled).value,
         "driver": target.driver, "compile_seconds": info.compile_seconds, "timestamp": now(), **toolchain,
     }
+    if fam.engine is not None:
+        row["engine"], row["engine_hash"] = fam.engine()
     for more in (runtime, point, extra):
         if more:
             row.update(more)

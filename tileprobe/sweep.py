@@ -24,7 +24,7 @@ from tileprobe.toolchain import CutlassTree, Nvcc, find_cutlass, find_nvcc
 from tileprobe.verdict import Verdict
 from tileprobe.workloads import Point, points_for
 
-DEFAULT_TARGET_FOR = {"sm120-nvfp4": "rtx-pro-6000", "sm90-fp8": "h200"}
+DEFAULT_TARGET_FOR = {"sm120-nvfp4": "rtx-pro-6000", "sm90-fp8": "h200", "flashinfer-moe": "rtx-pro-6000"}
 
 
 @dataclass
@@ -48,6 +48,7 @@ class SweepOptions:
     stages: list[int] | None = None
     epilogues: list[str] | None = None
     swap_ab: list[bool] | None = None
+    dtypes: list[str] | None = None  # families with several operand pairs (flashinfer-moe)
     cluster: tuple[int, int, int] = (1, 1, 1)
     out: Path = Path("tileprobe-results")
     jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
@@ -99,8 +100,10 @@ def plan(opts: SweepOptions, cutlass_version: str | None = None) -> Plan:
         arch_reason = (f"{fam.name} builds {', '.join(fam.archs)} binaries; an {fam.archs[0]} binary cannot run on "
                        f"{target.name} (sm_{target.cc_int}) at all")
         arch = fam.archs[0]
+    if opts.dtypes and "dtypes" not in fam.extra_fields:
+        raise UsageError(f"--dtypes applies to families with several operand pairs, not {fam.name}")
     configs = expand_configs(fam, arch, opts.tiles, opts.schedules, opts.stages, opts.epilogues, opts.swap_ab,
-                             opts.cluster, cutlass_version)
+                             opts.cluster, cutlass_version, [(("dtypes", d),) for d in opts.dtypes or ()])
     if arch_reason:
         configs = [replace(c, unsupported_reason=arch_reason) for c in configs]
     if opts.shard:
@@ -155,7 +158,12 @@ def run(opts: SweepOptions, console) -> list[dict]:
     w = opts.workload
     points_for(w.get("presets"), w.get("shapes"), w.get("batches"), w.get("routing", "uniform"), w.get("tp", 1),
                w.get("ep", 1), 0)  # every workload option is checked before anything else happens
-    tc = make_toolchain(opts.cutlass_dir, opts.nvcc, opts.cache_dir)
+    fam_name = opts.family
+    fixed = family(fam_name).cutlass_root if fam_name else None
+    if fixed and opts.cutlass_dir:
+        raise UsageError(f"{fam_name} compiles against its engine's own CUTLASS; --cutlass-dir does not apply "
+                         "(point --flashinfer-dir at another flashinfer instead)")
+    tc = make_toolchain(fixed() if fixed else opts.cutlass_dir, opts.nvcc, opts.cache_dir)
     p = plan(opts, tc.cutlass.version)
     fam, target, devices, configs = p.family, p.target, p.devices, p.configs
     seed = opts.workload.get("seed", -1)

@@ -9,10 +9,10 @@ import itertools
 import re
 
 from tileprobe.errors import UnsupportedConfig, UsageError
-from tileprobe.families import sm90_fp8, sm120_nvfp4
+from tileprobe.families import flashinfer_moe, sm90_fp8, sm120_nvfp4
 from tileprobe.families.base import EPILOGUES, SCHEDULE_IDS, SCHEDULE_SHORT, Config, Family, Tile, parse_tile
 
-FAMILIES: dict[str, Family] = {m.FAMILY.name: m.FAMILY for m in (sm120_nvfp4, sm90_fp8)}
+FAMILIES: dict[str, Family] = {m.FAMILY.name: m.FAMILY for m in (sm120_nvfp4, sm90_fp8, flashinfer_moe)}
 
 __all__ = ["EPILOGUES", "FAMILIES", "SCHEDULE_IDS", "SCHEDULE_SHORT", "Config", "Family", "Tile", "arch_for",
            "expand_configs", "family", "family_for_cc", "parse_cluster", "parse_tile"]
@@ -49,7 +49,13 @@ def expand_configs(
     extras: list[tuple[tuple[str, str], ...]] | None = None,
 ) -> list[Config]:
     """Every combination, in a stable order. Unbuildable ones are kept, marked with their reason; a schedule the
-    builder resolves to another one asked for too (SM120 auto -> cooperative) is not probed twice."""
+    builder resolves to another one asked for too (SM120 auto -> cooperative) is not probed twice. A family whose
+    configs come from an engine (fam.expand) lists them itself; `extras` then filters its dtype pairs."""
+    if fam.expand is not None:
+        if arch not in fam.archs:
+            raise UsageError(f"{fam.name} builds for {', '.join(fam.archs)}, not {arch}")
+        dtypes = sorted({v for ex in extras or () for k, v in ex if k == "dtypes"}) or None
+        return fam.expand(arch, tiles, epilogues, swap_ab, dtypes)
     parsed = [parse_tile(t, fam.ab_bits) for t in (tiles or fam.default_tiles)]
     for s in schedules or ():
         if s not in SCHEDULE_IDS:

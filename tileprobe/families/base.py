@@ -117,13 +117,24 @@ class Family:
     extra_fields: tuple[str, ...] = ()
     epilogues: tuple[str, ...] = tuple(EPILOGUES)
     render: Callable[[Config], list[int]] | None = None  # template arguments, when not the default seven
-    include_dirs: Callable[[], list[str]] | None = None  # extra -I folders the header needs
+    include_dirs: Callable[[], list[str]] | None = None  # -I folders the header needs (before CUTLASS's)
+    expand: Callable[..., list[Config]] | None = None  # configs from elsewhere (an engine's tactics)
+    operand_bits: Callable[[Config], int] | None = None  # when a config's operand width is not ab_bits
+    scale_vector: Callable[[Config], int] | None = None  # when a config's scale-factor vector is not sf_vector
+    engine: Callable[[], tuple[str, str]] | None = None  # (label, header-tree hash) of the engine it mirrors
+    cutlass_root: Callable[[], str] | None = None  # the CUTLASS the family must compile against, if fixed
+
+    def bits(self, cfg: Config) -> int:
+        return self.operand_bits(cfg) if self.operand_bits else self.ab_bits
+
+    def sf(self, cfg: Config) -> int:
+        return self.scale_vector(cfg) if self.scale_vector else self.sf_vector
 
     def check(self, tile: Tile, schedule: str, cluster: tuple[int, int, int], cutlass_version: str | None = None) -> None:
         """Raise UnsupportedConfig with the reason when CUTLASS cannot build this for the family."""
         if schedule not in self.schedules:
             raise UnsupportedConfig(f"{self.name} takes schedules {', '.join(self.schedules)}; not {schedule}")
-        if cluster != (1, 1, 1):
+        if cluster != (1, 1, 1) and self.expand is None:  # an engine's tactics carry their own clusters
             why = "SM120/121 support cluster 1x1x1 only" if "sm_120a" in self.archs else (
                 "tileprobe's sm90 harness builds cluster 1x1x1 only")
             raise UnsupportedConfig(f"cluster {'x'.join(map(str, cluster))}: {why}")

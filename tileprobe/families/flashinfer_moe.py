@@ -1,0 +1,120 @@
+"""Family flashinfer-moe: the MoE grouped-GEMM kernels FlashInfer builds (TensorRT-LLM's TMA warp-specialized MoE
+launcher inside flashinfer-python), one config per engine tactic, both GEMMs, both swaps, every dtype pair the
+dispatch admits. Tactics, pruning rules and dtype pairs are read from the installed flashinfer's sources
+(tileprobe.engine_flashinfer); the kernel types are composed in cutlass_harness/families/flashinfer_moe.cuh and are
+the engine's own (tests/test_engine_flashinfer.py compares mangled kernel symbols with flashinfer's generator's).
+
+Which flashinfer: the installed one, or TILEPROBE_FLASHINFER_DIR (the CLI's --flashinfer-dir) for another tree.
+The kernels always compile against that flashinfer's own bundled CUTLASS, never another one.
+"""
+
+from __future__ import annotations
+
+import os
+
+from tileprobe import engine_flashinfer as engine
+from tileprobe.errors import UsageError
+from tileprobe.families.base import Config, Family, Tile
+
+DTYPES = {"nvfp4xnvfp4": 0, "mxfp8xmxfp4": 1, "fp8xfp8": 2}
+ACT_BITS = {"nvfp4xnvfp4": 4, "mxfp8xmxfp4": 8, "fp8xfp8": 8}
+SF_VECTOR = {"nvfp4xnvfp4": 16, "mxfp8xmxfp4": 32, "fp8xfp8": 0}
+EPILOGUE_IDS = {"default": 0, "finalize": 1}
+ARCH_NUM = {"sm_120a": 120, "sm_121a": 120, "sm_90a": 90}  # FlashInfer builds SM121 from the Sm120 tag too
+
+
+def engine_dir() -> str | None:
+    return os.environ.get("TILEPROBE_FLASHINFER_DIR") or None
+
+
+def tree() -> engine.FlashinferTree:
+    return engine.find_flashinfer(engine_dir())
+
+
+def _rules(tile: Tile, schedule: str, cutlass_version: str | None) -> None:
+    """Per-tile rules are the engine's (applied when expanding); nothing more is pruned here."""
+
+
+def _render(cfg: Config) -> list[int]:
+    dt = cfg.get("dtypes") or "nvfp4xnvfp4"
+    k_bytes = cfg.tile.k * ACT_BITS[dt] // 8
+    return [cfg.tile.m, cfg.tile.n, k_bytes, DTYPES[dt], EPILOGUE_IDS[cfg.epilogue], int(cfg.swap_ab),
+            ARCH_NUM[cfg.arch], cfg.cluster[0], cfg.cluster[1], 0]
+
+
+def _include_dirs() -> list[str]:
+    t = tree()
+    return [str(d) for d in (*t.cccl_include_dirs, *t.include_dirs)]
+
+
+def expand(arch: str, tiles: list[str] | None, epilogues: list[str] | None, swap_ab: list[bool] | None,
+           dtypes: list[str] | None = None) -> list[Config]:
+    """Every engine tactic for `arch` x epilogue x swap x dtype pair; pruned tactics stay, `unsupported` with the
+    engine's reason. `tiles` filters by engine name (CtaShape128x256x64B) or by the K-bytes spelling (128x256x64B)."""
+    t = tree()
+    sm = ARCH_NUM[arch]
+    combos = engine.dispatch_combos(t).get(sm, [])
+    names = {v: k for k, v in DTYPES.items()}
+    pairs = [names[d] for d in dict.fromkeys(d for d, _ in combos)]
+    for d in dtypes or ():
+        if d not in DTYPES:
+            raise UsageError(f"unknown dtypes {d!r}; known: {', '.join(DTYPES)}")
+    pairs = [p for p in pairs if not dtypes or p in dtypes]
+    epis = epilogues or list(EPILOGUE_IDS)
+    for e in epis:
+        if e not in EPILOGUE_IDS:
+            raise UsageError(f"unknown epilogue {e!r} for flashinfer-moe; known: {', '.join(EPILOGUE_IDS)}")
+    wanted = {w.removeprefix("CtaShape").upper() for w in tiles or ()}
+    out: list[Config] = []
+    for dt in pairs:
+        if sm == 120:
+            candidates = engine.sm120_candidates(t)
+            pruned = {r.tactic: r.reason for r in engine.sm120_pruned(DTYPES[dt], t)}
+        else:
+            candidates, pruned = engine.sm90_tactics(t), {}
+        dispatch = set(engine.dispatch_tiles(sm, t))
+        for tac in candidates:
+            if wanted and tac.name.removeprefix("CtaShape").upper() not in wanted:
+                continue
+            tile = Tile(tac.tile_m, tac.tile_n, tac.k_elements(ACT_BITS[dt]))
+            for epi in epis:
+                if (DTYPES[dt], epi) not in combos:
+                    continue
+                for swap in swap_ab or [False, True]:
+                    reason = pruned.get(tac.name)
+                    if reason is None and tac.name not in dispatch:
+                        reason = f"flashinfer has no SHAPE_CASE({sm}, ...) for {tac.name} in its MoE dispatch"
+                    out.append(Config("flashinfer-moe", tile, "auto" if sm == 120 else "cooperative", 0, epi, swap,
+                                      arch, (tac.cluster_m, tac.cluster_n, 1),
+                                      (("dtypes", dt), ("tactic", tac.name)), reason))
+    if wanted and not out:
+        raise UsageError(f"no flashinfer {t.version} tactic matches {', '.join(tiles or [])} on {arch}")
+    return out
+
+
+FAMILY = Family(
+    name="flashinfer-moe",
+    kernel_template="FlashinferMoeKernel",
+    header="flashinfer_moe.cuh",
+    archs=("sm_120a", "sm_121a", "sm_90a"),
+    ab_bits=4,  # NVFP4 activations; mxfp8/fp8 configs spell K bytes with 8 (see operand_bits)
+    sf_vector=16,
+    schedules=("auto", "cooperative"),
+    default_schedules=("auto",),
+    default_tiles=(),
+    mma_k=1,
+    # Same tolerance reasoning as the tileprobe families with the same operands (see sm120_nvfp4.py, sm90_fp8.py).
+    atol=3e-2,
+    rtol=2e-2,
+    description="FlashInfer's CUTLASS fused-MoE grouped GEMMs (TensorRT-LLM TMA WS launcher), engine tactics",
+    rules=_rules,
+    extra_fields=("dtypes", "tactic"),
+    epilogues=tuple(EPILOGUE_IDS),
+    render=_render,
+    include_dirs=_include_dirs,
+    expand=expand,
+    operand_bits=lambda cfg: ACT_BITS[cfg.get("dtypes") or "nvfp4xnvfp4"],
+    scale_vector=lambda cfg: SF_VECTOR[cfg.get("dtypes") or "nvfp4xnvfp4"],
+    engine=lambda: (tree().label(), tree().tree_hash),
+    cutlass_root=lambda: str(tree().root / "data" / "cutlass"),
+)
