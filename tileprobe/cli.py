@@ -81,6 +81,8 @@ def sweep(
     out: Annotated[Path, typer.Option("--out", help="results folder")] = Path("tileprobe-results"),
     jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles (default: cores)")] = os.cpu_count() or 1,
     compile_: Annotated[bool, typer.Option("--compile/--no-compile", help="static: also build device code (evidence 'compiled': ptxas registers and spills; slow). Without it, kernel types are instantiated and sized only (evidence 'sized')")] = False,
+    predict_only: Annotated[bool, typer.Option("--predict-only", help="answer from tileprobe's model of the CUTLASS builders: no nvcc, nothing compiled (evidence 'predicted')")] = False,
+    model_skip: Annotated[Optional[bool], typer.Option("--model-skip/--no-model-skip", help="do not compile configs the model says cannot fit (default: on for sweeps of more than 64 configs)")] = None,
     rebuild: Annotated[bool, typer.Option("--rebuild", help="ignore the build cache and rebuild (replacing its entries)")] = False,
     static_only: Annotated[bool, typer.Option("--static-only", help="never launch, even with a GPU")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="keep rows in --out and skip what they cover")] = False,
@@ -115,9 +117,9 @@ def sweep(
     if flashinfer_dir is not None:
         os.environ["TILEPROBE_FLASHINFER_DIR"] = str(flashinfer_dir)  # read by the flashinfer-moe family
     opts = sw.SweepOptions(
-        family=family, target=target, tiles=_split_csv(tiles), schedules=_split_csv(schedules),
+        family=family, target=target, tiles=[",".join(tiles)] if tiles else None, schedules=_split_csv(schedules),
         stages=_ints(stages, "--stages"), epilogues=_split_csv(epilogue), swap_ab=swaps, dtypes=_split_csv(dtypes),
-        cluster=families.parse_cluster(cluster), out=out, jobs=jobs, compile=compile_, rebuild=rebuild, static_only=static_only,
+        cluster=families.parse_cluster(cluster), out=out, jobs=jobs, compile=compile_, rebuild=rebuild, predict_only=predict_only, model_skip=model_skip, static_only=static_only,
         resume=resume, shard=_shard(shard), gpus=gpu_list, compile_timeout_s=compile_timeout,
         run_timeout_s=run_timeout, cutlass_dir=cutlass_dir, nvcc=nvcc, cache_dir=cache_dir,
         workload={"presets": _split_csv(workload), "shapes": _split_csv(shape),
@@ -143,6 +145,7 @@ def explain(
     schedule: Annotated[str, typer.Option("--schedule")] = "cooperative",
     epilogue: Annotated[str, typer.Option("--epilogue")] = "no-c",
     stages: Annotated[str, typer.Option("--stages", help="auto or a count")] = "auto",
+    predict_only: Annotated[bool, typer.Option("--predict-only", help="answer from tileprobe's model (instant, no nvcc)")] = False,
     cutlass_dir: CutlassOpt = None,
     nvcc: NvccOpt = None,
     cache_dir: CacheOpt = None,
@@ -150,7 +153,7 @@ def explain(
     """The shared-memory budget of one config in words and bytes, and which stage count or K would fit."""
 
     st = _ints([stages], "--stages")[0]  # type: ignore[index]
-    console.print(run_explain(tile, family, target, schedule, epilogue, st, cutlass_dir, nvcc, cache_dir), soft_wrap=True,
+    console.print(run_explain(tile, family, target, schedule, epilogue, st, cutlass_dir, nvcc, cache_dir, predict_only), soft_wrap=True,
                   highlight=False)
 
 

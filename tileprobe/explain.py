@@ -4,22 +4,31 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from tileprobe import modeled
 from tileprobe.errors import UsageError
 from tileprobe.families import arch_for, expand_configs, family, family_for_cc
 from tileprobe.static_probe import probe_static
 from tileprobe.sweep import make_toolchain
 from tileprobe.targets import resolve_target
+from tileprobe.toolchain import find_cutlass
 from tileprobe.verdict import Verdict
 
 
 def explain(tile: str, family_name: str | None, target_name: str | None, schedule: str, epilogue: str, stages: int,
-            cutlass_dir: str | None, nvcc: str | None, cache_dir: str | None) -> str:
+            cutlass_dir: str | None, nvcc: str | None, cache_dir: str | None, predict_only: bool = False) -> str:
     target, _ = resolve_target(target_name)
     fam = family(family_name) if family_name else family_for_cc(target.cc)
     arch = arch_for(fam, target.cc)
     if arch is None:
         raise UsageError(f"{fam.name} builds {', '.join(fam.archs)} binaries; none runs on {target.name} "
                          f"(sm_{target.cc_int}): unsupported")
+    if predict_only:
+        cutlass = find_cutlass(cutlass_dir)
+        (cfg,) = expand_configs(fam, arch, [tile], [schedule], [stages], [epilogue], [False],
+                                cutlass_version=cutlass.version)
+        if cfg.unsupported_reason:
+            raise UsageError(f"{cfg.tile} {schedule} on {fam.name}: unsupported: {cfg.unsupported_reason}")
+        return explain_from_model(cfg, target, cutlass.version)
     tc = make_toolchain(cutlass_dir, nvcc, cache_dir)
     (cfg,) = expand_configs(fam, arch, [tile], [schedule], [stages], [epilogue], [False],
                             cutlass_version=tc.cutlass.version)
@@ -58,5 +67,32 @@ def explain(tile: str, family_name: str | None, target_name: str | None, schedul
         if hk.info.smem_bytes is not None:
             lines.append(f"  with K={half_k} ({hk.config.tile.bytes_k(fam.ab_bits)}): {hk.info.stages} stages, "
                          f"SharedStorage {hk.info.smem_bytes} B -> {hk.verdict.value}")
-    lines.append("  evidence: static (compiled for %s, sizes read from the harness); not launched" % arch)
+    lines.append(f"  evidence: sized (kernel types instantiated for {arch}, sizes read); not launched")
+    return "\n".join(lines)
+
+
+def explain_from_model(cfg, target, cutlass_version: str) -> str:
+    """The same budget from tileprobe's model of the CUTLASS builders: instant, nothing compiled, and said so."""
+    fam = family(cfg.family)
+    m = modeled.model(cfg, cutlass_version)
+    head = f"{cfg.tile} ({cfg.tile.bytes_k(fam.ab_bits)}), {cfg.schedule}, epilogue {cfg.epilogue}, stages " \
+           f"{cfg.stages_label} on {target.name} (opt-in limit {target.smem_optin} B), predicted for CUTLASS " \
+           f"{cutlass_version}:"
+    if m.prediction is None:
+        raise UsageError(f"{cfg.name}: {m.status}")
+    p = m.prediction
+    lines = [head]
+    if m.unbuildable:
+        lines.append(f"  CUTLASS rejects it: {m.status}; with 2 stages:")
+    lines.append(f"  SharedStorage {p.smem_bytes} B = mainloop {p.smem_mainloop_bytes} B ({p.stages} stages) + "
+                 f"epilogue {p.smem_epilogue_bytes} B + {p.kernel_level_bytes} B kernel-level (pipelines, "
+                 f"scheduler, tensor maps, padding)")
+    if p.stage_bytes:
+        lines.append(f"  the builder charges {p.stage_bytes} B per stage against {p.capacity_bytes} B minus the "
+                     f"epilogue carveout {p.carveout_bytes} B")
+    over = p.smem_bytes - target.smem_optin
+    lines.append(f"  {'does NOT fit: over by ' + str(over) + ' B' if over > 0 else 'fits: headroom ' + str(-over) + ' B'}")
+    biggest = sorted(p.parts.items(), key=lambda kv: -kv[1])[:5]
+    lines.append("  largest parts: " + ", ".join(f"{k} {v} B" for k, v in biggest))
+    lines.append("  evidence: predicted (tileprobe's model of the CUTLASS builders; nothing compiled)")
     return "\n".join(lines)

@@ -63,6 +63,7 @@ class StaticInfo:
     spill_bytes: int | None = None
     compile_seconds: float | None = None
     compiled: bool = False  # device code was built (ptxas ran): evidence `compiled` rather than `sized`
+    predicted: bool = False  # the sizes are the model's (nothing compiled): evidence `predicted`
 
 
 @dataclass
@@ -117,7 +118,7 @@ def make_row(config: Config, target: Target, toolchain: dict, outcome: Outcome, 
         "headroom_bytes": headroom, "regs_per_thread": info.regs_per_thread, "spill_bytes": info.spill_bytes,
         "threads_per_cta": info.threads_per_cta, **occupancy(info, target),
         "verdict": outcome.verdict.value, "reason": outcome.reason,
-        "evidence": evidence_for(outcome.verdict, info.compiled).value,
+        "evidence": evidence_for(outcome.verdict, info.compiled, info.predicted).value,
         "driver": target.driver, "compile_seconds": info.compile_seconds, "timestamp": now(), **toolchain,
     }
     if fam.engine is not None:

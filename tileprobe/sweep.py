@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from tileprobe import modeled
 from tileprobe.build import cache_root
 from tileprobe.errors import UsageError
 from tileprobe.families import Config, Family, arch_for, expand_configs, family, family_for_cc
@@ -53,6 +54,8 @@ class SweepOptions:
     out: Path = Path("tileprobe-results")
     jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
     compile: bool = False  # static: also build device code (evidence `compiled`: registers, spills)
+    predict_only: bool = False  # answer from the model (tileprobe.predict): no nvcc, nothing compiled
+    model_skip: bool | None = None  # skip compiling configs the model says cannot fit (None: when > MODEL_SKIP_OVER)
     rebuild: bool = False  # ignore the build cache and replace its entries
     static_only: bool = False
     resume: bool = False
@@ -116,14 +119,28 @@ def plan(opts: SweepOptions, cutlass_version: str | None = None) -> Plan:
     return Plan(fam, target, runnable, foreign, configs, points, arch_reason)
 
 
+MODEL_SKIP_OVER = 64  # a sweep of more configs than this skips compiling those the model says cannot fit
+
+
 def static_rows(opts: SweepOptions, tc: Toolchain, target: Target, configs: list[Config],
                 writer: ResultsWriter) -> tuple[list[Outcome], list[dict]]:
-    """Probe every config (cached builds make repeats cheap), write the rows not yet recorded, return all outcomes."""
-    outcomes = probe_static(configs, target, tc.cutlass, tc.nvcc, tc.cache, opts.jobs, opts.compile_timeout_s,
-                            opts.compile, opts.rebuild)
+    """Probe every config (cached builds make repeats cheap), write the rows not yet recorded, return all outcomes.
+    In a large sweep, configs the model predicts over the limit (or unbuildable) are not compiled: their rows say
+    so (evidence `predicted`)."""
+    skip = opts.model_skip if opts.model_skip is not None else len(configs) > MODEL_SKIP_OVER
+    modeled_out: dict[str, Outcome] = {}
+    if skip:
+        for c in configs:
+            o = modeled.outcome(c, target, tc.cutlass.version)
+            if o is not None and o.verdict is Verdict.SMEM_OVER_LIMIT:
+                modeled_out[c.key] = o
+    todo = [c for c in configs if c.key not in modeled_out]
+    probed = {o.config.key: o for o in probe_static(todo, target, tc.cutlass, tc.nvcc, tc.cache, opts.jobs,
+                                                    opts.compile_timeout_s, opts.compile, opts.rebuild)}
+    outcomes = [probed.get(c.key) or modeled_out[c.key] for c in configs]
     rows = []
     for o in outcomes:
-        row = make_row(o.config, target, tc.columns(), o)
+        row = make_row(o.config, target, tc.columns(), o, extra=modeled.columns(o.config, tc.cutlass.version, o.info))
         if not writer.has(row_key(row)):
             writer.write(row)
             rows.append(row)
@@ -149,6 +166,36 @@ def foreign_rows(plan_: Plan, tc: Toolchain, outcomes: list[Outcome], writer: Re
     return rows
 
 
+def predict_only(opts: SweepOptions, console) -> list[dict]:
+    """Rows from the model alone: no nvcc, nothing compiled (evidence `predicted`). A config the model cannot
+    predict (unknown family or CUTLASS version) stops the sweep with one line: never a guess."""
+    cutlass = find_cutlass(opts.cutlass_dir)
+    p = plan(replace(opts, static_only=True, gpus=None), cutlass.version)
+    tc_cols = {"cutlass_version": cutlass.version, "cutlass_source": cutlass.source, "cutlass_hash": cutlass.tree_hash,
+               "nvcc_version": None, "host_compiler": None}
+    outs = []
+    for c in p.configs:
+        o = modeled.outcome(c, p.target, cutlass.version)
+        if o is None:
+            raise UsageError(f"--predict-only: {modeled.model(c, cutlass.version).status} ({c.name}); run without "
+                             "--predict-only to compile instead")
+        outs.append(o)
+    rows = []
+    with ResultsWriter(opts.out, resume=opts.resume) as writer:
+        (opts.out / "run.json").write_text(json.dumps({
+            "command": command_line(), "date": now(), "seed": None, "family": p.family.name,
+            "target": p.target.as_dict(), "devices": [], "configs": len(p.configs), "shard": opts.shard,
+            "toolchain": tc_cols | {"cutlass_dir": str(cutlass.root), "nvcc": None}, "predict_only": True}, indent=1))
+        console.print(f"[bold]{p.family.name}[/] on [bold]{p.target.name}[/]: {len(p.configs)} configs predicted "
+                      f"by tileprobe's model of CUTLASS {cutlass.version} (nothing compiled)")
+        for o in outs:
+            row = make_row(o.config, p.target, tc_cols, o, extra=modeled.columns(o.config, cutlass.version, o.info))
+            if not writer.has(row_key(row)):
+                writer.write(row)
+                rows.append(row)
+    return rows
+
+
 def command_line() -> str:
     return shlex.join(["tileprobe", *sys.argv[1:]])
 
@@ -163,6 +210,8 @@ def run(opts: SweepOptions, console) -> list[dict]:
     if fixed and opts.cutlass_dir:
         raise UsageError(f"{fam_name} compiles against its engine's own CUTLASS; --cutlass-dir does not apply "
                          "(point --flashinfer-dir at another flashinfer instead)")
+    if opts.predict_only:
+        return predict_only(opts, console)
     tc = make_toolchain(fixed() if fixed else opts.cutlass_dir, opts.nvcc, opts.cache_dir)
     p = plan(opts, tc.cutlass.version)
     fam, target, devices, configs = p.family, p.target, p.devices, p.configs

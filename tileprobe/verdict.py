@@ -8,6 +8,7 @@ from enum import Enum
 class Evidence(str, Enum):
     """What was observed, weakest to strongest. Nothing claims more than its word."""
     NONE = "none"  # not built (unsupported) or the build failed
+    PREDICTED = "predicted"  # from tileprobe's model of the CUTLASS builders only (--predict-only); nothing compiled
     SIZED = "sized"  # kernel types instantiated for the arch on the host; sizes read; no device code built
     COMPILED = "compiled"  # device code built by ptxas for the arch (registers, spills); not launched
     LAUNCHED = "launched"  # a launch was attempted on a GPU; what it showed is in the verdict
@@ -55,8 +56,11 @@ class Verdict(str, Enum):
 RUNTIME_FAILURES = (Verdict.LAUNCH_ERROR, Verdict.INCORRECT, Verdict.TIMEOUT, Verdict.CRASHED)
 
 
-def evidence_for(verdict: Verdict, compiled: bool = False) -> Evidence:
-    """The evidence behind a verdict; `compiled` when device code was built (static rows with registers)."""
+def evidence_for(verdict: Verdict, compiled: bool = False, predicted: bool = False) -> Evidence:
+    """The evidence behind a verdict; `compiled` when device code was built (static rows with registers),
+    `predicted` when the sizes come from the model alone."""
+    if predicted and verdict in (Verdict.FITS, Verdict.SMEM_OVER_LIMIT):
+        return Evidence.PREDICTED
     if verdict is Verdict.OK:
         return Evidence.VERIFIED
     if verdict.runtime and verdict is not Verdict.NOT_RUN:

@@ -10,12 +10,13 @@ import re
 
 from tileprobe.errors import UnsupportedConfig, UsageError
 from tileprobe.families import flashinfer_moe, sm90_fp8, sm120_nvfp4
-from tileprobe.families.base import EPILOGUES, SCHEDULE_IDS, SCHEDULE_SHORT, Config, Family, Tile, parse_tile
+from tileprobe.families.base import (EPILOGUES, SCHEDULE_IDS, SCHEDULE_SHORT, Config, Family, Tile, expand_tile_specs,
+                                     parse_tile)
 
 FAMILIES: dict[str, Family] = {m.FAMILY.name: m.FAMILY for m in (sm120_nvfp4, sm90_fp8, flashinfer_moe)}
 
 __all__ = ["EPILOGUES", "FAMILIES", "SCHEDULE_IDS", "SCHEDULE_SHORT", "Config", "Family", "Tile", "arch_for",
-           "expand_configs", "family", "family_for_cc", "parse_cluster", "parse_tile"]
+           "expand_configs", "expand_tile_specs", "family", "family_for_cc", "parse_cluster", "parse_tile"]
 
 
 def family(name: str) -> Family:
@@ -56,7 +57,8 @@ def expand_configs(
             raise UsageError(f"{fam.name} builds for {', '.join(fam.archs)}, not {arch}")
         dtypes = sorted({v for ex in extras or () for k, v in ex if k == "dtypes"}) or None
         return fam.expand(arch, tiles, epilogues, swap_ab, dtypes)
-    parsed = [parse_tile(t, fam.ab_bits) for t in (tiles or fam.default_tiles)]
+    parsed = list(dict.fromkeys(parse_tile(t, fam.ab_bits) for spec in (tiles or fam.default_tiles)
+                                for t in expand_tile_specs(spec)))
     for s in schedules or ():
         if s not in SCHEDULE_IDS:
             raise UsageError(f"unknown schedule {s!r}; known: {', '.join(SCHEDULE_IDS)}")

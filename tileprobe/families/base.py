@@ -50,6 +50,47 @@ def parse_tile(text: str, bits: int) -> Tile:
     return Tile(tm, tn, tk)
 
 
+def expand_tile_specs(text: str) -> list[str]:
+    """Tiles with per-dimension lists and ranges: '128,256x8..256x128,256' is M in {128, 256}, N in 8..256 (step 8,
+    the range's start; 'a..b:s' for another step), K in {128, 256}. Plain lists ('128x128x128,128x256x64B') still
+    work: a comma starts a new tile when the text after it has its own 'x'."""
+    specs: list[list[str]] = []
+    for tok in (t.strip() for t in str(text).split(",")):
+        if not tok:
+            continue
+        if not specs or ("x" in tok.lower() and sum(p.lower().count("x") for p in specs[-1]) >= 2):
+            specs.append([tok])
+        else:
+            specs[-1].append(tok)
+    out: list[str] = []
+    for parts in specs:
+        spec = ",".join(parts)
+        suffix = "B" if spec.rstrip().endswith(("B", "b")) else ""
+        dims = re.split(r"[xX]", spec.rstrip("Bb") if suffix else spec)
+        if len(dims) != 3:
+            raise UsageError(f"malformed tile {spec!r}: expected MxNxK (lists and a..b ranges allowed per dimension)")
+        values = [_dim_values(d, spec) for d in dims]
+        out += [f"{m}x{n}x{k}{suffix}" for m in values[0] for n in values[1] for k in values[2]]
+    return out
+
+
+def _dim_values(text: str, spec: str) -> list[int]:
+    vals: list[int] = []
+    for item in text.split(","):
+        m = re.fullmatch(r"\s*(\d+)\s*(?:\.\.\s*(\d+)\s*(?::\s*(\d+))?)?\s*", item)
+        if not m:
+            raise UsageError(f"malformed tile {spec!r}: {item!r} is not a number or a range a..b[:step]")
+        a = int(m.group(1))
+        if m.group(2) is None:
+            vals.append(a)
+            continue
+        b, step = int(m.group(2)), int(m.group(3) or a)
+        if step <= 0 or b < a or (b - a) // step > 4096:
+            raise UsageError(f"malformed tile {spec!r}: range {item.strip()!r} is empty or too long")
+        vals += list(range(a, b + 1, step))
+    return list(dict.fromkeys(vals))
+
+
 def version_tuple(version: str | None) -> tuple[int, ...]:
     """'4.5.0' -> (4, 5, 0); unknown -> ()."""
     nums = re.findall(r"\d+", version or "")

@@ -64,7 +64,7 @@ def expand(arch: str, tiles: list[str] | None, epilogues: list[str] | None, swap
     for e in epis:
         if e not in EPILOGUE_IDS:
             raise UsageError(f"unknown epilogue {e!r} for flashinfer-moe; known: {', '.join(EPILOGUE_IDS)}")
-    wanted = {w.removeprefix("CtaShape").upper() for w in tiles or ()}
+    wanted = {w.strip().removeprefix("CtaShape").upper() for spec in tiles or () for w in spec.split(",") if w.strip()}
     out: list[Config] = []
     for dt in pairs:
         if sm == 120:

@@ -1,0 +1,50 @@
+"""The model in the sweep: --predict-only needs no nvcc and says `predicted`; compiled rows carry the prediction
+beside the measurement; explain answers from the model."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def tileprobe(*args):
+    return subprocess.run([sys.executable, "-m", "tileprobe", *args], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, PATH="/usr/bin:/bin"))  # no nvcc on PATH
+
+
+def test_predict_only_needs_no_nvcc_and_expands_ranges(tmp_path, rng):
+    n_hi = rng.choice([128, 256])
+    p = tileprobe("sweep", "--predict-only", "--tiles", f"128,256x32..{n_hi}:32x128", "--out", str(tmp_path / "o"),
+                  "--json")
+    assert p.returncode == 0, p.stderr
+    rows = [json.loads(l) for l in (tmp_path / "o" / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * (n_hi // 32)  # 2 M values x N in 32..n_hi step 32 x 1 K, cooperative + pingpong
+    sized = [r for r in rows if r["verdict"] in ("fits", "smem-over-limit")]
+    assert sized and all(r["evidence"] == "predicted" and "predicted, not compiled" in r["reason"] for r in sized)
+    assert all(r["nvcc_version"] is None for r in rows)
+
+
+def test_predict_only_refuses_what_it_cannot_predict(tmp_path):
+    p = tileprobe("sweep", "--predict-only", "--family", "flashinfer-moe", "--out", str(tmp_path / "o"))
+    assert p.returncode == 2 and "cannot predict" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_explain_from_the_model_says_so():
+    p = tileprobe("explain", "128x32x64B", "--predict-only")
+    assert p.returncode == 0, p.stderr
+    assert "evidence: predicted" in p.stdout and "SharedStorage" in p.stdout
+
+
+@pytest.mark.nvcc
+def test_compiled_rows_carry_an_exact_prediction(tmp_path, rng):
+    tile = rng.choice(["128x64x128", "128x128x128", "128x256x64B", "256x128x128"])
+    sched = rng.choice(["cooperative", "pingpong"])
+    p = subprocess.run([sys.executable, "-m", "tileprobe", "sweep", "--static-only", "--tiles", tile, "--schedules",
+                        sched, "--epilogue", "no-c,with-c", "--out", str(tmp_path / "o"), "--json"],
+                       capture_output=True, text=True, timeout=1800)
+    assert p.returncode == 0, p.stderr
+    rows = [json.loads(l) for l in (tmp_path / "o" / "results.jsonl").read_text().splitlines()]
+    assert rows and all(r["prediction"] == "exact" for r in rows), [r["prediction"] for r in rows]
+    assert all(r["predicted_smem_bytes"] == r["smem_bytes"] and r["evidence"] == "sized" for r in rows)
