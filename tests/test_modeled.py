@@ -20,7 +20,7 @@ def test_predict_only_needs_no_nvcc_and_expands_ranges(tmp_path, rng):
                   "--json")
     assert p.returncode == 0, p.stderr
     rows = [json.loads(l) for l in (tmp_path / "o" / "results.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 * (n_hi // 32)  # 2 M values x N in 32..n_hi step 32 x 1 K, cooperative + pingpong
+    assert len(rows) == 2 * (n_hi // 32) * 2  # 2 M values x N in 32..n_hi step 32 x 1 K x (cooperative, pingpong)
     sized = [r for r in rows if r["verdict"] in ("fits", "smem-over-limit")]
     assert sized and all(r["evidence"] == "predicted" and "predicted, not compiled" in r["reason"] for r in sized)
     assert all(r["nvcc_version"] is None for r in rows)
