@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from tileprobe import plots
+from tileprobe.tactics_report import tactics_section
 from tileprobe.resultset import TIE_RULE, ResultSet, best_by_point, evidence_statement, label, load, stages_text
 
 REPORT_NAME = "report.md"
@@ -237,6 +238,12 @@ def chart_section(rs: ResultSet, folder: Path) -> list[str]:
 
 def render_markdown(rs: ResultSet, folder: Path, charts: bool = True) -> str:
     lines = header(rs)
+    lines += tactics_section(rs)
+    errors = [r for r in rs.static if str(r.get("prediction") or "").startswith("MODEL ERROR")]
+    if errors:
+        lines += [f"**Model errors: {len(errors)} config(s) whose predicted stages/SharedStorage differ from the "
+                  f"measured ones** (column `prediction`): " + "; ".join(f"{r['config']}: {r['prediction']}"
+                                                                        for r in errors[:5]), ""]
     for target in rs.targets() or [None]:
         lines += verdict_section(rs, target)
     lines += throughput_section(rs)
