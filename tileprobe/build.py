@@ -22,7 +22,7 @@ from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from filelock import FileLock
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from platformdirs import user_cache_dir
 
@@ -284,7 +284,7 @@ def build_many(requests: list[BuildRequest], cutlass: CutlassTree, nvcc: Nvcc, c
     if not requests:
         return []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  transient=True) as progress, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+                  TimeRemainingColumn(), transient=True) as progress, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         task = progress.add_task(label, total=len(requests))
         futures = {pool.submit(build, r, cutlass, nvcc, cache, timeout_s, rebuild): i for i, r in enumerate(requests)}
         for fut in as_completed(futures):

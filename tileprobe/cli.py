@@ -17,11 +17,12 @@ from tileprobe import sweep as sw
 from tileprobe.errors import UsageError
 from tileprobe.explain import explain as run_explain
 from tileprobe.merge import merge as run_merge
-from tileprobe.report import _write, devices_table, export, print_table, write_reports
+from tileprobe.report import _write, devices_table, export, write_reports
+from tileprobe.terminal import WIDTH, print_rows
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Which CUTLASS grouped-GEMM tiles fit, launch, are correct and are fastest on a GPU.")
-console = Console(width=None if sys.stdout.isatty() else 200)
+console = Console(width=None if sys.stdout.isatty() else WIDTH)
 
 FamilyOpt = Annotated[Optional[str], typer.Option("--family", help="sm120-nvfp4, sm90-fp8 or flashinfer-moe (default: by device)")]
 TargetOpt = Annotated[Optional[str], typer.Option(
@@ -98,6 +99,8 @@ def sweep(
     compile_timeout: Annotated[float, typer.Option("--compile-timeout", help="seconds per nvcc run")] = 1200,
     run_timeout: Annotated[float, typer.Option("--run-timeout", help="seconds per runtime probe")] = 120,
     as_json: Annotated[bool, typer.Option("--json", help="print rows as JSON lines instead of a table")] = False,
+    peer: Annotated[Optional[str], typer.Option("--peer", help="torch: also time torch._scaled_grouped_mm (FP8) on the same problems; rows gain peer_us and speedup")] = None,
+    wide: Annotated[bool, typer.Option("--wide", help="add the evidence and reason columns to the table (they are always in the report and CSV)")] = False,
     cutlass_dir: CutlassOpt = None,
     nvcc: NvccOpt = None,
     cache_dir: CacheOpt = None,
@@ -119,7 +122,7 @@ def sweep(
     opts = sw.SweepOptions(
         family=family, target=target, tiles=[",".join(tiles)] if tiles else None, schedules=_split_csv(schedules),
         stages=_ints(stages, "--stages"), epilogues=_split_csv(epilogue), swap_ab=swaps, dtypes=_split_csv(dtypes),
-        cluster=families.parse_cluster(cluster), out=out, jobs=jobs, compile=compile_, rebuild=rebuild, predict_only=predict_only, model_skip=model_skip, static_only=static_only,
+        cluster=families.parse_cluster(cluster), out=out, jobs=jobs, compile=compile_, rebuild=rebuild, predict_only=predict_only, model_skip=model_skip, peer=peer, static_only=static_only,
         resume=resume, shard=_shard(shard), gpus=gpu_list, compile_timeout_s=compile_timeout,
         run_timeout_s=run_timeout, cutlass_dir=cutlass_dir, nvcc=nvcc, cache_dir=cache_dir,
         workload={"presets": _split_csv(workload), "shapes": _split_csv(shape),
@@ -130,7 +133,7 @@ def sweep(
         for r in rows:
             sys.stdout.write(json.dumps(r) + "\n")
     else:
-        print_table(rows, console)
+        print_rows(rows, console, wide)
     try:
         write_reports(out, console)
     except Exception as exc:  # the rows are already safe on disk; a report problem must not fail the sweep

@@ -16,48 +16,6 @@ from tileprobe.resultset import load
 
 from tileprobe.targets import PROFILES, NoDevice, query_devices
 
-VERDICT_STYLE = {"fits": "green", "ok": "bold green", "smem-over-limit": "red", "compile-error": "magenta",
-                 "unsupported": "dim", "launch-error": "red", "incorrect": "bold red", "timeout": "yellow",
-                 "crashed": "bold red", "not-runnable-here": "cyan"}
-
-
-def _fmt(v, nd=1):
-    if v is None or v == "":
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.{nd}f}"
-    return str(v)
-
-
-def print_table(rows: list[dict], console) -> None:
-    static = [r for r in rows if not r.get("workload")]
-    runtime = [r for r in rows if r.get("workload")]
-    if static:
-        t = Table(title="static probe", show_lines=False)
-        for col in ("tile", "K bytes", "schedule", "epilogue", "stages", "SharedStorage B", "limit B", "headroom B",
-                    "regs", "CTAs/SM", "verdict", "reason"):
-            t.add_column(col, overflow="fold")
-        for r in static:
-            style = VERDICT_STYLE.get(r["verdict"], "")
-            t.add_row(r["tile"], r["tile_bytes_k"], r["schedule"], r["epilogue"] + (" swap" if r["swap_ab"] else ""),
-                      _fmt(r["stages"]), _fmt(r["smem_bytes"]), _fmt(r["smem_limit_bytes"]), _fmt(r["headroom_bytes"]),
-                      _fmt(r["regs_per_thread"]), _fmt(r["ctas_per_sm"]), f"[{style}]{r['verdict']}[/]",
-                      r["reason"] or "")
-        console.print(t)
-    if runtime:
-        t = Table(title="runtime probe")
-        for col in ("workload", "gemm", "batch", "tile", "schedule", "verdict", "rel_err", "µs", "TFLOP/s", "GB/s",
-                    "% copy BW", "reason"):
-            t.add_column(col, overflow="fold")
-        for r in runtime:
-            style = VERDICT_STYLE.get(r["verdict"], "")
-            t.add_row(r["workload"], r["gemm"], _fmt(r["batch"]), r["tile"], r["schedule"],
-                      f"[{style}]{r['verdict']}[/]", _fmt(r["rel_err"], 4) if r["rel_err"] is not None else "-",
-                      _fmt(r["us_median"]), _fmt(r["tflops"]), _fmt(r["gbps"], 0), _fmt(r["pct_copy_bw"]),
-                      (r["launch_reason"] or "") if r["verdict"] != "ok" else "")
-        console.print(t)
-
-
 def devices_table() -> Table:
     try:
         devs = query_devices()

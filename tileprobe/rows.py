@@ -24,7 +24,7 @@ COLUMNS = [
     "rel_err", "atol", "rtol", "checked_elements", "bad_elements", "bad_groups", "worst_group", "worst_ratio",
     "workload", "gemm", "batch", "routing", "experts_active", "problem", "problems_hash", "seed", "point_id",
     "us_median", "us_spread", "us_graph_median", "us_graph_spread", "launch_gap_us", "l2_bytes", "rotation_bytes",
-    "tflops", "gbps", "pct_peak_bw", "pct_copy_bw", "pct_read_bw",
+    "tflops", "gbps", "pct_peak_bw", "pct_copy_bw", "pct_read_bw", "peer", "peer_us", "speedup",
     "cutlass_version", "cutlass_source", "cutlass_hash", "nvcc_version", "host_compiler", "driver",
     "compile_seconds", "timestamp",
 ]

@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tileprobe.build import BuildRequest, BuildResult, build_many, first_error
 from tileprobe.classify import ProbeResult, classify
 from tileprobe.families import Config
+from tileprobe import peer
 from tileprobe.rows import Outcome, make_row, row_key
 from tileprobe.runner import Answer, Died, Ended, Stopped, run_points
 from tileprobe.targets import Target
@@ -42,6 +43,8 @@ class RuntimeJob:
     run_timeout_s: float
     rebuild: bool = False
     refs: dict = field(default_factory=dict)  # per GPU index: the reference bandwidths measured by its worker
+    peer: str | None = None  # "torch": time torch._scaled_grouped_mm on the same problems (FP8 families)
+    peer_us: dict = field(default_factory=dict)  # per GPU index: {point id: µs or None}
     phases: dict = field(default_factory=dict)  # seconds: build_s (harness builds), launch_s (workers, incl. refs)
 
 
@@ -75,6 +78,11 @@ def runtime_rows(job: RuntimeJob, writer, console) -> list[dict]:
                    **{k: d.get(k) for k in ("rel_err", "atol", "rtol", "checked_elements", "bad_elements",
                                             "bad_groups", "worst_group", "worst_ratio")},
                    **timing_columns(d, point, cfg, device, refs.get(device.gpu_index, {}))}
+        peer_us = job.peer_us.get(device.gpu_index, {}).get(pid) if job.peer else None
+        if job.peer:
+            runtime.update(peer=job.peer, peer_us=peer_us,
+                           speedup=round(peer_us / runtime["us_median"], 3) if peer_us and runtime.get("us_median")
+                           else None)
         row = make_row(cfg, device, tc.columns(), Outcome(cfg, res.verdict, res.reason, static.info), runtime,
                        point.columns())
         with lock:
@@ -90,6 +98,11 @@ def runtime_rows(job: RuntimeJob, writer, console) -> list[dict]:
         try:
             if device.gpu_index not in refs:  # each worker measures its own GPU, in parallel with the others
                 refs[device.gpu_index] = measure_refs(device.gpu_index)
+                if job.peer:
+                    cfg0 = statics[next(iter(statics))].config
+                    job.peer_us[device.gpu_index] = peer.measure(device.gpu_index, [
+                        (i, rotation_sets(p, cfg0, device), [list(x) for x in p.problems])
+                        for i, p in enumerate(job.points)])
             while not stop.is_set():
                 try:
                     cfg, build, left = tasks.get_nowait()

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tileprobe import modeled
+from tileprobe import modeled, peer
 from tileprobe.build import cache_root
 from tileprobe.errors import UsageError
 from tileprobe.families import Config, Family, arch_for, expand_configs, family, family_for_cc
@@ -54,6 +54,7 @@ class SweepOptions:
     out: Path = Path("tileprobe-results")
     jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
     compile: bool = False  # static: also build device code (evidence `compiled`: registers, spills)
+    peer: str | None = None  # "torch": time torch._scaled_grouped_mm on the same problems (FP8 families)
     predict_only: bool = False  # answer from the model (tileprobe.predict): no nvcc, nothing compiled
     model_skip: bool | None = None  # skip compiling configs the model says cannot fit (None: when > MODEL_SKIP_OVER)
     rebuild: bool = False  # ignore the build cache and replace its entries
@@ -92,6 +93,10 @@ def plan(opts: SweepOptions, cutlass_version: str | None = None) -> Plan:
                         w.get("tp", 1), w.get("ep", 1), max(0, w.get("seed", 0)))
     if opts.jobs < 1:
         raise UsageError(f"--jobs {opts.jobs}: must be at least 1")
+    if opts.peer:
+        why = peer.available(opts.peer)
+        if why:
+            raise UsageError(why)
     target, devices = resolve_target(opts.target, opts.gpus)
     fam = family(opts.family) if opts.family else family_for_cc(target.cc)
     if target.is_device and arch_for(fam, target.cc) is None and not opts.target:
@@ -242,7 +247,10 @@ def run(opts: SweepOptions, console) -> list[dict]:
         phases = {"static_s": round(time.perf_counter() - start, 2)}
         if devices:
             job = RuntimeJob(points, seed, devices, outcomes, tc, opts.jobs, opts.compile_timeout_s,
-                             opts.run_timeout_s, opts.rebuild)
+                             opts.run_timeout_s, opts.rebuild, peer=opts.peer if fam.ab_bits == 8 else None)
+            if opts.peer and job.peer is None:
+                console.print(f"[yellow]--peer {opts.peer}: torch._scaled_grouped_mm is FP8; {fam.name} has no "
+                              "peer there, rows carry none[/]")
             start = time.perf_counter()
             rows += runtime_rows(job, writer, console)
             phases["runtime_s"] = round(time.perf_counter() - start, 2)  # harness builds + references + launches
