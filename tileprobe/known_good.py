@@ -65,14 +65,14 @@ def _config_verdicts(rs: ResultSet, target: str, family: str) -> list[dict]:
 def entry(rec: dict) -> dict:
     """A known-good tile: its full identity (stages as configured; the resolved count beside it) and evidence."""
     cfg = config_from_row(rec)
-    e = {"config": cfg.key, "family": cfg.family, "tile": str(cfg.tile), "tile_bytes_k": rec.get("tile_bytes_k"),
-         "schedule": cfg.schedule, "stages": cfg.stages_label if cfg.stages == 0 else cfg.stages,
-         "stages_resolved": rec.get("stages"), "epilogue": cfg.epilogue, "swap_ab": cfg.swap_ab, "arch": cfg.arch,
-         "cluster": "1x1x1", "evidence": rec.get("evidence"), "verdict": rec.get("verdict"),
+    e = {"config": cfg.key, **cfg.fields(), "tile_bytes_k": rec.get("tile_bytes_k"),
+         "stages": cfg.stages_label if cfg.stages == 0 else cfg.stages,
+         "stages_resolved": rec.get("stages"), "evidence": rec.get("evidence"), "verdict": rec.get("verdict"),
          "smem_bytes": rec.get("smem_bytes"), "smem_mainloop_bytes": rec.get("smem_mainloop_bytes"),
          "smem_epilogue_bytes": rec.get("smem_epilogue_bytes"), "smem_limit_bytes": rec.get("smem_limit_bytes"),
          "headroom_bytes": rec.get("headroom_bytes")}
-    for k in ("runtime", "devices"):
+    e.pop("stages_configured", None)
+    for k in ("runtime", "devices", "engine", "engine_hash"):
         if rec.get(k):
             e[k] = rec[k]
     return e
