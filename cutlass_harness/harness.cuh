@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cutlass/util/packed_stride.hpp"
 #include "kernels.cuh"
 #include "harness_io.cuh"
 #include "reference.cuh"
@@ -56,9 +57,41 @@ struct Result {
   double rel_err = 0, worst_value = 0, worst_ref = 0, worst_ratio = 0;
   long long nonfinite = 0, checked_elements = 0, bad_elements = 0, bad_groups = 0;
   long long worst_group = 0, worst_row = 0, worst_col = 0;
+  long long worst_token = -1;  // finalize (scatter) builds only: the worst element's token row; -1: null
   int iters = 0;  // launches per timed repeat (plain and graph)
   std::vector<double> us, us_graph;
   std::string graph_error;  // empty: null
+};
+
+// ---- What a family may change about a launch ----
+// FamilyRun<Cfg> is the one place a family's launch differs from the generic path: the epilogue and scheduler
+// arguments, per-group alpha, the buffers its epilogue owns, and (for an epilogue that writes no per-group D, such
+// as FlashInfer's finalize scatter) its own output preparation, corruption and check. A family specializes it in a
+// header that run.cu includes for that family only (families/flashinfer_moe_run.cuh); this generic version is what
+// every other family uses: alpha/beta scalars from the options, an optional bf16 C, one MxN D per group.
+template <class Cfg, class Enable = void>
+struct FamilyRun {
+  static constexpr bool kGroupD = true;       // one MxN D per group, poisoned, checked by Harness::check_groups
+  static constexpr bool kHostShapes = true;   // hand CUTLASS the host copy of the problem shapes
+  static constexpr bool kFinalize = false;    // result fields tokens/topk/worst_token are null
+  long long tokens = 0;
+  int topk = 0;
+  template <class H> void prepare(H& h) { h.h_alpha.assign(h.probs.size(), h.opt.alpha); }
+  template <class H> size_t extra_set_bytes(const H&) const { return 0; }
+  template <class H> void allocate(H&, int) {}
+  template <class H, class Args> void epilogue(H& h, int s, Args& args) {
+    auto& ep = args.epilogue;
+    void** const* P = h.sets[s].ptrs;
+    ep.thread.alpha = h.opt.alpha;
+    ep.thread.beta = H::kHasC ? h.opt.beta : 0.0f;
+    ep.ptr_C = H::kHasC ? H::template as<decltype(ep.ptr_C)>(P[4]) : nullptr;
+    ep.dC = h.d_sc;
+    ep.ptr_D = H::template as<decltype(ep.ptr_D)>(P[5]);
+    ep.dD = h.d_sd;
+  }
+  template <class H> void before_first_run(H& h) { h.poison_group_d(); }
+  template <class H> void corrupt(H& h, int g) { h.corrupt_group_d(g); }
+  template <class H> void check(H& h, Result& r) { h.check_groups(r); }
 };
 
 // ---- The harness for one kernel config ----
@@ -68,7 +101,10 @@ struct Harness {
   using GemmKernel = typename Cfg::GemmKernel;
   using LSFA = typename SfTypes<Cfg>::LA;
   using LSFB = typename SfTypes<Cfg>::LB;
-  using Shape3 = typename tileprobe::ProblemShape::UnderlyingProblemShape;
+  using Fam = FamilyRun<Cfg>;
+  // The kernel's own problem shape: int extents for tileprobe's families, int64 for flashinfer-moe.
+  using Shape3 = typename GemmKernel::ProblemShape::UnderlyingProblemShape;
+  using Extent = std::remove_cv_t<std::remove_reference_t<decltype(cute::get<0>(Shape3{}))>>;
   static constexpr bool kHasC = !std::is_void_v<typename Cfg::ElementC>;
   static constexpr bool kDColMajor = std::is_same_v<typename Cfg::LayoutD, cutlass::layout::ColumnMajor>;
   // Only the family's own arch can launch it: an nvfp4 sm_90a build exists just to serve --reference-dump.
@@ -92,6 +128,8 @@ struct Harness {
   long long point_id;
   int device, sm_count;
   std::vector<Problem> probs;
+  std::vector<float> h_alpha;  // per-group alpha (FamilyRun::prepare; the generic one: --alpha for every group)
+  Fam fam;
   std::vector<Shape3> h_shapes;
   std::vector<LSFA> h_lsfa;
   std::vector<LSFB> h_lsfb;
@@ -134,7 +172,7 @@ struct Harness {
   // Host only: shapes, SF layouts and the byte counts of one set (so set_bytes exists even where nothing runs).
   void prepare() {
     for (const Problem& p : probs) {
-      h_shapes.push_back(cute::make_shape(p.m, p.n, p.k));
+      h_shapes.push_back(cute::make_shape(Extent(p.m), Extent(p.n), Extent(p.k)));
       GroupBufs b;
       b.a_bytes = (size_t(p.m) * p.k * kBitsA + 7) / 8;
       b.b_bytes = (size_t(p.n) * p.k * kBitsB + 7) / 8;
@@ -146,9 +184,11 @@ struct Harness {
         b.sfb_bytes = size_t(cute::size(cute::filter_zeros(h_lsfb.back()))) * sizeof(typename Cfg::ElementSF);
       }
       size_t mn = size_t(p.m) * p.n;
-      set_bytes += b.a_bytes + b.b_bytes + b.sfa_bytes + b.sfb_bytes + (kHasC ? mn * 2 : 0) + mn * 2;
+      set_bytes += b.a_bytes + b.b_bytes + b.sfa_bytes + b.sfb_bytes + (kHasC ? mn * 2 : 0) + (Fam::kGroupD ? mn * 2 : 0);
       sizes.push_back(b);
     }
+    fam.prepare(*this);
+    set_bytes += fam.extra_set_bytes(*this);
   }
 
   // Strides and SF layouts on the device (shared by all sets), then nsets sets of operand buffers filled on
@@ -185,7 +225,8 @@ struct Harness {
     for (int g = 0; g < G; ++g) {
       const GroupBufs& b = sizes[g];
       size_t mn = size_t(probs[g].m) * probs[g].n;
-      arena += padded(b.a_bytes) + padded(b.b_bytes) + padded(b.sfa_bytes) + padded(b.sfb_bytes) + (kHasC ? 2 : 1) * padded(mn * 2);
+      arena += padded(b.a_bytes) + padded(b.b_bytes) + padded(b.sfa_bytes) + padded(b.sfb_bytes) +
+               (int(kHasC) + int(Fam::kGroupD)) * padded(mn * 2);
     }
     sets.resize(nsets);
     for (int s = 0; s < nsets; ++s) {
@@ -215,8 +256,10 @@ struct Harness {
           b.c = static_cast<cutlass::bfloat16_t*>(carve(mn * 2));
           fill(b.c, mn, seed + 5, kBf16);
         }
-        b.d = static_cast<cutlass::bfloat16_t*>(carve(mn * 2));
-        ck(cudaMemset(b.d, 0, mn * 2), "cudaMemset(D)");
+        if constexpr (Fam::kGroupD) {
+          b.d = static_cast<cutlass::bfloat16_t*>(carve(mn * 2));
+          ck(cudaMemset(b.d, 0, mn * 2), "cudaMemset(D)");
+        }
         void* ps[6] = {b.a, b.b, b.sfa, b.sfb, b.c, b.d};
         for (int i = 0; i < 6; ++i) host_ptrs[i].push_back(ps[i]);
         sets[s].g.push_back(b);
@@ -224,6 +267,7 @@ struct Harness {
       for (int i = 0; i < 6; ++i) sets[s].ptrs[i] = upload(host_ptrs[i], "pointer array");
       sets_allocated = s + 1;
     }
+    fam.allocate(*this, nsets);
     ck(cudaDeviceSynchronize(), "fill kernels");
   }
 
@@ -235,10 +279,10 @@ struct Harness {
     const cutlass::bfloat16_t* c = use_c ? b.c : nullptr;
     if constexpr (Cfg::BlockScaled) {
       Nvfp4Operands<LSFA, LSFB> ops{b.a, b.b, b.sfa, b.sfb, h_lsfa[g], h_lsfb[g], p.k};
-      reference_kernel<<<grid, block>>>(ops, p.m, p.n, p.k, opt.alpha, beta, c, kDColMajor, out);
+      reference_kernel<<<grid, block>>>(ops, p.m, p.n, p.k, h_alpha[g], beta, c, kDColMajor, out);
     } else {
       Fp8Operands ops{b.a, b.b, p.k};
-      reference_kernel<<<grid, block>>>(ops, p.m, p.n, p.k, opt.alpha, beta, c, kDColMajor, out);
+      reference_kernel<<<grid, block>>>(ops, p.m, p.n, p.k, h_alpha[g], beta, c, kDColMajor, out);
     }
     ck(cudaGetLastError(), "reference kernel launch");
     if (sync) ck(cudaDeviceSynchronize(), "reference kernel");
@@ -252,7 +296,7 @@ struct Harness {
   typename Gemm::Arguments make_args(int s) {
     typename Gemm::Arguments args{};
     args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
-    args.problem_shape = {int(probs.size()), d_shapes, h_shapes.data()};
+    args.problem_shape = {int(probs.size()), d_shapes, Fam::kHostShapes ? h_shapes.data() : nullptr};
     auto& ml = args.mainloop;
     void** const* P = sets[s].ptrs;
     ml.ptr_A = as<decltype(ml.ptr_A)>(P[0]);
@@ -265,15 +309,9 @@ struct Harness {
       ml.ptr_SFB = as<decltype(ml.ptr_SFB)>(P[3]);
       ml.layout_SFB = d_lsfb;
     }
-    auto& ep = args.epilogue;
-    ep.thread.alpha = opt.alpha;
-    ep.thread.beta = kHasC ? opt.beta : 0.0f;
-    ep.ptr_C = kHasC ? as<decltype(ep.ptr_C)>(P[4]) : nullptr;
-    ep.dC = d_sc;
-    ep.ptr_D = as<decltype(ep.ptr_D)>(P[5]);
-    ep.dD = d_sd;
     args.hw_info.device_id = device;
     args.hw_info.sm_count = sm_count;
+    fam.epilogue(*this, s, args);  // epilogue (and, for some families, scheduler) arguments
     return args;
   }
 
@@ -339,10 +377,9 @@ struct Harness {
     }
     record("initialize", status_name(st), cudaSuccess);
 
-    // First launch on set 0, into a D poisoned with bf16 NaN so that unwritten elements show up.
-    if (opt.check)
-      for (int g = 0; g < int(probs.size()); ++g)
-        ck(cudaMemset(sets[0].g[g].d, 0xFF, size_t(probs[g].m) * probs[g].n * 2), "cudaMemset(D poison)");
+    // First launch on set 0, into a D poisoned with bf16 NaN so that unwritten elements show up (the family may
+    // prepare its output otherwise: a scatter that accumulates needs zeros).
+    fam.before_first_run(*this);
     ck(cudaDeviceSynchronize(), "D poison: sync");
     st = gemms[0].run(stream);
     ce = cudaGetLastError();
@@ -359,16 +396,22 @@ struct Harness {
     record("sync", ce == cudaSuccess ? "kSuccess" : cudaGetErrorName(ce), ce);
     if (ce != cudaSuccess) throw Failure{step_fail("sync", cudaGetErrorName(ce), ce)};
 
-    if (fault.at(Fault::kCorrupt, point_id)) corrupt(int(fault.group));
+    if (fault.at(Fault::kCorrupt, point_id)) fam.corrupt(*this, int(fault.group));
     if (opt.check) {
-      check(r);
+      fam.check(*this, r);
       r.checked = true;
     }
     time(r);
   }
 
+  void poison_group_d() {
+    if (opt.check)
+      for (int g = 0; g < int(probs.size()); ++g)
+        ck(cudaMemset(sets[0].g[g].d, 0xFF, size_t(probs[g].m) * probs[g].n * 2), "cudaMemset(D poison)");
+  }
+
   // TILEPROBE_FAULT corrupt: damage one block of set 0's D of this group, after the run and before the check.
-  void corrupt(int g) {
+  void corrupt_group_d(int g) {
     if (g >= int(probs.size()))
       throw Failure{"TILEPROBE_FAULT corrupt: group " + std::to_string(g) + " out of range (the point has " +
                     std::to_string(probs.size()) + " groups)"};
@@ -380,7 +423,7 @@ struct Harness {
   }
 
   // Every element of every group of set 0 against the reference; see reference.cuh for the rule.
-  void check(Result& r) {
+  void check_groups(Result& r) {
     int G = int(probs.size());
     size_t max_mn = 0;
     for (const Problem& p : probs) max_mn = std::max(max_mn, size_t(p.m) * p.n);

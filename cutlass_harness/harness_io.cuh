@@ -92,6 +92,7 @@ struct Options {
   float alpha = 1.0f, beta = 0.5f;
   double atol = 0.0, rtol = 2e-2;  // fallbacks only: the Python side passes the family's tolerances
   int warmup = 5, iters = 20, repeats = 5, rotate = 1, device = 0;
+  int topk = 2;  // finalize (scatter) builds only: experts per token when building the MoE routing
   double target_ms = 0;  // > 0: choose launches per repeat to fill about this much GPU time
   bool check = true;
 };
@@ -99,7 +100,7 @@ struct Options {
 [[noreturn]] inline void usage(const std::string& msg) {
   std::fprintf(stderr, "error: %s\nusage: harness --problems FILE [--seed S] [--alpha A] [--beta B] [--atol A] [--rtol R] "
                "[--warmup W] [--iters I] [--target-ms T] [--repeats R] [--rotate N] [--no-check] [--device D] "
-               "[--reference-dump DIR]\n", msg.c_str());
+               "[--topk K] [--reference-dump DIR]\n", msg.c_str());
   std::exit(2);
 }
 
@@ -131,6 +132,7 @@ inline Options parse_args(int argc, char** argv) {
     else if (key == "--repeats") o.repeats = int(num(0));
     else if (key == "--rotate") o.rotate = int(num(1));
     else if (key == "--device") o.device = int(num(0));
+    else if (key == "--topk") o.topk = int(num(1));
     else usage("unknown option " + key);
   }
   if (o.problems.empty()) usage("--problems is required");

@@ -5,7 +5,9 @@
 // stderr. The stdout protocol, options, env vars and exit codes are specified in PROTOCOL.md.
 //
 // Built with -DTP_FAMILY_KERNEL=<template from kernels.cuh> -DTP_ARCH=<90|120|121> and an include path holding
-// tp_configs.inc, a generated file with exactly one TP_CFG(idx, TM, TN, TK, Sched, Stages, Epi, Swap) line.
+// tp_configs.inc, a generated file with exactly one TP_CFG(idx, <the family template's arguments>) line, e.g.
+// TP_CFG(idx, TM, TN, TK, Sched, Stages, Epi, Swap) for sm90-fp8 / sm120-nvfp4 and
+// TP_CFG(idx, TM, TN, TKBytes, Dtypes, Finalize, SwapAB, Arch, ClusterM, ClusterN, OutF16) for flashinfer-moe.
 
 // Device-side assert() in CUTLASS kernels is a function call that makes ptxas serialize wgmma (warning C7510) and
 // skews timings; release builds of CUTLASS define NDEBUG, so this harness does too.
@@ -22,6 +24,9 @@
 #include "harness_io.cuh"
 #include "faults.cuh"
 #include "harness.cuh"
+#ifdef TP_FAMILY_FLASHINFER_MOE
+#include "families/flashinfer_moe_run.cuh"  // this family's launch arguments, MoE routing and finalize check
+#endif
 
 #ifndef TP_FAMILY_KERNEL
 #error "TP_FAMILY_KERNEL must name a kernel template from kernels.cuh"
@@ -140,12 +145,15 @@ int main(int argc, char** argv) {
     j.add("checked_elements", chk(jint(r.checked_elements))).add("bad_elements", chk(jint(r.bad_elements)));
     j.add("bad_groups", chk(jint(r.bad_groups))).add("worst_group", chk(jint(r.worst_group)));
     j.add("worst_row", chk(jint(r.worst_row))).add("worst_col", chk(jint(r.worst_col)));
+    j.add("worst_token", r.worst_token >= 0 ? chk(jint(r.worst_token)) : "null");
     j.add("worst_value", chk(jnum(r.worst_value))).add("worst_ref", chk(jnum(r.worst_ref)));
     j.add("worst_ratio", chk(jnum(r.worst_ratio)));
     j.add("us", jlist(r.us)).add("us_graph", jlist(r.us_graph));
     j.add("graph_error", r.graph_error.empty() ? "null" : jstr(r.graph_error));
     j.add("iters", jint(r.iters)).add("rotate", jint(popt.rotate));
     j.add("set_bytes", jint((long long)h.set_bytes)).add("rotation_bytes", jint((long long)(h.set_bytes * h.sets_allocated)));
+    j.add("tokens", Harness<K>::Fam::kFinalize ? jint(h.fam.tokens) : "null");
+    j.add("topk", Harness<K>::Fam::kFinalize ? jint(h.fam.topk) : "null");
     emit_line(j.str());
     if (sticky) return 3;
   }

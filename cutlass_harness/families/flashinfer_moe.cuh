@@ -20,6 +20,9 @@
 // headers are used; the launcher's type aliases are re-stated below with the engine's spelling noted.
 #pragma once
 
+// run.cu includes families/flashinfer_moe_run.cuh (this family's launch arguments, MoE routing and check) when set.
+#define TP_FAMILY_FLASHINFER_MOE 1
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
