@@ -14,7 +14,7 @@ def test_config_round_trips_through_its_row_fields(rng):
     """A row stores the config as explicit fields; the config is rebuilt from them, never from the key."""
     target = profile("rtx-pro-6000")
     for _ in range(40):
-        name = rng.choice(list(FAMILIES))
+        name = rng.choice([n for n, f in FAMILIES.items() if f.expand is None])
         fam = FAMILIES[name]
         tiles = rng.sample(list(fam.default_tiles), rng.randint(1, 3))
         stages = rng.sample([0, 1, 2, 3, 4, 7, 12], rng.randint(1, 3))

@@ -24,12 +24,12 @@ def devices_table() -> Table:
     except NoDevice as exc:
         t = Table(title=f"no GPU ({exc}); built-in offline target profiles")
         rows = list(PROFILES.values())
-    for col in ("name", "device", "cc", "SMs", "opt-in smem/block B", "smem/SM B", "regs/SM", "L2 MiB", "peak GB/s",
-                "source"):
-        t.add_column(col, overflow="fold")
+    for col in ("name", "device", "cc", "SMs", "opt-in B", "smem/SM", "regs", "L2 MiB", "GB/s"):
+        t.add_column(col, no_wrap=True)
     for d in rows:
         t.add_row(d.name, d.device_name, d.cc, str(d.sms), str(d.smem_optin), str(d.smem_per_sm), str(d.regs_per_sm),
-                  f"{d.l2_bytes / 2**20:.0f}", f"{d.peak_gbps:.0f}", d.source)
+                  f"{d.l2_bytes / 2**20:.0f}", f"{d.peak_gbps:.0f}")
+    t.caption = "sources: " + "; ".join(f"{d.name}: {d.source}" for d in rows)
     return t
 
 

@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from tileprobe.build import BuildRequest, BuildResult, build_many, first_error
 from tileprobe.classify import ProbeResult, classify
-from tileprobe.families import Config
+from tileprobe.families import Config, family
 from tileprobe import peer
 from tileprobe.rows import Outcome, make_row, row_key
 from tileprobe.runner import Answer, Died, Ended, Stopped, run_points
@@ -60,7 +60,8 @@ def runtime_rows(job: RuntimeJob, writer, console) -> list[dict]:
     lock = threading.Lock()
     tasks: queue.Queue = queue.Queue()
     for cfg, b in zip(cfgs, builds):
-        left = [(i, p) for i, p in enumerate(job.points) if not any(
+        runs = family(cfg.family).runs_point
+        left = [(i, p) for i, p in enumerate(job.points) if (runs is None or runs(cfg, p)) and not any(
             writer.has(row_key({"config": cfg.key, "target": d.name, "seed": job.seed} | p.columns()))
             for d in job.devices[:1])]
         if left:
@@ -163,7 +164,7 @@ def probe_config(cfg: Config, static: Outcome, build: BuildResult, points: list[
             problems.write_text("".join(
                 f"point {rotation_sets(by_id[i], cfg, device)} {i}\n" +
                 "".join(f"{m} {n} {k}\n" for m, n, k in by_id[i].kernel_problems(cfg.swap_ab)) for i in left))
-            cmd = harness_command(build.binary, problems, cfg, seed)
+            cmd = harness_command(build.binary, problems, cfg, seed, [by_id[i] for i in left])
             ended: Ended | None = None
             for ev in run_points(cmd, timeout_s, env, stop):
                 if isinstance(ev, Answer) and ev.point in by_id:

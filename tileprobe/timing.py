@@ -38,8 +38,10 @@ def harness_options(config: Config, seed: int) -> list[str]:
             "--iters", "400", "--target-ms", "10", "--repeats", "7"]
 
 
-def harness_command(binary: Path, problems_file: Path, config: Config, seed: int) -> list[str]:
-    return [str(binary), "--problems", str(problems_file), *harness_options(config, seed)]
+def harness_command(binary: Path, problems_file: Path, config: Config, seed: int, points: list | None = None) -> list[str]:
+    fam = family(config.family)
+    extra = fam.harness_args(config, points or []) if fam.harness_args else []
+    return [str(binary), "--problems", str(problems_file), *harness_options(config, seed), *extra]
 
 
 def _stats(values) -> tuple[float | None, float | None]:

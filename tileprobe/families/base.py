@@ -164,6 +164,8 @@ class Family:
     scale_vector: Callable[[Config], int] | None = None  # when a config's scale-factor vector is not sf_vector
     engine: Callable[[], tuple[str, str]] | None = None  # (label, header-tree hash) of the engine it mirrors
     cutlass_root: Callable[[], str] | None = None  # the CUTLASS the family must compile against, if fixed
+    runs_point: Callable[[Config, object], bool] | None = None  # which workload points a config runs (None: all)
+    harness_args: Callable[[Config, list], list[str]] | None = None  # extra runtime-harness options for its points
 
     def bits(self, cfg: Config) -> int:
         return self.operand_bits(cfg) if self.operand_bits else self.ab_bits
