@@ -30,8 +30,11 @@ def setup(tmp_path, monkeypatch, harnesses, seed, batches=(1, 8)):
     outcomes = [Outcome(c, Verdict.FITS, "sized", StaticInfo(stages=4, smem_bytes=1000, threads_per_cta=384))
                 for c in configs]
 
+    log = ("ptxas info    : Function properties for _ZN7cutlass13device_kernelI\n    0 bytes stack frame, 40 bytes "
+           "spill stores, 24 bytes spill loads\nptxas info    : Used 168 registers\n")
+
     def fake_build_many(requests, *a, **k):
-        return [BuildResult(r, True, harnesses[i], "", 0.1, True, []) for i, r in enumerate(requests)]
+        return [BuildResult(r, True, harnesses[i], log, 0.1, True, []) for i, r in enumerate(requests)]
 
     monkeypatch.setattr(runtime, "build_many", fake_build_many)
     monkeypatch.setattr(runtime, "measure_refs", lambda i: {"copy_gbps": 4000.0})
@@ -102,6 +105,7 @@ def test_rows_carry_the_real_device_and_timing_columns(tmp_path, monkeypatch, rn
     assert r["us_median"] == 5.5 and r["us_graph_median"] == 4.5 and r["launch_gap_us"] == 1.0
     assert r["l2_bytes"] == 52428800 and r["rotation_bytes"] == 209715200 and r["evidence"] == "verified"
     assert r["problems_hash"] and r["pct_copy_bw"] > 0
+    assert r["regs_per_thread"] == 168 and r["spill_bytes"] == 64  # from the runtime build's ptxas report
 
 
 def test_interrupt_keeps_rows_and_resume_completes(tmp_path, monkeypatch, rng):

@@ -140,11 +140,11 @@ def probe_config(cfg: Config, static: Outcome, build: BuildResult, points: list[
                  env: dict, seed: int, timeout_s: float, emit, stop: threading.Event | None = None) -> None:
     """All points of one config on one device. `points` are (stable id, point) pairs."""
     ptxas = build.ptxas() if build.ok else {}
-    info = replace(static.info, compile_seconds=round(build.seconds, 1))
+    info = static.info  # updated in place: every row of this config (emit reads the same record) carries them
+    info.compile_seconds = round(build.seconds, 1)
     if ptxas:
         info.regs_per_thread = ptxas["regs"]
         info.spill_bytes = ptxas["spill_stores"] + ptxas["spill_loads"]
-    static = replace(static, info=info)
     if not build.ok:
         for pid, point in points:
             emit(cfg, device, ProbeResult(Verdict.COMPILE_ERROR, first_error(build.log), {}), point, pid)
