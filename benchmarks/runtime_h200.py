@@ -25,6 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tileprobe.peer import time_torch  # noqa: E402
+
 
 def sweep(workdir: Path, cache: Path, extra: list[str] | None = None) -> tuple[float, Path]:
     env = dict(os.environ, TILEPROBE_CACHE_DIR=str(cache), PYTHONPATH=f"{ROOT}:{os.environ.get('PYTHONPATH', '')}")
@@ -64,38 +66,9 @@ def best_tiles(results: Path) -> dict:
 
 
 def torch_grouped(problems: list[tuple[int, int, int]], rotate: int) -> float:
-    """Median µs of torch._scaled_grouped_mm (fp8 e4m3, rowwise scales, bf16 out, fast accum) on these problems."""
-    import torch
-
-    e = len(problems)
-    n, k = problems[0][1], problems[0][2]
-    ms = [p[0] for p in problems]
-    offs = torch.tensor([sum(ms[: i + 1]) for i in range(e)], dtype=torch.int32, device="cuda")
-    sets = []
-    for _ in range(rotate):
-        a = (torch.randn(sum(ms), k, device="cuda") * 0.5).to(torch.float8_e4m3fn)
-        b = (torch.randn(e, n, k, device="cuda") * 0.5).to(torch.float8_e4m3fn)
-        sa = torch.rand(sum(ms), device="cuda", dtype=torch.float32) + 0.5
-        sb = torch.rand(e, n, device="cuda", dtype=torch.float32) + 0.5
-        sets.append((a, b.transpose(-2, -1), sa, sb))
-
-    def call(i):
-        a, bt, sa, sb = sets[i % rotate]
-        return torch._scaled_grouped_mm(a, bt, sa, sb, offs=offs, out_dtype=torch.bfloat16, use_fast_accum=True)
-
-    for i in range(10):
-        call(i)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(7):
-        s, t = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for i in range(20):
-            call(i)
-        t.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(t) * 1000 / 20)
-    return statistics.median(times)
+    """Median µs of torch._scaled_grouped_mm (fp8 e4m3, rowwise scales, bf16 out, fast accum) on these problems: the
+    same measurement as `tileprobe sweep --peer torch` (tileprobe.peer.time_torch)."""
+    return time_torch([list(p) for p in problems], rotate)
 
 
 def main() -> None:

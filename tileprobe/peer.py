@@ -46,7 +46,9 @@ def measure(gpu_index: int, points: list[tuple[int, int, list[tuple[int, int, in
         return {int(k): v for k, v in json.loads(lines[-1]).items()}
 
 
-def _time_torch(problems: list[list[int]], rotate: int) -> float:
+def time_torch(problems: list[list[int]], rotate: int) -> float:
+    """Median µs per launch of torch._scaled_grouped_mm on these (M, N, K) problems, rotating over `rotate` input
+    sets; each of 7 repeats times enough launches to fill about 10 ms (3 to 400). Needs torch and a GPU."""
     import torch  # the child process only: tileprobe itself never imports torch
 
     e = len(problems)
@@ -95,7 +97,7 @@ def main() -> None:
     out = {}
     for pid, rotate, problems in json.loads(args.points.read_text()):
         try:
-            out[pid] = round(_time_torch(problems, rotate), 3)
+            out[pid] = round(time_torch(problems, rotate), 3)
         except Exception as exc:  # one point's failure (shape torch refuses, memory) costs only that point
             sys.stderr.write(f"point {pid}: {type(exc).__name__}: {exc}\n")
             out[pid] = None
