@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tileprobe import bandwidth
+from tileprobe import bandwidth, bandwidth_probe
 
 
 def test_import_does_no_work():
@@ -49,11 +49,11 @@ def test_measure_calls_the_module_with_an_argument_list(monkeypatch):
 
     monkeypatch.setattr(bandwidth.subprocess, "run", fake)
     assert bandwidth.measure(3)["read_gbps"] == 2.5
-    assert seen["cmd"] == [sys.executable, "-m", "tileprobe.bandwidth", "--gpu", "3"] and seen["timeout"] > 0
+    assert seen["cmd"] == [sys.executable, "-m", "tileprobe.bandwidth_probe", "--gpu", "3"] and seen["timeout"] > 0
 
 
 def _has_gpu() -> bool:
-    return bandwidth.l2_bytes(0) is not None
+    return bandwidth_probe.l2_bytes(0) is not None
 
 
 @pytest.mark.skipif(_has_gpu(), reason="checks the path without a GPU")
@@ -61,11 +61,11 @@ def test_measure_without_a_gpu_returns_the_error_text():
     d = bandwidth.measure(0, timeout_s=120)
     assert d["copy_gbps"] is None and d["read_gbps"] is None
     assert isinstance(d["error"], str) and d["error"].strip()
-    assert bandwidth.l2_bytes(0) is None
+    assert bandwidth_probe.l2_bytes(0) is None
 
 
 def test_child_prints_one_json_line_even_on_failure():
-    p = subprocess.run([sys.executable, "-m", "tileprobe.bandwidth", "--gpu", "999"], capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "tileprobe.bandwidth_probe", "--gpu", "999"], capture_output=True,
                        text=True, timeout=120)
     lines = [ln for ln in p.stdout.splitlines() if ln.strip()]
     assert len(lines) == 1
@@ -82,7 +82,7 @@ def test_measure_on_a_gpu():
     assert d["copy_gbps_best"] >= d["copy_gbps"] and d["read_gbps_best"] >= d["read_gbps"]
     # Both stream HBM: a read-only kernel moves bytes at roughly the copy's rate (read + written), never 4x apart.
     assert 0.25 < d["read_gbps"] / d["copy_gbps"] < 4, d
-    assert d["l2_bytes"] == bandwidth.l2_bytes(0) and d["l2_bytes"] > 0
+    assert d["l2_bytes"] == bandwidth_probe.l2_bytes(0) and d["l2_bytes"] > 0
     assert d["buffer_bytes"] >= 8 * d["l2_bytes"], d  # the buffers do not fit in L2
     assert "cuMemcpyDtoDAsync" in d["method"] and "NVRTC" in d["method"]
 
@@ -163,11 +163,9 @@ class _FakeDriver:
 
 
 def _run_fake(monkeypatch, fake):
-    import cuda.bindings
-
-    monkeypatch.setattr(cuda.bindings, "driver", fake)
-    monkeypatch.setattr(bandwidth, "_compile_read_kernel", lambda cc: (b"cubin", f"NVRTC fake sm_{cc[0]}{cc[1]}"))
-    return bandwidth._measure_here(0)
+    monkeypatch.setattr(bandwidth_probe, "driver", fake)
+    monkeypatch.setattr(bandwidth_probe, "_compile_read_kernel", lambda cc: (b"cubin", f"NVRTC fake sm_{cc[0]}{cc[1]}"))
+    return bandwidth_probe._measure_here(0)
 
 
 def test_measure_here_with_a_fake_driver(monkeypatch):
@@ -198,5 +196,5 @@ def test_nvrtc_compiles_the_read_kernel():
     except Exception as exc:  # noqa: BLE001
         pytest.skip(f"no NVRTC here: {exc}")
     for cc in ((9, 0), (12, 0)):
-        image, how = bandwidth._compile_read_kernel(cc)
+        image, how = bandwidth_probe._compile_read_kernel(cc)
         assert image[:4] == b"\x7fELF" and f"cubin sm_{cc[0]}{cc[1]}" in how

@@ -48,3 +48,14 @@ def test_torn_last_line_is_skipped(tmp_path, rng):
         f.write('{"config": "cfg2", "tar')
     assert len(load_rows(tmp_path)) == 1
     json.loads((tmp_path / "results.jsonl").read_text().splitlines()[0])
+
+
+def test_a_points_identity_includes_its_problem_list_and_seed():
+    from tileprobe.results import row_key
+
+    base = {"config": "c", "target": "h200", "workload": "deepseek-v3", "gemm": "down", "batch": 8,
+            "routing": "uniform", "problem": "E=59 M=1..3 N=7168 K=2048", "problems_hash": "abc", "seed": 1}
+    assert row_key(base) != row_key(dict(base, problems_hash="abd"))  # same label, other expert loads
+    assert row_key(base) != row_key(dict(base, seed=2))
+    legacy = dict(base, problems_hash=None, seed=None)  # older rows: the label stands in for the hash
+    assert row_key(legacy) != row_key(dict(legacy, problem="E=60 M=1..3 N=7168 K=2048"))

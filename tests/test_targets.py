@@ -25,3 +25,21 @@ def test_no_gpu_means_the_offline_default_and_named_profiles():
         profile("rtx-9090")
     with pytest.raises(UsageError, match="--gpus"):
         resolve_target(None, [3])
+
+
+def test_devices_carry_their_own_name_and_a_matching_profiles_peak(monkeypatch):
+    """--target rtx-pro-6000 on an RTX 5090: the GPU is returned as rtx-5090 (its rows never say rtx-pro-6000), and a
+    GB10's peak bandwidth is the profile's datasheet figure, not memory clock x bus width."""
+    from dataclasses import replace
+
+    from tileprobe import targets
+
+    fake_5090 = replace(PROFILES["rtx-5090"], name="gpu0", gpu_index=0, peak_gbps=1.0, source="cuda-python")
+    fake_gb10 = replace(PROFILES["dgx-spark-gb10"], name="gpu1", gpu_index=1, peak_gbps=9999.0, source="cuda-python")
+    monkeypatch.setattr(targets, "query_devices", lambda: [fake_5090, fake_gb10])
+    target, devices = resolve_target("rtx-pro-6000")
+    assert target.name == "rtx-pro-6000" and [d.name for d in devices] == ["rtx-5090"]
+    assert devices[0].peak_gbps == PROFILES["rtx-5090"].peak_gbps
+    _, devices = resolve_target(None)
+    assert [d.name for d in devices] == ["rtx-5090", "dgx-spark-gb10"]
+    assert devices[1].peak_gbps == PROFILES["dgx-spark-gb10"].peak_gbps == 273.0

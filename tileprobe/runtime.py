@@ -25,7 +25,7 @@ from tileprobe import peer
 from tileprobe.rows import Outcome, make_row, row_key
 from tileprobe.runner import Answer, Died, Ended, Stopped, run_points
 from tileprobe.targets import Target
-from tileprobe.timing import harness_command, measure_refs, rotation_sets, timing_columns
+from tileprobe.timing import harness_command, measure_refs, point_timeout, rotation_sets, timing_columns
 from tileprobe.verdict import Verdict
 from tileprobe.workloads import Point
 
@@ -166,7 +166,7 @@ def probe_config(cfg: Config, static: Outcome, build: BuildResult, points: list[
                 "".join(f"{m} {n} {k}\n" for m, n, k in by_id[i].kernel_problems(cfg.swap_ab)) for i in left))
             cmd = harness_command(build.binary, problems, cfg, seed, [by_id[i] for i in left])
             ended: Ended | None = None
-            for ev in run_points(cmd, timeout_s, env, stop):
+            for ev in run_points(cmd, point_timeout(timeout_s, [by_id[i] for i in left], device), env, stop):
                 if isinstance(ev, Answer) and ev.point in by_id:
                     emit(cfg, device, _noted(classify(ev.data), static, device), by_id[ev.point], ev.point)
                     answered.add(ev.point)

@@ -15,6 +15,11 @@ from pathlib import Path
 
 from tileprobe.errors import UsageError
 
+try:  # a dependency (pyproject); kept optional here so reading a schema never needs it
+    from jsonschema import Draft202012Validator
+except ImportError:
+    Draft202012Validator = None
+
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 _FILE = re.compile(r"^(?P<name>[a-z][a-z0-9-]*)\.v(?P<version>\d+)\.json$")
 
@@ -64,10 +69,8 @@ def schema(name: str, version: int | None = None) -> dict:
 
 def errors(name: str, obj, version: int | None = None) -> list[str]:
     """Every violation of schema `name` by `obj`, one line each ("<json path>: <message>"); [] when valid."""
-    try:
-        from jsonschema import Draft202012Validator  # noqa: PLC0415
-    except ImportError:
-        raise UsageError("validating needs the jsonschema package (pip install 'jsonschema>=4.18')") from None
+    if Draft202012Validator is None:
+        raise UsageError("validating needs the jsonschema package (pip install 'jsonschema>=4.18')")
     out = []
     for e in Draft202012Validator(schema(name, version)).iter_errors(obj):
         while e.context:  # anyOf/oneOf: the alternative that got furthest says more than "not valid under any"

@@ -173,13 +173,23 @@ def resolve_target(name: str | None, gpus: list[int] | None = None) -> tuple[Tar
         if missing:
             raise UsageError(f"--gpus names {missing}, but visible GPUs are {sorted(by_index) or 'none'}")
         devices = [by_index[g] for g in gpus]  # an index may repeat: several workers share that GPU
-    devices = [replace(d, name=_profile_name_for(d)) for d in devices]
+    devices = [_named(d) for d in devices]
     if name:
         target = profile(name)
         return target, [d for d in devices if d.cc == target.cc]
     if devices:
         return devices[0], devices
     return profile(DEFAULT_OFFLINE_TARGET), []
+
+
+def _named(device: Target) -> Target:
+    """A device under its own readable name; where a profile matches it, that profile's datasheet peak bandwidth
+    replaces memory clock x bus width (which means nothing for unified LPDDR5X such as the DGX Spark's GB10)."""
+    name = _profile_name_for(device)
+    prof = PROFILES.get(name)
+    if prof is not None:
+        return replace(device, name=name, peak_gbps=prof.peak_gbps, source=f"{device.source}; peak from {prof.source}")
+    return replace(device, name=name)
 
 
 def _profile_name_for(device: Target) -> str:

@@ -38,6 +38,13 @@ def harness_options(config: Config, seed: int) -> list[str]:
             "--iters", "400", "--target-ms", "10", "--repeats", "7"]
 
 
+def point_timeout(base_s: float, points: list[Point], device: Target) -> float:
+    """The per-point timeout: the user's base plus time for the plain fp32 reference, which does every MAC of the
+    point's problems on the device (budgeted at 1 GFLOP/s per SM: a 48-SM GB10 gets ~2.6x an H200's allowance)."""
+    flops = max((p.flops() for p in points), default=0.0)
+    return base_s + flops / (max(device.sms, 1) * 1e9)
+
+
 def harness_command(binary: Path, problems_file: Path, config: Config, seed: int, points: list | None = None) -> list[str]:
     fam = family(config.family)
     extra = fam.harness_args(config, points or []) if fam.harness_args else []
