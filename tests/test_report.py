@@ -25,7 +25,7 @@ def test_static_report_says_static_and_draws_the_limit(tmp_path, rng):
     rows = make_static(rng, tiles=["128x128x128", "128x256x128", "128x64x128"], epilogues=("no-c", "with-c"))
     write_set(tmp_path, rows, meta_for())
     text = render_report(tmp_path).read_text()
-    assert "Evidence: static only — compiled for sm_120a, sizes read; nothing launched" in text
+    assert "Evidence: static only — sized (types instantiated for sm_120a, sizes read); nothing launched" in text
     for needle in ("rtx-pro-6000", "101376 B", "188", "4.5.0", "flashinfer", "c5d864a34465695d", "13.0.88",
                    "tileprobe sweep (synthetic)", "2026-01-01"):
         assert needle in text, needle

@@ -90,7 +90,10 @@ def _side(rs: ResultSet) -> dict:
     tcs = rs.toolchains()
     return {"folder": f"`{rs.folder}`", "targets": ", ".join(rs.targets()),
             "CUTLASS": "; ".join(f"{t['cutlass_version']} (tree {t['cutlass_hash']})" for t in tcs),
-            "nvcc": ", ".join(sorted({str(t['nvcc_version']) for t in tcs})), "rows": str(len(rs.rows)),
+            "nvcc": ", ".join(sorted({str(t['nvcc_version']) for t in tcs})),
+            "engine": ", ".join(sorted({f"{r['engine']} (tree {r.get('engine_hash')})" for r in rs.rows
+                                        if r.get("engine")})) or "–",
+            "rows": str(len(rs.rows)),
             "command": f"`{rs.meta.get('command')}`" if rs.meta.get("command") else "–",
             "evidence": evidence_statement(rs)}
 

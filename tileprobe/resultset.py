@@ -245,7 +245,10 @@ def evidence_statement(rs: ResultSet) -> str:
     ok = [r for r in runtime if r.get("verdict") == "ok"]
     launched = [r for r in runtime if r.get("evidence") in ("launched", "verified", "launch-attempted",
                                                             "verified-correct")]
-    compiled = f"compiled for {', '.join(arches)}, sizes read"
+    words = sorted({r.get("evidence") for r in rs.static if r.get("evidence") in ("sized", "compiled", "predicted")})
+    how = {"sized": "types instantiated", "compiled": "device code compiled", "predicted": "predicted by the model"}
+    compiled = (f"{'/'.join(words) or 'sized'} ({', '.join(how[w] for w in words) or 'types instantiated'} for "
+                f"{', '.join(arches)}, sizes read)")
     if ok:
         devices = sorted({r.get("device_name") or r.get("target") for r in ok})
         cfgs = len({r["config"] for r in ok})
