@@ -183,8 +183,49 @@ def _stage_guard(chosen: int, stages: int, assemble, why_auto: str) -> Predictio
 
 # SM90 -------------------------------------------------------------------------------------------------------------
 
+# (tile M, N, K elements) -> clusters verified by compiling (results/h200/flashinfer-moe static rows: flashinfer 0.7.4's
+# SM90 tactics, both epilogues, both swaps). Cluster shape enters none of the SharedStorage rules below (it only
+# changes TMA multicast), but a tile/cluster not compiled is refused rather than extrapolated.
+SM90_VERIFIED = {(128, 16, 128): ((1, 1), (2, 1)), (128, 64, 128): ((1, 1), (2, 1)),
+                 (128, 128, 128): ((1, 1), (2, 1), (1, 2), (2, 2))}
+
+
 def _predict_sm90(m, n, k, schedule, stages, finalize, swap_ab, cluster, version) -> Prediction:
-    raise CannotPredict(f"{FAMILY} on sm_90a: no verified rules yet; compile it (tileprobe sweep --static-only)")
+    """flashinfer_moe.cuh Arch 90: KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum, epilogue schedule
+    PtrArrayTmaWarpSpecializedCooperative, C void, D bf16 (default) or void (finalize): sm90-fp8's no-c kernel
+    (tileprobe.predict.sm90_fp8: same builders, same stage rule, same mainloop) for the default epilogue.
+
+    Finalize: E/builders/sm90_builder.inl (4.5.0) CollectiveBuilder resolves a void ElementD to
+    get_element_aux_t<FusionOperation> (the scatter's bf16 output) BEFORE sm90_compute_tile_shape_or_override and
+    sm90_get_tma_dispatch_policy, so the epilogue tile and StagesC/StagesD equal the default epilogue's (C void: no
+    reuse, StagesC = min(tiles, 4), StagesD = min(tiles, 2)). (The SM120 builder passes the void D through to its
+    dispatch policy instead; see _sm120_epilogue.) The collective is CollectiveStorageWithoutC (C void), a union
+    holding StagesD bf16 D tiles, and the fusion storage is the scatter EVT's row broadcast (_finalize_storage)."""
+    if schedule not in ("cooperative", "auto"):
+        raise Unbuildable(f"{FAMILY} on sm_90a is cooperative (FP8 fast accumulation), not {schedule}", "unsupported")
+    sm90_fp8.check(m, n, k, "cooperative", "sm_90a")
+    if cluster[2] != 1 or cluster[:2] not in SM90_VERIFIED.get((m, n, k), ()):
+        raise CannotPredict(f"{FAMILY} on sm_90a: tile {m}x{n}x{k} with cluster {cluster[0]}x{cluster[1]}x{cluster[2]} "
+                            "was not verified by compiling (verified: " + "; ".join(
+                                f"{a}x{b}x{c} cluster " + ",".join(f"{x}x{y}" for x, y in cl)
+                                for (a, b, c), cl in SM90_VERIFIED.items()) + "); compile it instead")
+    ep = sm90_fp8._epilogue(m, n, "cooperative", False, swap_ab)
+    if finalize:
+        ep_tensors, ep_tmaps, ep_whole = _finalize_storage(ep, n, swap_ab, void_c=True)
+    else:
+        ep_tensors, ep_tmaps, ep_whole = arr.epilogue_storage(ep)
+    carveout = ep_whole.size  # StageCountAutoCarveout<sizeof(CollectiveEpilogue::SharedStorage)>
+    auto, stage_bytes, capacity = sm90_fp8._stage_rule(m, n, k, carveout)
+    chosen = stages if stages > 0 else auto
+
+    def assemble(s: int) -> Prediction:
+        ml_tensors, ml_tmaps, ml_whole = sm90_fp8._mainloop(m, n, k, s)
+        kernel = arr.kernel_storage(ml_tensors, ml_tmaps, s, ep_tensors, ep_tmaps, ep.stages_c, pingpong=False)
+        return Prediction(FAMILY, version, s, kernel.size, ml_whole.size, ep_whole.size,
+                          kernel.size - kernel.member_size("tensors"), kernel, stage_bytes, carveout, capacity,
+                          stages == 0)
+
+    return _stage_guard(chosen, stages, assemble, f"({capacity} - {up(carveout, sm90_fp8.ALIGNMENT)}) // {stage_bytes}")
 
 
 # entry ------------------------------------------------------------------------------------------------------------
