@@ -27,7 +27,12 @@ def test_predict_only_needs_no_nvcc_and_expands_ranges(tmp_path, rng):
 
 
 def test_predict_only_refuses_what_it_cannot_predict(tmp_path):
-    p = tileprobe("sweep", "--predict-only", "--family", "flashinfer-moe", "--out", str(tmp_path / "o"))
+    # every family has rules now; a CUTLASS release none was verified on (a headers-only stand-in saying 4.4.0) is
+    # what the model must refuse
+    inc = tmp_path / "cutlass" / "include" / "cutlass"
+    inc.mkdir(parents=True)
+    (inc / "version.h").write_text("#define CUTLASS_MAJOR 4\n#define CUTLASS_MINOR 4\n#define CUTLASS_PATCH 0\n")
+    p = tileprobe("sweep", "--predict-only", "--cutlass-dir", str(tmp_path / "cutlass"), "--out", str(tmp_path / "o"))
     assert p.returncode == 2 and "cannot predict" in p.stderr and "Traceback" not in p.stderr
 
 

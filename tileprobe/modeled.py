@@ -33,7 +33,8 @@ def model(cfg: Config, cutlass_version: str | None) -> Modeled:
         return Modeled(None, None, f"cannot predict: no rules for family {cfg.family}")
     try:
         p = predict.predict(cfg.family, (cfg.tile.m, cfg.tile.n, cfg.tile.k), cfg.schedule, cfg.stages, cfg.epilogue,
-                            cfg.swap_ab, cfg.arch, cutlass_version or "")
+                            cfg.swap_ab, cfg.arch, cutlass_version or "", dtypes=cfg.get("dtypes"),
+                            cluster=cfg.cluster)  # dtypes/cluster: used by flashinfer-moe only
     except predict.Unbuildable as exc:
         two = exc.at_two_stages
         return Modeled(2 if two else None, two.smem_bytes if two else None, f"unbuildable ({exc.kind}): {exc.reason}",

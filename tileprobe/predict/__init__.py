@@ -16,15 +16,16 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from tileprobe.predict import sm90_fp8, sm120_nvfp4
+from tileprobe.predict import flashinfer_moe, sm90_fp8, sm120_nvfp4
 from tileprobe.predict._common import CannotPredict, Prediction, Unbuildable, version_key
 
 __all__ = ["CannotPredict", "Prediction", "Unbuildable", "FAMILIES", "predict", "smem_bytes", "stages", "fits",
            "rule_set"]
 
 # family name -> rule module: VERSIONS (rule-set key -> verified releases) and
-# predict(m, n, k, schedule, stages, epilogue, swap_ab, arch, version_key) -> Prediction.
-FAMILIES = {m.FAMILY: m for m in (sm120_nvfp4, sm90_fp8)}
+# predict(m, n, k, schedule, stages, epilogue, swap_ab, arch, version_key) -> Prediction. A module with its own
+# EPILOGUES takes those instead of no-c/with-c; one with TAKES_DTYPES also gets dtypes= and cluster= keywords.
+FAMILIES = {m.FAMILY: m for m in (sm120_nvfp4, sm90_fp8, flashinfer_moe)}
 EPILOGUES = ("no-c", "with-c")
 
 
@@ -38,11 +39,13 @@ def rule_set(family: str, cutlass_version: str) -> str:
 
 
 def predict(family: str, tile, schedule: str = "auto", stages: int = 0, epilogue: str = "no-c",
-            swap_ab: bool = False, arch: str | None = None, cutlass_version: str = "4.5.0") -> Prediction:
+            swap_ab: bool = False, arch: str | None = None, cutlass_version: str = "4.5.0", *,
+            dtypes: str | None = None, cluster=None) -> Prediction:
     """Stages and SharedStorage bytes CUTLASS would give this config.
 
     tile: (M, N, K) in elements, or 'MxNxK'. stages: 0 = StageCountAutoCarveout, N = StageCount<N>.
-    arch defaults to the family's first arch (sm_120a / sm_90a). Raises CannotPredict (unknown family/version, bad
+    arch defaults to the family's first arch (sm_120a / sm_90a). dtypes ('nvfp4xnvfp4', 'mxfp8xmxfp4', 'fp8xfp8') and
+    cluster ((M, N, 1)) are for flashinfer-moe (epilogues 'default' / 'finalize'); other families ignore them. Raises CannotPredict (unknown family/version, bad
     argument) or Unbuildable (CUTLASS would not compile it).
     """
     key = rule_set(family, cutlass_version)
@@ -56,10 +59,16 @@ def predict(family: str, tile, schedule: str = "auto", stages: int = 0, epilogue
         m, n, k = (int(x) for x in tile)
     if min(m, n, k) <= 0:
         raise CannotPredict(f"tile {m}x{n}x{k}: extents must be positive")
-    if epilogue not in EPILOGUES:
-        raise CannotPredict(f"unknown epilogue {epilogue!r}; known: {', '.join(EPILOGUES)}")
+    epilogues = getattr(mod, "EPILOGUES", EPILOGUES)
+    if epilogue == "no-c" and "no-c" not in epilogues:
+        epilogue = epilogues[0]  # the signature's default: the family's plain epilogue
+    if epilogue not in epilogues:
+        raise CannotPredict(f"unknown epilogue {epilogue!r}; known: {', '.join(epilogues)}")
     if not isinstance(stages, int) or stages < 0:
         raise CannotPredict(f"stages must be 0 (auto) or a positive stage count, not {stages!r}")
+    if getattr(mod, "TAKES_DTYPES", False):
+        return mod.predict(m, n, k, schedule, stages, epilogue, bool(swap_ab), arch or mod.ARCHS[0], key,
+                           dtypes=dtypes, cluster=cluster)
     return mod.predict(m, n, k, schedule, stages, epilogue, bool(swap_ab), arch or mod.ARCHS[0], key)
 
 
