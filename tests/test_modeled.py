@@ -53,3 +53,19 @@ def test_compiled_rows_carry_an_exact_prediction(tmp_path, rng):
     rows = [json.loads(l) for l in (tmp_path / "o" / "results.jsonl").read_text().splitlines()]
     assert rows and all(r["prediction"] == "exact" for r in rows), [r["prediction"] for r in rows]
     assert all(r["predicted_smem_bytes"] == r["smem_bytes"] and r["evidence"] == "sized" for r in rows)
+
+
+def test_explain_an_engine_tactic_shows_every_variant_beside_the_committed_sizes():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    rows = [json.loads(l) for l in (root / "results/static/rtx-pro-6000__flashinfer-moe/results.jsonl")
+            .read_text().splitlines()]
+    mine = [r for r in rows if r["tactic"] == "CtaShape128x256x64B" and r["dtypes"] == "nvfp4xnvfp4"]
+    p = tileprobe("explain", "CtaShape128x256x64B", "--family", "flashinfer-moe", "--target", "rtx-pro-6000",
+                  "--epilogue", "finalize", "--predict-only")
+    assert p.returncode == 0, p.stderr
+    for r in mine:
+        gemm = "gemm2 (finalize)" if r["epilogue"] == "finalize" else "gemm1 (default)"
+        line = next(l for l in p.stdout.splitlines() if f"nvfp4xnvfp4 {gemm} swap {'on' if r['swap_ab'] else 'off'}" in l)
+        assert f"{r['smem_bytes']} B" in line and ("OVER" in line) == (r["verdict"] == "smem-over-limit")

@@ -146,7 +146,7 @@ def explain(
     family: FamilyOpt = None,
     target: TargetOpt = None,
     schedule: Annotated[str, typer.Option("--schedule")] = "cooperative",
-    epilogue: Annotated[str, typer.Option("--epilogue")] = "no-c",
+    epilogue: Annotated[str, typer.Option("--epilogue", help="no-c / with-c; flashinfer-moe: default (gemm1) / finalize (gemm2), marked among the variants")] = "no-c",
     stages: Annotated[str, typer.Option("--stages", help="auto or a count")] = "auto",
     predict_only: Annotated[bool, typer.Option("--predict-only", help="answer from tileprobe's model (instant, no nvcc)")] = False,
     cutlass_dir: CutlassOpt = None,

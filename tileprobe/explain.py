@@ -22,6 +22,8 @@ def explain(tile: str, family_name: str | None, target_name: str | None, schedul
     if arch is None:
         raise UsageError(f"{fam.name} builds {', '.join(fam.archs)} binaries; none runs on {target.name} "
                          f"(sm_{target.cc_int}): unsupported")
+    if fam.expand is not None:
+        return explain_tactic(fam, arch, target, tile, epilogue, predict_only, cutlass_dir, nvcc, cache_dir)
     if predict_only:
         cutlass = find_cutlass(cutlass_dir)
         (cfg,) = expand_configs(fam, arch, [tile], [schedule], [stages], [epilogue], [False],
@@ -68,6 +70,44 @@ def explain(tile: str, family_name: str | None, target_name: str | None, schedul
             lines.append(f"  with K={half_k} ({hk.config.tile.bytes_k(fam.ab_bits)}): {hk.info.stages} stages, "
                          f"SharedStorage {hk.info.smem_bytes} B -> {hk.verdict.value}")
     lines.append(f"  evidence: sized (kernel types instantiated for {arch}, sizes read); not launched")
+    return "\n".join(lines)
+
+
+def explain_tactic(fam, arch: str, target, tactic: str, epilogue: str, predict_only: bool, cutlass_dir, nvcc,
+                   cache_dir) -> str:
+    """An engine tactic (flashinfer-moe): every variant of it — each GEMM's epilogue, swap off/on, each dtype pair —
+    with mainloop / epilogue / kernel-level bytes and headroom, so the variants that fit stand next to the one asked
+    about. Sizes from a compile (sized), or from the model with --predict-only."""
+    cfgs = [c for c in fam.expand(arch, [tactic], None, None, None)]
+    if not cfgs:
+        raise UsageError(f"no {fam.name} tactic {tactic!r} on {arch}")
+    fixed = fam.cutlass_root() if fam.cutlass_root else None
+    if predict_only:
+        version = find_cutlass(fixed or cutlass_dir).version
+        outs = [modeled.outcome(c, target, version) for c in cfgs]
+        if any(o is None for o in outs):
+            raise UsageError(f"{fam.name}: {modeled.model(cfgs[0], version).status}")
+        how = "predicted (tileprobe's model; nothing compiled)"
+    else:
+        tc = make_toolchain(fixed or cutlass_dir, nvcc, cache_dir)
+        outs = probe_static(cfgs, target, tc.cutlass, tc.nvcc, tc.cache, jobs=2, timeout_s=1200)
+        how = f"sized (kernel types instantiated for {arch}, sizes read); not launched"
+    lines = [f"{fam.name} tactic {cfgs[0].get('tactic')} on {target.name} (opt-in limit {target.smem_optin} B):"]
+    for c, o in zip(cfgs, outs):
+        i = o.info
+        gemm = "gemm2 (finalize)" if c.epilogue == "finalize" else "gemm1 (default)"
+        mark = "  <-" if c.epilogue == epilogue else ""
+        if i.smem_bytes is None:
+            lines.append(f"  {c.get('dtypes')} {gemm} swap {'on ' if c.swap_ab else 'off'}: {o.verdict.value}: "
+                         f"{o.reason[:120]}{mark}")
+            continue
+        rest = i.smem_bytes - (i.smem_mainloop_bytes or 0) - (i.smem_epilogue_bytes or 0)
+        head = target.smem_optin - i.smem_bytes
+        lines.append(f"  {c.get('dtypes')} {gemm} swap {'on ' if c.swap_ab else 'off'}: {i.smem_bytes} B = mainloop "
+                     f"{i.smem_mainloop_bytes} ({i.stages} stages) + epilogue {i.smem_epilogue_bytes} + kernel-level "
+                     f"{rest} -> {'fits, ' + str(head) + ' B spare' if head >= 0 else 'OVER by ' + str(-head) + ' B'}"
+                     f"{mark}")
+    lines.append(f"  evidence: {how}")
     return "\n".join(lines)
 
 
