@@ -69,3 +69,33 @@ def test_explain_an_engine_tactic_shows_every_variant_beside_the_committed_sizes
         gemm = "gemm2 (finalize)" if r["epilogue"] == "finalize" else "gemm1 (default)"
         line = next(l for l in p.stdout.splitlines() if f"nvfp4xnvfp4 {gemm} swap {'on' if r['swap_ab'] else 'off'}" in l)
         assert f"{r['smem_bytes']} B" in line and ("OVER" in line) == (r["verdict"] == "smem-over-limit")
+
+
+def test_no_committed_static_row_has_a_model_error():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    checked = 0
+    for path in root.glob("results/static/*/results.jsonl"):
+        for line in path.read_text().splitlines():
+            r = json.loads(line)
+            if r.get("prediction"):
+                checked += 1
+                assert not r["prediction"].startswith("MODEL ERROR"), (path.parent.name, r["config"], r["prediction"])
+    assert checked >= 144 + 3 * 80
+
+
+def test_a_large_sweep_does_not_compile_what_the_model_says_cannot_fit(tmp_path, rng):
+    """--model-skip with an nvcc that cannot compile anything: the over-limit configs still get their rows, from the
+    model (evidence predicted), because nothing needed compiling."""
+    fake = tmp_path / "nvcc"
+    fake.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\nexit 1\n")
+    fake.chmod(0o755)
+    k = rng.choice([384, 512])
+    p = tileprobe("sweep", "--static-only", "--tiles", f"256x256x{k}", "--schedules", "cooperative,pingpong",
+                  "--epilogue", "no-c,with-c", "--model-skip", "--nvcc", str(fake), "--cache-dir", str(tmp_path / "c"),
+                  "--out", str(tmp_path / "o"))
+    assert p.returncode == 0, p.stderr
+    rows = [json.loads(l) for l in (tmp_path / "o" / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and all(r["verdict"] == "smem-over-limit" and r["evidence"] == "predicted" for r in rows)
+    assert all("predicted, not compiled" in r["reason"] for r in rows)
