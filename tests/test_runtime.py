@@ -1,6 +1,8 @@
 """The runtime probe without a GPU: fake harnesses (tests/_fakes.py) behind a fake H200."""
 
 import _thread
+import signal
+import time
 from dataclasses import replace
 
 import pytest
@@ -121,7 +123,9 @@ def test_interrupt_keeps_rows_and_resume_completes(tmp_path, monkeypatch, rng):
         calls["n"] += 1
         if calls["n"] == 3:
             _thread.interrupt_main()
+            time.sleep(2.0)  # hold this worker so the main thread takes the Ctrl-C before more rows come
 
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # whatever an earlier test left, Ctrl-C raises here
     monkeypatch.setattr(writer, "write", interrupting_write)
     with pytest.raises(KeyboardInterrupt):
         runtime.runtime_rows(probe, writer, Console(quiet=True))
