@@ -30,7 +30,7 @@ def test_merged_shards_equal_the_unsharded_sweep(tmp_path, toolchain, rng):
         p = tileprobe(*common, "--jobs", "1", "--shard", f"{i}/2", "--out", str(tmp_path / f"s{i}"))
         assert p.returncode == 0, p.stderr
     report = (tmp_path / "full" / "report.md").read_text()  # every sweep writes its report
-    assert "Evidence: static only — compiled for sm_120a, sizes read; nothing launched" in report
+    assert "Evidence: static only — sized (types instantiated for sm_120a, sizes read); nothing launched" in report
     assert (tmp_path / "full" / "smem__rtx-pro-6000.png").read_bytes()[:4] == b"\x89PNG"
     full = load_rows(tmp_path / "full")
     s0, s1 = load_rows(tmp_path / "s0"), load_rows(tmp_path / "s1")

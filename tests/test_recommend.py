@@ -63,6 +63,8 @@ def test_static_only_results_are_refused_in_one_line(tmp_path, rng):
     p = tileprobe("recommend", str(folder))
     assert p.returncode == 2 and "no runtime rows" in p.stderr and len(p.stderr.strip().splitlines()) == 1
     static = make_static(rng, tiles=["128x128x128"])
+    for r in static:  # fitting tiles, so the sweep has runtime rows (only the routing is wrong)
+        r.update(verdict="fits", smem_bytes=90112, headroom_bytes=101376 - 90112)
     folder = write_set(tmp_path / "r", static + add_runtime(rng, static, batches=(1, 8), fail_rate=0), meta_for())
     p = tileprobe("recommend", str(folder), "--routing", "skewed")
     assert p.returncode == 2 and "--routing 'skewed'" in p.stderr

@@ -83,7 +83,7 @@ def sweep(
     jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles (default: cores)")] = os.cpu_count() or 1,
     compile_: Annotated[bool, typer.Option("--compile/--no-compile", help="static: also build device code (evidence 'compiled': ptxas registers and spills; slow). Without it, kernel types are instantiated and sized only (evidence 'sized')")] = False,
     predict_only: Annotated[bool, typer.Option("--predict-only", help="answer from tileprobe's model of the CUTLASS builders: no nvcc, nothing compiled (evidence 'predicted')")] = False,
-    model_skip: Annotated[Optional[bool], typer.Option("--model-skip/--no-model-skip", help="do not compile configs the model says cannot fit (default: on for sweeps of more than 64 configs)")] = None,
+    model_skip: Annotated[Optional[bool], typer.Option("--model-skip/--no-model-skip", help="do not compile configs the model says cannot fit (default: on when --tiles has a range a..b)")] = None,
     rebuild: Annotated[bool, typer.Option("--rebuild", help="ignore the build cache and rebuild (replacing its entries)")] = False,
     static_only: Annotated[bool, typer.Option("--static-only", help="never launch, even with a GPU")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="keep rows in --out and skip what they cover")] = False,

@@ -56,7 +56,7 @@ class SweepOptions:
     compile: bool = False  # static: also build device code (evidence `compiled`: registers, spills)
     peer: str | None = None  # "torch": time torch._scaled_grouped_mm on the same problems (FP8 families)
     predict_only: bool = False  # answer from the model (tileprobe.predict): no nvcc, nothing compiled
-    model_skip: bool | None = None  # skip compiling configs the model says cannot fit (None: when > MODEL_SKIP_OVER)
+    model_skip: bool | None = None  # skip compiling configs the model says cannot fit (None: for --tiles ranges)
     rebuild: bool = False  # ignore the build cache and replace its entries
     static_only: bool = False
     resume: bool = False
@@ -124,15 +124,14 @@ def plan(opts: SweepOptions, cutlass_version: str | None = None) -> Plan:
     return Plan(fam, target, runnable, foreign, configs, points, arch_reason)
 
 
-MODEL_SKIP_OVER = 64  # a sweep of more configs than this skips compiling those the model says cannot fit
 
 
 def static_rows(opts: SweepOptions, tc: Toolchain, target: Target, configs: list[Config],
                 writer: ResultsWriter) -> tuple[list[Outcome], list[dict]]:
     """Probe every config (cached builds make repeats cheap), write the rows not yet recorded, return all outcomes.
-    In a large sweep, configs the model predicts over the limit (or unbuildable) are not compiled: their rows say
-    so (evidence `predicted`)."""
-    skip = opts.model_skip if opts.model_skip is not None else len(configs) > MODEL_SKIP_OVER
+    When the user asks for a large space (a `--tiles` range, or --model-skip), configs the model predicts over the
+    limit (or unbuildable) are not compiled: their rows say so (evidence `predicted`)."""
+    skip = opts.model_skip if opts.model_skip is not None else any(".." in t for t in opts.tiles or ())
     modeled_out: dict[str, Outcome] = {}
     if skip:
         for c in configs:
