@@ -12,7 +12,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from tileprobe.families import EPILOGUES, FAMILIES, SCHEDULE_IDS
+from _configs import parse_specs
+
+from tileprobe.families import FAMILIES
 
 HARNESS = Path(__file__).resolve().parent.parent / "cutlass_harness"
 
@@ -22,11 +24,8 @@ def main() -> None:
     family = FAMILIES[fam]
     arch = family.archs[0].removeprefix("sm_").removesuffix("a")
     rows, lines = [], []
-    for i, c in enumerate(cfgs):
-        tile, sched, stages, epi, swap = c.split(":")
-        m, n, k = (int(x) for x in tile.split("x"))
-        key = (m, n, k, SCHEDULE_IDS[sched], int(stages), EPILOGUES[epi], int(swap))
-        rows.append((key, dict(tile=tile, schedule=sched, stages_req=int(stages), epilogue=epi, swap_ab=bool(int(swap)))))
+    for i, (key, fields) in enumerate(parse_specs(cfgs)):
+        rows.append((key, fields))
         lines.append(f"TP_CFG({i}, {', '.join(map(str, key))})\n")
     tmp = Path(tempfile.mkdtemp(prefix="tpscan-"))
     (tmp / "tp_configs.inc").write_text("".join(lines))

@@ -11,7 +11,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from tileprobe.families import EPILOGUES, FAMILIES, SCHEDULE_IDS
+from _configs import parse_specs
+
+from tileprobe.families import FAMILIES
 
 HARNESS = Path(__file__).resolve().parent.parent / "cutlass_harness"
 
@@ -21,11 +23,9 @@ def main() -> None:
     family = FAMILIES[fam]
     arch = family.archs[0].removeprefix("sm_").removesuffix("a")
     rows, lines = [], []
-    for i, c in enumerate(cfgs):
-        tile, sched, stages, epi, swap = c.split(":")
-        m, n, k = (int(x) for x in tile.split("x"))
-        rows.append(dict(tile=tile, schedule=sched, stages_req=int(stages), epilogue=epi, swap_ab=bool(int(swap))))
-        lines.append(f"TP_CFG({i}, {m}, {n}, {k}, {SCHEDULE_IDS[sched]}, {stages}, {EPILOGUES[epi]}, {int(swap)})\n")
+    for i, (key, fields) in enumerate(parse_specs(cfgs)):
+        rows.append(fields)
+        lines.append(f"TP_CFG({i}, {', '.join(map(str, key))})\n")
     tmp = Path(tempfile.mkdtemp(prefix="tplayout-"))
     (tmp / "tp_configs.inc").write_text("".join(lines))
     root = Path(inc)
