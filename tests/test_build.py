@@ -1,5 +1,6 @@
 """The build cache with the real nvcc on a tiny harness (fast), so locking and atomic renames are exercised."""
 
+import shutil
 import threading
 from dataclasses import replace
 
@@ -101,3 +102,48 @@ def test_a_build_killed_by_a_signal_or_oom_is_not_cached_and_rebuild_replaces(ti
     assert build.build(req, cut, nvcc, tmp_path / "c", 300).cached
     again = build.build(req, cut, nvcc, tmp_path / "c", 300, rebuild=True)
     assert again.ok and not again.cached
+
+
+def _fake_flashinfer(root, rng):
+    """The folders find_flashinfer reads, with a few headers of random content (no suffix for libcudacxx's)."""
+    fi = root / "flashinfer"
+    kernels = fi / "data" / "csrc" / "nv_internal" / "tensorrt_llm" / "kernels" / "cutlass_kernels"
+    files = {
+        fi / "data" / "cutlass" / "include" / "cutlass" / "version.h": "#define CUTLASS_MAJOR 4\n",
+        fi / "data" / "cutlass" / "tools" / "util" / "include" / "cutlass" / "util" / "packed_stride.hpp": "",
+        fi / "data" / "csrc" / "nv_internal" / "tensorrt_llm" / "cutlass_extensions" / "include" / "cutlass_extensions"
+        / "epilogue" / "fusion" / "sm90_visitor_scatter.hpp": "",
+        fi / "data" / "cccl" / "libcudacxx" / "include" / "cuda" / "std" / "atomic": "",
+        kernels / "cutlass_heuristic.cpp": "",
+    }
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{text}// {rng.getrandbits(64):x}\n")
+    meta = root / "flashinfer_python-0.7.2.dist-info" / "METADATA"
+    meta.parent.mkdir()
+    meta.write_text("Name: flashinfer-python\nVersion: 0.7.2\n")
+    return fi
+
+
+def test_key_follows_engine_header_contents_not_paths(tiny_harness, tmp_path, monkeypatch, rng):
+    """An in-place flashinfer upgrade that keeps its CUTLASS (same folders, same data/cutlass, new extension or CCCL
+    headers) must not reuse the old build; the same headers in another place may."""
+    cut, nvcc = find_cutlass(), find_nvcc()
+    fi = _fake_flashinfer(tmp_path / "a", rng)
+    monkeypatch.setenv("TILEPROBE_FLASHINFER_DIR", str(fi))
+    fcfg = Config("flashinfer-moe", parse_tile("128x128x256", 4), "auto", 0, "default", False, "sm_120a",
+                  extra=(("dtypes", "nvfp4xnvfp4"), ("tactic", "CtaShape128x128x128B")))
+    req = build.BuildRequest("describe", (fcfg,), with_device=False)
+    k = build.cache_key(req, cut, nvcc)
+    assert build.cache_key(req, cut, nvcc) == k
+    ext = next((fi / "data" / "csrc").rglob("sm90_visitor_scatter.hpp"))
+    ext.write_text(ext.read_text() + "// upgraded\n")
+    k2 = build.cache_key(req, cut, nvcc)
+    assert k2 != k
+    atomic = next((fi / "data" / "cccl").rglob("atomic"))
+    atomic.write_text(atomic.read_text()[::-1])  # same size, other bytes
+    k3 = build.cache_key(req, cut, nvcc)
+    assert k3 not in (k, k2)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    monkeypatch.setenv("TILEPROBE_FLASHINFER_DIR", str(tmp_path / "b" / "flashinfer"))
+    assert build.cache_key(req, cut, nvcc) == k3  # contents, not paths

@@ -26,6 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from platformdirs import user_cache_dir
 
+from tileprobe.content_hash import folder_hash
 from tileprobe.errors import UsageError
 from tileprobe.families import Config, family
 from tileprobe.toolchain import CutlassTree, Nvcc
@@ -126,8 +127,8 @@ def cache_key(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc) -> str:
     h.update(cutlass.tree_hash.encode())
     h.update(nvcc.version_text.encode())
     h.update(nvcc.host_compiler.encode())
-    for inc in req.include_dirs():
-        h.update(inc.encode())
+    for i, inc in enumerate(req.include_dirs()):  # an engine's headers by content: an in-place upgrade changes them
+        h.update(f"-I{i}:{folder_hash(inc)}".encode())
     return h.hexdigest()[:16]
 
 
