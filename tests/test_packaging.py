@@ -1,13 +1,19 @@
-"""What `pip install /path/to/tileprobe` (not editable) installs: the harness sources and the JSON Schemas."""
+"""What `pip install /path/to/tileprobe` (not editable) installs: every subpackage, the harness sources (with their
+families/ and stubs/) and the JSON Schemas; and that the installed copy, alone, sizes one config of every family."""
 
 import importlib.metadata
+import json
+import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from tileprobe.families import FAMILIES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -19,22 +25,32 @@ def _setuptools_ok() -> bool:
         return False
 
 
-@pytest.mark.skipif(not _setuptools_ok(), reason="building the wheel here needs setuptools>=68")
-def test_wheel_carries_harness_sources_and_schemas(tmp_path):
-    src = tmp_path / "src"  # a copy, so the build leaves no build/ or egg-info in the checkout
+def _wheel(tmp_path) -> Path:
+    """Build the wheel from a copy of the checkout (so the build leaves no build/ or egg-info here)."""
+    src = tmp_path / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, src / name)
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        if (ROOT / name).is_file():
+            shutil.copy(ROOT / name, src / name)
     for name in ("tileprobe", "cutlass_harness"):
         shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
                         str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     (whl,) = (tmp_path / "dist").glob("tileprobe-*.whl")
+    return whl
+
+
+@pytest.mark.skipif(not _setuptools_ok(), reason="building the wheel here needs setuptools>=68")
+def test_wheel_carries_every_module_harness_source_and_schema(tmp_path):
+    whl = _wheel(tmp_path)
     names = set(zipfile.ZipFile(whl).namelist())
-    for f in (ROOT / "cutlass_harness").iterdir():
-        if f.suffix in (".cu", ".cuh"):
-            assert f"tileprobe/cutlass_harness/{f.name}" in names
+    harness = [f for f in (ROOT / "cutlass_harness").rglob("*") if f.is_file() and "__pycache__" not in f.parts]
+    assert any(f.parent.name == "families" for f in harness) and any(f.parent.name == "stubs" for f in harness)
+    for f in harness:
+        assert f"tileprobe/cutlass_harness/{f.relative_to(ROOT / 'cutlass_harness').as_posix()}" in names, f
+    for f in (ROOT / "tileprobe").rglob("*.py"):  # every subpackage (families, predict, any added later)
+        assert f.relative_to(ROOT).as_posix() in names, f
     for f in (ROOT / "tileprobe" / "schemas").glob("*.json"):
         assert f"tileprobe/schemas/{f.name}" in names
     assert "tileprobe/bandwidth.py" in names and "tileprobe/schema.py" in names
@@ -51,3 +67,45 @@ def test_harness_dir_prefers_the_checkout(monkeypatch, tmp_path):
     assert build._harness_dir() == ROOT / "cutlass_harness"
     monkeypatch.setenv("TILEPROBE_HARNESS_DIR", str(tmp_path))
     assert build._harness_dir() == tmp_path
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(not _setuptools_ok(), reason="building the wheel here needs setuptools>=68")
+def test_installed_wheel_alone_sizes_one_config_of_every_family(tmp_path):
+    """The wheel in a fresh venv (no system site-packages; the test environment's dependencies reached through a .pth
+    line, tileprobe itself only from the wheel), run from outside the checkout with `python -I`: the console script
+    answers --help, and a static sweep of each registered family's first config gives `sized` rows."""
+    whl = _wheel(tmp_path)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
+    py = venv / "bin" / "python"
+    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    (site / "deps.pth").write_text("".join(f"{d}\n" for d in sorted(deps)))
+    p = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", "--no-index",
+                        str(whl)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "TILEPROBE_HARNESS_DIR", "TILEPROBE_FLASHINFER_DIR")}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    run = tmp_path / "run"
+    run.mkdir()
+    helps = subprocess.run([str(venv / "bin" / "tileprobe"), "--help"], capture_output=True, text=True, timeout=120,
+                           cwd=run, env=env)
+    assert helps.returncode == 0 and "sweep" in helps.stdout, helps.stdout[-1500:] + helps.stderr[-1500:]
+    script = run / "installed_sweep.py"
+    shutil.copy(ROOT / "benchmarks" / "installed_sweep.py", script)
+    cache = os.environ.get("TILEPROBE_TEST_CACHE") or str(tmp_path / "cache")
+    p = subprocess.run([str(py), "-I", str(script), str(run / "out"), cache], capture_output=True, text=True,
+                       timeout=3600, cwd=run, env=env)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    rec = json.loads(p.stdout.strip().splitlines()[-1])
+    print(json.dumps(rec, indent=1))
+    assert Path(rec["tileprobe"]).is_relative_to(venv) and Path(rec["harness"]).is_relative_to(venv), rec
+    assert set(rec["families"]) == set(FAMILIES)
+    for name, rows in rec["families"].items():
+        assert len(rows) == 1, (name, rows)
+        row = rows[0]
+        assert row["evidence"] == "sized" and row["verdict"] in ("fits", "smem-over-limit"), (name, row)
+        assert isinstance(row["smem_bytes"], int) and row["smem_bytes"] > 0, (name, row)

@@ -1,0 +1,45 @@
+"""Run inside an environment where tileprobe was installed from a wheel (never this checkout): a static sweep
+(sizes read, evidence `sized`) of one config per registered family, each family's first buildable config as the
+library expands it, judged against the first offline profile of that config's arch. Prints one JSON object: where
+tileprobe and its harness were imported from, and per family the config, verdict, evidence and SharedStorage bytes.
+
+Used by tests/test_packaging.py and benchmarks/install_check.py (run with `python -I`, from outside the checkout).
+python -I installed_sweep.py OUT_DIR [CACHE_DIR]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import tileprobe
+from tileprobe import build, sweep
+from tileprobe.families import FAMILIES, arch_for, expand_configs
+from tileprobe.results import ResultsWriter
+from tileprobe.targets import PROFILES
+
+
+def main() -> int:
+    out = Path(sys.argv[1])
+    cache = sys.argv[2] if len(sys.argv) > 2 else str(out / "cache")
+    rec: dict = {"tileprobe": tileprobe.__file__, "harness": str(build.HARNESS_DIR),
+                 "harness_files": sorted(str(p.relative_to(build.HARNESS_DIR)) for p in build.harness_sources()),
+                 "families": {}}
+    for name, fam in FAMILIES.items():
+        arch = fam.archs[0]
+        cfg = next(c for c in expand_configs(fam, arch) if c.unsupported_reason is None)
+        target = next(t for t in PROFILES.values() if arch_for(fam, t.cc) == arch)
+        opts = sweep.SweepOptions(family=name, target=target.name, out=out / name, jobs=1, static_only=True,
+                                  cache_dir=cache)
+        tc = sweep.make_toolchain(fam.cutlass_root() if fam.cutlass_root else None, None, cache)
+        with ResultsWriter(opts.out) as writer:
+            _, rows = sweep.static_rows(opts, tc, target, [cfg], writer)
+        rec["families"][name] = [{k: r.get(k) for k in ("config", "target", "verdict", "evidence", "smem_bytes",
+                                                        "reason", "cutlass_version")} for r in rows]
+    print(json.dumps(rec))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
