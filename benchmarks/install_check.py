@@ -2,9 +2,13 @@
 
 A fresh venv in a temporary folder gets torch==2.13.0 first (the CPU wheel on the CI machines' disk, so that
 flashinfer's plain `torch` requirement is already met), then flashinfer-python==0.7.2.post1 with its dependencies,
-then this repository the way a user installs it: `pip install /path/to/tileprobe`, without constraints.txt. Records
-every distribution's version before and after, the seconds of each step, pip's version, and whether the installed
-tileprobe carries its harness sources; prints the record and appends it to results/benchmarks/install_check.jsonl.
+then this repository the way a user installs it: `pip install /path/to/tileprobe` (not editable), without
+constraints.txt. Then, from a folder outside the checkout: `tileprobe --help`, and benchmarks/installed_sweep.py with
+`python -I` (a static sweep of one config per registered family, with a fresh build cache: every row must come back
+`sized`). Records every distribution's version before and after, the seconds of each step, pip's version, where
+tileprobe and its harness were imported from and the rows; ok only when flashinfer and torch are untouched, nothing
+else changed, --help exits 0 and every family gave a `sized` row. Prints the record and appends it to
+results/benchmarks/install_check.jsonl.
 Run: python3 benchmarks/install_check.py [--flashinfer 0.7.2.post1] [--torch 2.13.0] [--keep]
 """
 
@@ -24,14 +28,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 VERSIONS = ("import importlib.metadata as m, json; "
             "print(json.dumps({d.metadata['Name'].lower().replace('_', '-'): d.version for d in m.distributions()}))")
-CHECK = ("import json, tileprobe.build as b, tileprobe.toolchain as t; c = t.find_cutlass(); "
-         "print(json.dumps({'harness': str(b.HARNESS_DIR), 'harness_ok': (b.HARNESS_DIR / 'kernels.cuh').is_file(), "
-         "'cutlass': c.version, 'cutlass_source': c.source}))")
 
 
 def run(cmd: list[str], timeout: float = 1800) -> tuple[float, subprocess.CompletedProcess]:
     """In the temporary folder, without PYTHONPATH: what runs is the venv's copy of everything, not this checkout."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "TILEPROBE_HARNESS_DIR", "TILEPROBE_FLASHINFER_DIR")}
     start = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=env,
                        cwd=tempfile.gettempdir())
@@ -79,13 +81,25 @@ def main() -> int:
         rec["after"] = {k: after.get(k) for k in ("flashinfer-python", "torch", "tileprobe")}
         rec["changed"] = {k: [v, after.get(k)] for k, v in sorted(before.items()) if after.get(k) != v}
         rec["added"] = {k: v for k, v in sorted(after.items()) if k not in before}
-        c = run([py, "-c", CHECK], timeout=300)[1]
-        rec["installed"] = json.loads(c.stdout) if c.returncode == 0 else {"error": tail(c)}
+        h = run([str(venv / "bin" / "tileprobe"), "--help"], timeout=300)[1]
+        rec["help_exit"] = h.returncode
+        if h.returncode:
+            rec["help_error"] = tail(h)
+        script = tmp / "installed_sweep.py"
+        shutil.copy(ROOT / "benchmarks" / "installed_sweep.py", script)
+        rec["seconds"]["sweep"], c = run([py, "-I", str(script), str(tmp / "out"), str(tmp / "cache")], timeout=3600)
+        rec["installed"] = json.loads(c.stdout.strip().splitlines()[-1]) if c.returncode == 0 else {"error": tail(c)}
+        fams = rec["installed"].get("families", {})
+        sized = {name: [r["evidence"] for r in rows] == ["sized"] for name, rows in fams.items()}
         untouched = all(rec["before"][k] == rec["after"][k] for k in ("flashinfer-python", "torch"))
-        rec["ok"] = bool(untouched and not rec["changed"] and rec["after"]["tileprobe"]
-                         and rec["installed"].get("harness_ok"))
+        from_venv = str(rec["installed"].get("tileprobe", "")).startswith(str(venv))
+        rec["ok"] = bool(untouched and not rec["changed"] and rec["after"]["tileprobe"] and h.returncode == 0
+                         and from_venv and sized and all(sized.values()))
         if not rec["ok"]:
-            rec["error"] = "versions changed or the installed tileprobe is incomplete"
+            rec["error"] = (f"versions changed: {rec['changed']}" if rec["changed"] or not untouched else
+                            f"tileprobe --help exited {h.returncode}" if h.returncode else
+                            f"not every family sized: {sized}" if from_venv else
+                            f"tileprobe was not imported from the venv: {rec['installed']}")
     except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
         rec["error"] = str(exc)
     finally:
