@@ -127,6 +127,35 @@ def test_broken_heuristic_names_the_file(tmp_path, breakage):
     assert str(path) in msg and "\n" not in msg
 
 
+@pytest.mark.parametrize("pair", [("Fp4Type>::value &&\n", "nvfp4 x nvfp4"),
+                                  ("__nv_fp8_e4m3>::value &&", "mxfp8 x mxfp4"),
+                                  ("is_same<T, WeightType>::value ||", "fp8 x fp8")])
+def test_a_dtype_clause_that_stops_matching_names_file_and_clause(tmp_path, pair):
+    """A reworded validity clause must stop the read (one line, the file and the clause), never drop that pair."""
+    needle, words = pair
+    root = _fake_tree(tmp_path)
+    path = root / ef.TRAITS
+    text = path.read_text()
+    func = "isValidHopperMOESpecialisation" if words == "fp8 x fp8" else "isValidSM120MOESpecialisation"
+    start = text.index(f"bool {func}()")
+    body_end = text.index("\n}\n", start)
+    body = text[start:body_end]
+    hit = re.search(re.escape(needle).replace(r"\ ", r"\s*").replace(r"\n", r"\s*"), body)
+    assert hit, (needle, body)  # the real source has the clause; reword it as a later release might
+    body = body[:hit.start()] + body[hit.start():hit.end()].replace("::value", "::value /*reworded*/ && true") \
+        + body[hit.end():]
+    path.write_text(text[:start] + body + text[body_end:])
+    with pytest.raises(UsageError) as err:
+        ef.dispatch_combos(ef.find_flashinfer(root))
+    msg = str(err.value)
+    assert str(path) in msg and func in msg and words in msg and "\n" not in msg
+    p = subprocess.run([sys.executable, "-m", "tileprobe", "sweep", "--family", "flashinfer-moe", "--flashinfer-dir",
+                        str(root), "--target", "rtx-pro-6000", "--predict-only", "--out", str(tmp_path / "o")],
+                       capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1 and words in lines[0] and "Traceback" not in p.stderr, p.stderr
+
+
 def test_not_a_flashinfer_folder(tmp_path):
     with pytest.raises(UsageError, match=str(tmp_path)):
         ef.find_flashinfer(tmp_path)

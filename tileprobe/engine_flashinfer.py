@@ -324,13 +324,17 @@ def dispatch_tiles(sm: int, tree: FlashinferTree | None = None) -> list[str]:
     return [f"CtaShape{m}x{n}x{k}B" for m, n, k in found]
 
 
-# Clauses of the traits' validity functions that admit each family dtype pair.
+# Clauses of the traits' validity functions that admit each family dtype pair, with their words for an error.
 _PAIR_CLAUSES = {
-    ("isValidSM120MOESpecialisation", 0):
+    ("isValidSM120MOESpecialisation", 0): (
         r"is_same<T,\s*Fp4Type>::value\s*&&\s*cutlass::platform::is_same<T,\s*WeightType>::value",
-    ("isValidSM120MOESpecialisation", 1):
+        "nvfp4 x nvfp4: is_same<T, Fp4Type> && is_same<T, WeightType>"),
+    ("isValidSM120MOESpecialisation", 1): (
         r"is_same<T,\s*__nv_fp8_e4m3>::value\s*&&\s*cutlass::platform::is_same<WeightType,\s*Fp4Type>::value",
-    ("isValidHopperMOESpecialisation", 2): r"\(\s*cutlass::platform::is_same<T,\s*WeightType>::value\s*\|\|",
+        "mxfp8 x mxfp4: is_same<T, __nv_fp8_e4m3> && is_same<WeightType, Fp4Type>"),
+    ("isValidHopperMOESpecialisation", 2): (
+        r"\(\s*cutlass::platform::is_same<T,\s*WeightType>::value\s*\|\|",
+        "fp8 x fp8: (is_same<T, WeightType> || ..."),
 }
 
 
@@ -346,10 +350,10 @@ def dispatch_combos(tree: FlashinferTree | None = None) -> dict[int, list[tuple[
     path, text = _read(tree, TRAITS)
     text = _strip_comments(text)
     out: dict[int, list[tuple[int, str]]] = {}
-    for (func, dtypes), clause in _PAIR_CLAUSES.items():
+    for (func, dtypes), (clause, words) in _PAIR_CLAUSES.items():
         body = _function_body(text, func, path)
-        if not re.search(clause, body):
-            continue
+        if not re.search(clause, body):  # a pair dropped silently would be a guess: stop, naming file and clause
+            raise UsageError(f"structure not recognized in {path}: {func}() no longer has the clause `{words}`")
         sm = 120 if "SM120" in func else 90
         refuses = set()
         for b in re.finditer(r"Fusion\s*==\s*\w+::EpilogueFusion::(\w+)\s*\)\s*\{\s*([^;]*);", body):
