@@ -74,3 +74,60 @@ def test_a_family_whose_binaries_cannot_run_on_the_target_is_unsupported(tmp_pat
     assert rows and all(r["verdict"] == "unsupported" for r in rows)
     assert all("cannot run on rtx-pro-6000" in r["reason"] and r["evidence"] == "none" for r in rows)
     assert not any((tmp_path / "c").glob("describe-*"))
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["sweep", "--seed", "x"], "--seed"),
+    (["sweep", "--tp", "two"], "--tp"),
+    (["sweep", "--compile-timeout", "soon"], "--compile-timeout"),
+    (["check", "--jobs", "many"], "--jobs"),
+    (["sweep", "--no-such-option"], "--no-such-option"),
+    (["report"], "results"),
+])
+def test_parser_errors_are_one_line_too(args, needle):
+    """Errors the option parser finds (a non-integer for an int option, an unknown option, a missing argument) read
+    like ours: one line, exit 2, no usage box."""
+    p = tileprobe(*args)
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    assert p.returncode == 2 and len(lines) == 1 and needle in lines[0], p.stderr
+    assert lines[0].startswith("tileprobe: error: ") and "╭" not in p.stderr + p.stdout
+
+
+def _option_entries(help_text: str) -> dict[str, str]:
+    """--help's option entries, each joined onto one line (click's plain layout: an entry starts with '  -')."""
+    entries: dict[str, str] = {}
+    current = None
+    for line in help_text.splitlines():
+        if line.startswith("  -"):
+            current = line.split()[0]
+            entries[current] = line
+        elif current and line.startswith("      ") and line.strip():
+            entries[current] += " " + line.strip()
+        else:
+            current = None
+    return entries
+
+
+@pytest.mark.parametrize("command", ["sweep", "explain", "check", "recommend", "report"])
+def test_help_says_each_default_once_and_spells_shapes_literally(command):
+    p = tileprobe(command, "--help")
+    assert p.returncode == 0, p.stderr
+    entries = _option_entries(p.stdout)
+    assert entries, p.stdout
+    doubled = [e for e in entries.values() if "(default" in e and "[default" in e]
+    assert not doubled, doubled
+    if command == "sweep":
+        assert "E:M:N:K" in entries["--shape"] and "Examples:" in p.stdout, p.stdout
+    if command in ("sweep", "explain"):
+        assert "0" in entries["--stages"].split("[default")[0] and "auto" in entries["--stages"], entries["--stages"]
+
+
+def test_top_level_help_has_examples_and_loads_no_heavy_module():
+    p = tileprobe("--help")
+    assert p.returncode == 0 and "Examples:" in p.stdout and "tileprobe sweep" in p.stdout, p.stdout
+    heavy = ("pandas", "matplotlib", "matplotlib.pyplot", "jsonschema", "cuda.bindings.runtime", "typer.rich_utils")
+    code = ("import sys, tileprobe.cli as c; sys.argv = ['tileprobe', 'sweep', '--help']\n"
+            "try:\n    c.main()\nexcept SystemExit:\n    pass\n"
+            f"print('LOADED', [m for m in {heavy!r} if m in sys.modules])")
+    q = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert "LOADED []" in q.stdout, q.stdout[-500:] + q.stderr[-500:]

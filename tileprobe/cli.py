@@ -20,7 +20,21 @@ from tileprobe.merge import merge as run_merge
 from tileprobe.report import _write, devices_table, export, write_reports
 from tileprobe.terminal import WIDTH, print_rows
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+EXAMPLES = """\b
+Examples:
+  tileprobe sweep                          static probe of the default tiles (no GPU), or launch on this GPU
+  tileprobe sweep --family flashinfer-moe --target rtx-pro-6000 --jobs 2 --out fi-results
+  tileprobe sweep --tiles 128x128x128,128x256x64B --stages auto,2,3 --target dgx-spark-gb10
+  tileprobe sweep --predict-only --tiles 128,256x32..256x128,256      no nvcc: the model's answer
+  tileprobe sweep --shape 64:16:4096:7168 --seed 7      one explicit E:M:N:K problem, reproducible data
+  tileprobe explain 128x256x64B --target dgx-spark-gb10
+  tileprobe report fi-results --format csv --out rows.csv
+  tileprobe diff results-before results-after
+"""
+
+# Plain click help and errors (rich_markup_mode=None): no markup to misread ("E:M:N:K" is not an emoji), and neither
+# --help nor a bad option waits for typer's rich formatter to load.
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, epilog=EXAMPLES,
                   help="Which CUTLASS grouped-GEMM tiles fit, launch, are correct and are fastest on a GPU.")
 console = Console(width=None if sys.stdout.isatty() else WIDTH)
 
@@ -67,20 +81,20 @@ def _shard(text: str | None) -> tuple[int, int] | None:
     return i, n
 
 
-@app.command()
+@app.command(epilog=EXAMPLES)
 def sweep(
     family: FamilyOpt = None,
     target: TargetOpt = None,
     tiles: Annotated[Optional[list[str]], typer.Option("--tiles", help="comma list: 128x256x128 or 128x256x64B")] = None,
     schedules: Annotated[Optional[list[str]], typer.Option("--schedules", help="auto, cooperative, pingpong")] = None,
-    stages: Annotated[Optional[list[str]], typer.Option("--stages", help="auto or explicit counts, e.g. auto,2,3")] = None,
+    stages: Annotated[Optional[list[str]], typer.Option("--stages", help="auto (also spelled 0: the most stages the carveout fits) or explicit counts, e.g. auto,2,3")] = None,
     epilogue: Annotated[Optional[list[str]], typer.Option("--epilogue", help="no-c (bf16 D) and/or with-c (bf16 C source)")] = None,
     swap_ab: Annotated[Optional[list[str]], typer.Option("--swap-ab", help="off, on, or off,on")] = None,
     cluster: Annotated[str, typer.Option("--cluster", help="cluster shape; SM120 supports 1x1x1 only")] = "1x1x1",
     dtypes: Annotated[Optional[list[str]], typer.Option("--dtypes", help="flashinfer-moe: nvfp4xnvfp4, mxfp8xmxfp4 (SM120), fp8xfp8 (SM90); default: every pair the engine dispatches")] = None,
     flashinfer_dir: Annotated[Optional[Path], typer.Option("--flashinfer-dir", help="flashinfer-moe: another flashinfer package folder than the installed one (e.g. to diff two installs)")] = None,
     out: Annotated[Path, typer.Option("--out", help="results folder")] = Path("tileprobe-results"),
-    jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles (default: cores)")] = os.cpu_count() or 1,
+    jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles", show_default="cores")] = os.cpu_count() or 1,
     compile_: Annotated[bool, typer.Option("--compile/--no-compile", help="static: also build device code (evidence 'compiled': ptxas registers and spills; slow). Without it, kernel types are instantiated and sized only (evidence 'sized')")] = False,
     predict_only: Annotated[bool, typer.Option("--predict-only", help="answer from tileprobe's model of the CUTLASS builders: no nvcc, nothing compiled (evidence 'predicted')")] = False,
     model_skip: Annotated[Optional[bool], typer.Option("--model-skip/--no-model-skip", help="do not compile configs the model says cannot fit (default: on when --tiles has a range a..b)")] = None,
@@ -95,7 +109,7 @@ def sweep(
     routing: Annotated[str, typer.Option("--routing", help="uniform, balanced or skewed")] = "uniform",
     tp: Annotated[int, typer.Option("--tp", help="tensor-parallel ways (splits I)")] = 1,
     ep: Annotated[int, typer.Option("--ep", help="expert-parallel ways (splits experts)")] = 1,
-    seed: Annotated[int, typer.Option("--seed", help="routing and data seed (default: new each run)")] = -1,
+    seed: Annotated[int, typer.Option("--seed", help="routing and data seed (a whole number >= 0)", show_default="new each run")] = -1,
     compile_timeout: Annotated[float, typer.Option("--compile-timeout", help="seconds per nvcc run")] = 1200,
     run_timeout: Annotated[float, typer.Option("--run-timeout", help="seconds per runtime probe")] = 120,
     as_json: Annotated[bool, typer.Option("--json", help="print rows as JSON lines instead of a table")] = False,
@@ -147,7 +161,7 @@ def explain(
     target: TargetOpt = None,
     schedule: Annotated[str, typer.Option("--schedule")] = "cooperative",
     epilogue: Annotated[str, typer.Option("--epilogue", help="no-c / with-c; flashinfer-moe: default (gemm1) / finalize (gemm2), marked among the variants")] = "no-c",
-    stages: Annotated[str, typer.Option("--stages", help="auto or a count")] = "auto",
+    stages: Annotated[str, typer.Option("--stages", help="auto (also spelled 0) or a count")] = "auto",
     predict_only: Annotated[bool, typer.Option("--predict-only", help="answer from tileprobe's model (instant, no nvcc)")] = False,
     cutlass_dir: CutlassOpt = None,
     nvcc: NvccOpt = None,
@@ -185,7 +199,7 @@ def report(
         sys.stdout.write(text)
 
 
-known_good_app = typer.Typer(no_args_is_help=True, help="Known-good tile sets (results/known_good/<target>__<family>.json).")
+known_good_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Known-good tile sets (results/known_good/<target>__<family>.json).")
 app.add_typer(known_good_app, name="known-good")
 
 
@@ -207,7 +221,7 @@ def known_good_write(
 @app.command()
 def check(
     files: Annotated[Optional[list[Path]], typer.Argument(help="known-good files or folders (default: results/known_good/)")] = None,
-    jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles (default: cores)")] = os.cpu_count() or 1,
+    jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles", show_default="cores")] = os.cpu_count() or 1,
     cutlass_dir: CutlassOpt = None,
     nvcc: NvccOpt = None,
     cache_dir: CacheOpt = None,
@@ -286,9 +300,25 @@ def schema(
     sys.stdout.write(json.dumps(schemas.schema(name), indent=1) + "\n")
 
 
+_CLICK_USAGE_ERROR = typer.BadParameter.__mro__[1]  # click's UsageError (typer vendors click in later releases)
+
+
 def main() -> None:
+    """Every bad input, ours or the option parser's (`--seed x`, an unknown option), is one line on stderr, exit 2."""
     try:
-        app()
+        code = app(standalone_mode=False)
     except UsageError as exc:
         sys.stderr.write(f"tileprobe: error: {exc}\n")
         sys.exit(2)
+    except _CLICK_USAGE_ERROR as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `tileprobe` / `tileprobe known-good`: the help
+            exc.show()
+            sys.exit(exc.exit_code)
+        ctx = getattr(exc, "ctx", None)
+        where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+        sys.stderr.write(f"tileprobe: error: {' '.join(exc.format_message().split())}{where}\n")
+        sys.exit(2)
+    except typer.Abort:
+        sys.stderr.write("tileprobe: aborted\n")
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -6,10 +6,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-import pandas as pd
-
+from tileprobe.lazy import LazyModule
 from tileprobe.results import row_key
 from tileprobe.resultset import ResultSet, evidence_statement, kind_of, label, stages_text
+
+pd = LazyModule("pandas")  # loaded at first use: --help and bad-input errors never wait for it
 
 DEFAULT_NOISE = 0.03
 

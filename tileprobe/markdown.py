@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
-
 from tileprobe import plots
+from tileprobe.lazy import LazyModule
 from tileprobe.tactics_report import tactics_section
 from tileprobe.resultset import TIE_RULE, ResultSet, best_by_point, evidence_statement, label, load, stages_text
+
+pd = LazyModule("pandas")  # loaded at first use: --help and bad-input errors never wait for it
 
 REPORT_NAME = "report.md"
 CHART_GLOBS = ("smem__*.png", "throughput__*.png")

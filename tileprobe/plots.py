@@ -8,20 +8,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-try:
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
-    _MPL_ERROR = None
-except Exception as _exc:  # ImportError, or a broken install: charts are skipped with this reason
-    matplotlib = plt = None
-    _MPL_ERROR = f"matplotlib unavailable ({type(_exc).__name__}: {_exc})"
-
+from tileprobe.lazy import LazyModule
 from tileprobe.resultset import best_by_point, label
+
+# Loaded at first use (charts are drawn by `report` and after a sweep, never for --help), with the Agg backend.
+matplotlib = LazyModule("matplotlib", after=lambda m: m.use("Agg", force=True))
+plt = LazyModule("matplotlib.pyplot", before=lambda: matplotlib.load())
+mlines = LazyModule("matplotlib.lines", before=lambda: matplotlib.load())
+mpatches = LazyModule("matplotlib.patches", before=lambda: matplotlib.load())
+mticker = LazyModule("matplotlib.ticker", before=lambda: matplotlib.load())
 
 VERDICT_COLOR = {"fits": "#2e8b57", "ok": "#1a7f37", "smem-over-limit": "#c62828", "compile-error": "#8e24aa",
                  "unsupported": "#9e9e9e", "launch-error": "#e65100", "incorrect": "#b71c1c", "timeout": "#f9a825",
@@ -30,7 +25,8 @@ VERDICT_COLOR = {"fits": "#2e8b57", "ok": "#1a7f37", "smem-over-limit": "#c62828
 
 def matplotlib_missing() -> str | None:
     """None when charts can be drawn, else the reason (matplotlib not installed or broken)."""
-    return _MPL_ERROR
+    why = matplotlib.missing() or plt.missing()
+    return f"matplotlib unavailable ({why})" if why else None
 
 
 def _plt():
@@ -74,10 +70,10 @@ def smem_chart(rows: list[dict], limit: int, title: str, path: Path) -> Path:
     ax.set_title(title, fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     verdicts = list(dict.fromkeys(r.get("verdict") for r in rows))
-    handles = [Patch(color=VERDICT_COLOR.get(v, "#607d8b"), label=v) for v in verdicts]
-    handles += [Patch(color="#555555", label="mainloop (stages)"), Patch(color="#555555", alpha=0.55,
+    handles = [mpatches.Patch(color=VERDICT_COLOR.get(v, "#607d8b"), label=v) for v in verdicts]
+    handles += [mpatches.Patch(color="#555555", label="mainloop (stages)"), mpatches.Patch(color="#555555", alpha=0.55,
                                                                          label="epilogue"),
-                Patch(color="#555555", alpha=0.25, label="pipelines, tensor maps, padding")]
+                mpatches.Patch(color="#555555", alpha=0.25, label="pipelines, tensor maps, padding")]
     ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.9 / (1.2 + 0.3 * n)),
               ncol=min(len(handles), 6), frameon=False)
     fig.tight_layout()
@@ -129,9 +125,9 @@ def throughput_chart(rows: list[dict], path: Path, metric: str = "gbps", highlig
         ax.set_xscale("log", base=2)
         if metric == "us_median":
             ax.set_yscale("log")
-            ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-            ax.yaxis.set_major_formatter(ScalarFormatter())
-            ax.yaxis.set_minor_formatter(NullFormatter())
+            ax.yaxis.set_major_locator(mticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_major_formatter(mticker.ScalarFormatter())
+            ax.yaxis.set_minor_formatter(mticker.NullFormatter())
         ticks = sorted({int(r["batch"]) for r in mine})
         ax.set_xticks(ticks, [str(t) for t in ticks])
         ax.minorticks_off()
@@ -143,10 +139,10 @@ def throughput_chart(rows: list[dict], path: Path, metric: str = "gbps", highlig
         ax.axis("off")
     if not panels:
         axes.flat[0].text(0.5, 0.5, "no verified-correct runtime rows", ha="center", va="center")
-    handles = [Line2D([], [], color=colors[c], marker="o", label=labels.get(c, c),
+    handles = [mlines.Line2D([], [], color=colors[c], marker="o", label=labels.get(c, c),
                       linestyle="--" if "with-c" in labels.get(c, "") else "-") for c in podium if c in labels]
-    handles += [Line2D([], [], color="#bdbdbd", label="other tiles"),
-                Line2D([], [], color="black", marker="*", linestyle="", markersize=10, label="best at that batch (per epilogue)")]
+    handles += [mlines.Line2D([], [], color="#bdbdbd", label="other tiles"),
+                mlines.Line2D([], [], color="black", marker="*", linestyle="", markersize=10, label="best at that batch (per epilogue)")]
     fig.legend(handles=handles, loc="center right", fontsize=7, frameon=False)
     fig.suptitle("throughput of verified-correct configs (evidence: launched and checked against the reference)",
                  fontsize=9)

@@ -14,11 +14,10 @@ from functools import lru_cache
 from pathlib import Path
 
 from tileprobe.errors import UsageError
+from tileprobe.lazy import LazyModule
 
-try:  # a dependency (pyproject); kept optional here so reading a schema never needs it
-    from jsonschema import Draft202012Validator
-except ImportError:
-    Draft202012Validator = None
+# A dependency (pyproject), loaded at the first validation: reading a schema never needs it, --help never waits for it
+jsonschema = LazyModule("jsonschema")
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 _FILE = re.compile(r"^(?P<name>[a-z][a-z0-9-]*)\.v(?P<version>\d+)\.json$")
@@ -69,10 +68,10 @@ def schema(name: str, version: int | None = None) -> dict:
 
 def errors(name: str, obj, version: int | None = None) -> list[str]:
     """Every violation of schema `name` by `obj`, one line each ("<json path>: <message>"); [] when valid."""
-    if Draft202012Validator is None:
+    if jsonschema.missing():
         raise UsageError("validating needs the jsonschema package (pip install 'jsonschema>=4.18')")
     out = []
-    for e in Draft202012Validator(schema(name, version)).iter_errors(obj):
+    for e in jsonschema.Draft202012Validator(schema(name, version)).iter_errors(obj):
         while e.context:  # anyOf/oneOf: the alternative that got furthest says more than "not valid under any"
             e = min(e.context, key=lambda c: (-len(c.absolute_path), c.validator == "type"))
         msg = e.message if len(e.message) <= 200 else e.message[:200] + "..."

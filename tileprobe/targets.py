@@ -7,12 +7,10 @@ import subprocess
 from dataclasses import asdict, dataclass, replace
 
 from tileprobe.errors import UsageError
+from tileprobe.lazy import LazyModule
 
-try:  # cuda-python; loading the module touches no device (that happens only when a command queries one)
-    from cuda.bindings import runtime as _cudart_module
-except ImportError as _exc:  # missing or broken: every device query says so
-    _cudart_module = None
-    _CUDART_ERROR = str(_exc)
+# cuda-python, loaded at the first device query (the import alone touches no device, but takes a while)
+_cudart_module = LazyModule("cuda.bindings.runtime")
 
 
 @dataclass(frozen=True)
@@ -92,8 +90,9 @@ class NoDevice(Exception):
 
 
 def _cudart():
-    if _cudart_module is None:
-        raise NoDevice(f"cuda-python unavailable: {_CUDART_ERROR}")
+    why = _cudart_module.missing()
+    if why:  # missing or broken: every device query says so
+        raise NoDevice(f"cuda-python unavailable: {why}")
     return _cudart_module
 
 
