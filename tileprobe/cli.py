@@ -109,7 +109,7 @@ def sweep(
     routing: Annotated[str, typer.Option("--routing", help="uniform, balanced or skewed")] = "uniform",
     tp: Annotated[int, typer.Option("--tp", help="tensor-parallel ways (splits I)")] = 1,
     ep: Annotated[int, typer.Option("--ep", help="expert-parallel ways (splits experts)")] = 1,
-    seed: Annotated[int, typer.Option("--seed", help="routing and data seed (a whole number >= 0)", show_default="new each run")] = -1,
+    seed: Annotated[int, typer.Option("--seed", help="routing and data seed (a whole number; negative: new each run)", show_default="new each run")] = -1,
     compile_timeout: Annotated[float, typer.Option("--compile-timeout", help="seconds per nvcc run")] = 1200,
     run_timeout: Annotated[float, typer.Option("--run-timeout", help="seconds per runtime probe")] = 120,
     as_json: Annotated[bool, typer.Option("--json", help="print rows as JSON lines instead of a table")] = False,
