@@ -165,7 +165,7 @@ def foreign_rows(plan_: Plan, tc: Toolchain, outcomes: list[Outcome], writer: Re
         for o in outcomes:
             if o.verdict in (Verdict.UNSUPPORTED, Verdict.COMPILE_ERROR):
                 continue
-            what = (f"nothing built for {o.config.arch} (sizes from the model)" if o.info.predicted else
+            what = (f"nothing was built (an {o.config.arch} config; sizes from the model)" if o.info.predicted else
                     f"built for {o.config.arch}")
             reason = (f"{what}, GPU {dev.gpu_index} is sm_{dev.cc_int} ({dev.device_name}): not launched; "
                       f"{'predicted' if o.info.predicted else 'static'} on {plan_.target.name}: {o.reason}")
