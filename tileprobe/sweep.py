@@ -260,6 +260,7 @@ def run(opts: SweepOptions, console) -> list[dict]:
         if devices and skipped:
             console.print(f"{len(skipped)} config(s) not built or launched: the model says they cannot fit "
                           f"(rows say so, evidence predicted)")
+            devices = devices if launch else []  # nothing left to launch
         if devices:
             job = RuntimeJob(points, seed, devices, launch, tc, opts.jobs, opts.compile_timeout_s,
                              opts.run_timeout_s, opts.rebuild, peer=opts.peer if fam.ab_bits == 8 else None)
