@@ -205,8 +205,8 @@ def foreign_section(rs: ResultSet) -> list[str]:
         return []
     devs = sorted({r.get("workload", "").removeprefix("on-") for r in rows})
     return ["## Not runnable here", "",
-            f"{len({r['config'] for r in rows})} configs were not launched on {', '.join(devs)}: the binaries are "
-            f"for {', '.join(sorted({r['arch'] for r in rows}))} and these GPUs are another arch (evidence: "
+            f"{len({r['config'] for r in rows})} configs were not launched on {', '.join(devs)}: they are "
+            f"{', '.join(sorted({r['arch'] for r in rows}))} configs and these GPUs are another arch (evidence: "
             f"{evidence_words(rows, with_meaning=False)}).", ""]
 
 
@@ -226,7 +226,7 @@ def chart_section(rs: ResultSet, folder: Path) -> list[str]:
         limit = int(rs.target_info(target).get("smem_optin") or rows[0]["smem_limit_bytes"])
         name = f"smem__{_slug(target)}.png"
         cutlass = ", ".join(sorted({f"CUTLASS {r.get('cutlass_version')}" for r in rows}))
-        words = evidence_words(rows, with_meaning=False)
+        words = evidence_words([r for r in rows if r.get("smem_bytes") is not None], with_meaning=False)
         plots.smem_chart(rows, limit, f"SharedStorage vs opt-in limit on {target}, {cutlass} — evidence: {words}; "
                                       "not launched", folder / name)
         lines += [f"SharedStorage per config against {target}'s opt-in limit ({limit} B); bar color = verdict, "

@@ -249,6 +249,10 @@ EVIDENCE_MEANING = {
     "compiled": "device code built by ptxas, sizeof(SharedStorage) read",
     "launched": "launched on a GPU; what it showed is in the verdict",
     "verified": "launched, every output element checked against the reference",
+    # older files' words (still read): what they meant then
+    "static": "older files' word for `sized`: kernel types instantiated, sizeof(SharedStorage) read",
+    "launch-attempted": "older files' word for `launched`",
+    "verified-correct": "older files' word for `verified`",
 }
 
 
@@ -272,16 +276,18 @@ def evidence_statement(rs: ResultSet) -> str:
     ok = [r for r in runtime if r.get("verdict") == "ok"]
     launched = [r for r in runtime if r.get("evidence") in ("launched", "verified", "launch-attempted",
                                                             "verified-correct")]
-    words = sorted({r.get("evidence") for r in rs.static if r.get("evidence") in ("sized", "compiled", "predicted")})
-    how = {"sized": "types instantiated", "compiled": "device code compiled", "predicted": "predicted by the model"}
-    compiled = (f"{'/'.join(words) or 'sized'} ({', '.join(how[w] for w in words) or 'types instantiated'} for "
-                f"{', '.join(arches)}, sizes read)")
+    how = {"sized": "types instantiated", "compiled": "device code compiled", "predicted": "predicted by the model",
+           "static": "types instantiated"}  # 'static': older files' word for sized
+    words = sorted({r.get("evidence") for r in rs.static if r.get("evidence") in how})
+    read = ", sizes read" if {"sized", "compiled", "static"} & set(words) else "; nothing compiled" if words else ""
+    compiled = (f"{'/'.join(words)} ({', '.join(how[w] for w in words)} for {', '.join(arches)}{read})" if words
+                else "no config sized")
     if ok:
         devices = sorted({r.get("device_name") or r.get("target") for r in ok})
         cfgs = len({r["config"] for r in ok})
         return (f"Evidence: verified correct — {cfgs} config(s) launched on {', '.join(devices)} and checked against "
-                f"the reference ({len(ok)} of {len(runtime)} runtime rows ok); static ({compiled}) for the rest")
+                f"the reference ({len(ok)} of {len(runtime)} runtime rows ok); the rest static: {compiled}")
     if launched:
-        return (f"Evidence: launched, none verified correct — {len(launched)} runtime row(s), none ok; static "
-                f"({compiled}) otherwise")
+        return (f"Evidence: launched, none verified correct — {len(launched)} runtime row(s), none ok; otherwise "
+                f"static: {compiled}")
     return f"Evidence: static only — {compiled}; nothing launched"
