@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from _synth import TC, add_runtime, make_static, meta_for, write_set
 
-from tileprobe import known_good, resultset
+from tileprobe import known_good, resultset, schema
 from tileprobe.errors import UsageError
 
 REPO_KG = Path(__file__).resolve().parent.parent / "results" / "known_good"
@@ -226,3 +226,50 @@ def test_check_launches_every_working_tile_static_ones_too(tmp_path, monkeypatch
     assert all(tile in r and "was fits (sized)" in r and "now crashed" in r and "SIGSEGV" in r
                for r in res.regressions)
     assert any("2 working tile(s) launched on NVIDIA H200: 2 of 4 point(s) verified" in n for n in res.notes)
+
+
+def test_only_ok_at_every_launched_point_is_working_and_the_counts_say_what_ran(tmp_path, rng):
+    """ok + not-run + unchecked is not 'all verified'; all-unchecked is not `fits`; ok at every point that ran (some
+    not run) is working, and the reason says how many ran; the file's counts are the sweep's."""
+    static = make_static(rng, tiles=["128x128x128", "128x256x128", "128x64x128", "128x32x128"])
+    for s in static:  # every config fits, so only the runtime decides
+        s.update(smem_bytes=90112, headroom_bytes=101376 - 90112, verdict="fits")
+    runtime = add_runtime(rng, static, batches=(1, 8, 32, 128), fail_rate=0.0)
+    by_cfg: dict[str, list[dict]] = {}
+    for r in runtime:
+        by_cfg.setdefault(r["config"], []).append(r)
+    mixed, unchecked, partly = rng.sample(sorted(by_cfg), 3)
+    clean = set(by_cfg) - {mixed, unchecked, partly}  # ok at every point
+
+    def make(r, verdict):
+        r.update(verdict=verdict, evidence={"unchecked": "launched", "not-run": "none"}[verdict], rel_err=None,
+                 bad_elements=None, us_median=None if verdict == "not-run" else r["us_median"],
+                 reason="launched and ran; correctness not checked" if verdict == "unchecked" else "harness ended")
+
+    rows_m = by_cfg[mixed]
+    make(rows_m[0], "unchecked")
+    make(rows_m[1], "not-run")
+    for r in by_cfg[unchecked]:
+        make(r, "unchecked")
+    n_unrun = rng.randint(1, len(by_cfg[partly]) - 1)
+    for r in by_cfg[partly][:n_unrun]:
+        make(r, "not-run")
+    folder = write_set(tmp_path / "sweep", static + runtime, meta_for())
+    (path, _), = known_good.write(resultset.load(folder), tmp_path / "kg.json")
+    doc = known_good.load_file(path)
+    tiles = {e["config"]: e for e in doc["tiles"]}
+    bad = {x["config"]: x for x in doc["not_good"]}
+    assert set(tiles) == {partly} | clean and set(bad) == {mixed, unchecked}
+    assert bad[unchecked]["verdict"] == "unchecked" and bad[mixed]["verdict"] == "unchecked"
+    assert "not verified at every point" in bad[mixed]["reason"]
+    ran = len(by_cfg[partly]) - n_unrun
+    assert tiles[partly]["verdict"] == "ok" and tiles[partly]["evidence"] == "verified"
+    assert f"not-run {n_unrun}" in tiles[partly]["runtime"] and f"ok {ran}" in tiles[partly]["runtime"]
+    c = doc["counts"]
+    assert c["tiles"] == len(clean) + 1 and c["tiles_by_evidence"] == {"verified": len(clean) + 1}
+    assert c["sweep_configs"] == len(static) and c["sweep_working"] == len(clean) + 1
+    assert c["sweep_not_good_by_verdict"] == {"unchecked": 2}
+    assert c["sweep_runtime_points"] == len(runtime)
+    assert c["sweep_runtime_points_by_verdict"] == {
+        v: sum(r["verdict"] == v for r in runtime) for v in {r["verdict"] for r in runtime}}
+    schema.validate("known-good", doc)

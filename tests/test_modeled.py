@@ -8,6 +8,10 @@ import sys
 
 import pytest
 
+from tileprobe import modeled
+from tileprobe.families import FAMILIES, expand_configs
+from tileprobe.rows import StaticInfo
+
 
 def tileprobe(*args):
     return subprocess.run([sys.executable, "-m", "tileprobe", *args], capture_output=True, text=True, timeout=600,
@@ -99,3 +103,25 @@ def test_a_large_sweep_does_not_compile_what_the_model_says_cannot_fit(tmp_path,
     rows = [json.loads(l) for l in (tmp_path / "o" / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 4 and all(r["verdict"] == "smem-over-limit" and r["evidence"] == "predicted" for r in rows)
     assert all("predicted, not compiled" in r["reason"] for r in rows)
+
+
+def test_predict_only_rows_are_not_measured_never_exact(tmp_path, rng):
+    """--predict-only compares the model with nothing: its rows say `not measured`, never `exact`."""
+    tiles = ",".join(rng.sample(["128x128x128", "128x256x128", "256x128x128", "128x64x128", "256x256x256"], 3))
+    p = tileprobe("sweep", "--predict-only", "--tiles", tiles, "--epilogue", "no-c,with-c", "--out",
+                  str(tmp_path / "o"))
+    assert p.returncode == 0, p.stderr
+    rows = [json.loads(l) for l in (tmp_path / "o" / "results.jsonl").read_text().splitlines()]
+    assert rows and all(r["evidence"] in ("predicted", "none") for r in rows)
+    assert not [r["prediction"] for r in rows if "exact" in r["prediction"]]
+    assert all(r["prediction"].startswith("not measured") for r in rows), {r["prediction"] for r in rows}
+
+
+def test_columns_compare_only_what_was_measured(rng):
+    cfg = rng.choice(expand_configs(FAMILIES["sm120-nvfp4"], "sm_120a", ["128x128x128", "128x256x128"]))
+    m = modeled.model(cfg, "4.5.0")
+    same = dict(stages=m.stages, smem_bytes=m.smem_bytes)
+    assert modeled.columns(cfg, "4.5.0", StaticInfo(**same))["prediction"] == "exact"  # measured, equal
+    assert modeled.columns(cfg, "4.5.0", StaticInfo(**same, predicted=True))["prediction"] == "not measured"
+    off = dict(stages=m.stages, smem_bytes=m.smem_bytes + 1024 * rng.randint(1, 8))
+    assert modeled.columns(cfg, "4.5.0", StaticInfo(**off))["prediction"].startswith("MODEL ERROR")

@@ -4,9 +4,17 @@ import json
 import subprocess
 import sys
 
-from _synth import add_runtime, make_static, meta_for, write_set
+from dataclasses import replace
 
-from tileprobe.recommend import FORMAT, buckets, lookup
+from _synth import TC, add_runtime, make_static, meta_for, write_set
+
+from tileprobe import resultset
+from tileprobe.families import FAMILIES, expand_configs
+from tileprobe.recommend import FORMAT, buckets, lookup, recommend_document
+from tileprobe.rows import Outcome, StaticInfo, make_row
+from tileprobe.targets import profile
+from tileprobe.verdict import Verdict
+from tileprobe.workloads import points_for
 
 
 def tileprobe(*args):
@@ -88,3 +96,41 @@ def test_ties_are_broken_by_the_stated_rule_whatever_the_measured_order(rng):
         assert ranked[0]["tie_with"] == ["a_big"]
     apart = rank([dict(small, us_median=base * 1.2), big, slow])
     assert [r["config"] for r in apart][:2] == ["a_big", "b_small"] and "tie_with" not in apart[0]
+
+
+def test_a_recommended_tile_round_trips_to_the_exact_config_measured(tmp_path, rng):
+    """Cluster and the family's extra fields (dtypes, tactic) are kept: config_from_entry(best) is the measured
+    config, for every bucket. flashinfer-moe's SM90 tactics carry clusters other than 1x1x1."""
+    arch, target = rng.choice([("sm_90a", "h200"), ("sm_120a", "rtx-pro-6000")])
+    configs = [c for c in expand_configs(FAMILIES["flashinfer-moe"], arch) if not c.unsupported_reason]
+    if arch == "sm_90a":  # make sure a non-1x1x1 cluster can win
+        configs = [c for c in configs if c.cluster != (1, 1, 1)] + rng.sample(configs, 3)
+    configs = rng.sample(configs, min(len(configs), 8))
+    dev = replace(profile(target), gpu_index=0)
+    points = points_for(["qwen3-30b-a3b"], None, sorted(rng.sample([1, 4, 16, 64, 256], 3)), "uniform", 1, 1, 3)
+    rows = []
+    for c in configs:
+        info = StaticInfo(stages=rng.randint(2, 6), smem_bytes=rng.randrange(40000, dev.smem_optin, 1024),
+                          threads_per_cta=384)
+        rows.append(make_row(c, profile(target), TC, Outcome(c, Verdict.FITS, "sized", info)))
+        for p in points:
+            rows.append(make_row(c, dev, TC, Outcome(c, Verdict.OK, "verified", info),
+                                 {"gpu_index": 0, "us_median": round(rng.uniform(5, 500), 3), "us_spread": 0.0,
+                                  "seed": 3}, p.columns()))
+    meta = meta_for(target)
+    meta["family"] = "flashinfer-moe"
+    folder = write_set(tmp_path / "s", rows, meta)
+    doc = recommend_document(resultset.load(folder), epilogue=rng.choice(sorted({c.epilogue for c in configs})))
+    measured = {c.key for c in configs}
+    seen = 0
+    for per in doc["workloads"].values():
+        for buckets_ in per.values():
+            for b in buckets_.values():
+                for tile in (b["best"], b["runner_up"]):
+                    if tile:
+                        cfg = resultset.config_from_entry(tile)
+                        assert cfg.key == tile["config"] and cfg.key in measured, (cfg.key, tile["config"])
+                        assert tile["cluster"] == "x".join(map(str, cfg.cluster))
+                        assert tile["dtypes"] and tile["tactic"]
+                        seen += 1
+    assert seen

@@ -110,3 +110,100 @@ def test_report_bad_input_is_one_line(tmp_path):
         assert p.returncode == 2 and "Traceback" not in p.stderr
         lines = [l for l in p.stderr.splitlines() if l.strip()]
         assert len(lines) == 1 and needle in lines[0], p.stderr
+
+
+def test_reports_say_the_evidence_words_the_rows_hold(tmp_path, rng):
+    """A `sized` set is not called 'static (compiled, sizes read)': the verdict section, the chart caption and the
+    chart title say the rows' own word."""
+    rows = make_static(rng, tiles=["128x128x128", "128x64x128"], epilogues=("no-c",))
+    word = rng.choice(["sized", "compiled"])
+    for r in rows:
+        r["evidence"] = word
+    write_set(tmp_path, rows, meta_for())
+    text = render_report(tmp_path).read_text()
+    assert "static (compiled" not in text and "Evidence: static." not in text
+    verdicts = next(l for l in text.splitlines() if "Evidence of `fits`/`smem-over-limit`" in l)
+    assert f"`{word}`" in verdicts and ("`sized`" in verdicts) == (word == "sized")
+    caption = next(l for l in text.splitlines() if l.startswith("SharedStorage per config against"))
+    assert caption.endswith(f"Evidence: {word}.")
+
+
+def _corrupt_row(tmp_path, rng):
+    rows = make_static(rng, tiles=["128x128x128", "128x64x128", "128x256x128"])
+    folder = write_set(tmp_path / "s", rows, meta_for())
+    lines = (folder / "results.jsonl").read_text().splitlines()
+    n = rng.randrange(len(lines))
+    bad = json.loads(lines[n])
+    field = rng.choice(["smem_bytes", "verdict"])
+    bad.update(smem_bytes="lots", verdict="banana") if rng.random() < 0.5 else bad.update({field: {
+        "smem_bytes": "lots", "verdict": "banana"}[field]})
+    lines[n] = json.dumps(bad)
+    (folder / "results.jsonl").write_text("\n".join(lines) + "\n")
+    return folder, n + 1, bad
+
+
+def test_a_bad_row_is_one_line_naming_file_line_and_field(tmp_path, rng):
+    folder, line, bad = _corrupt_row(tmp_path, rng)
+    fields = [f for f in ("smem_bytes", "verdict") if bad[f] in ("lots", "banana")]
+    other = write_set(tmp_path / "o", make_static(rng, tiles=["128x128x128"]), meta_for())
+    for args in (["report", str(folder)], ["report", str(folder), "--format", "csv"],
+                 ["diff", str(folder), str(other)], ["known-good", "write", str(folder), "--out",
+                                                     str(tmp_path / "kg.json")]):
+        p = tileprobe(*args)
+        assert p.returncode == 2 and "Traceback" not in p.stderr, (args, p.stderr[-400:])
+        lines = [l for l in p.stderr.splitlines() if l.strip()]
+        assert len(lines) == 1, p.stderr
+        assert f"results.jsonl:{line}:" in lines[0] and any(f in lines[0] for f in fields), lines[0]
+        assert not p.stdout.strip(), args  # nothing passed through
+    assert not (tmp_path / "kg.json").exists() and not (folder / "report.md").exists()
+
+
+def test_a_non_json_line_stops_the_read_but_a_torn_last_line_is_skipped_and_said(tmp_path, rng):
+    rows = make_static(rng, tiles=["128x128x128", "128x64x128", "128x256x128"])
+    folder = write_set(tmp_path / "s", rows, meta_for())
+    good = (folder / "results.jsonl").read_text()
+    lines = good.splitlines()
+    n = rng.randrange(len(lines))
+    lines.insert(n, "not json at all " + str(rng.random()))
+    (folder / "results.jsonl").write_text("\n".join(lines) + "\n")
+    p = tileprobe("report", str(folder))
+    assert p.returncode == 2 and f"results.jsonl:{n + 1}: not a JSON row" in p.stderr, p.stderr
+    (folder / "results.jsonl").write_text(good + '{"family": "sm120-nvfp4", "conf')  # a write cut short
+    text = render_report(folder).read_text()
+    assert "skipped, 1 line" in text
+
+
+def test_garbage_in_results_csv_is_not_ignored(tmp_path, rng):
+    rows = make_static(rng, tiles=["128x128x128", "128x64x128", "128x256x128"])
+    folder = write_set(tmp_path / "s", rows, meta_for())
+    table = (folder / "results.csv").read_text().splitlines()
+    n = rng.randrange(1, len(table))
+    how = rng.choice(["edit", "garbage", "drop"])
+    if how == "edit":
+        table[n] = table[n].replace(str(rows[n - 1]["smem_bytes"]), "lots", 1)
+    elif how == "garbage":
+        table.insert(n, "banana,banana")
+    else:
+        del table[n]
+    (folder / "results.csv").write_text("\n".join(table) + "\n")
+    p = tileprobe("report", str(folder))
+    assert p.returncode == 2 and "Traceback" not in p.stderr, (how, p.stderr)
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and "results.csv" in lines[0], (how, lines)
+    assert not (folder / "report.md").exists()
+
+
+def test_csv_says_swap_as_the_report_does(tmp_path, rng):
+    static = make_static(rng, tiles=["128x128x128", "128x64x128"])
+    for r in static:
+        r["swap_ab"] = rng.choice([False, True])
+    write_set(tmp_path, static, meta_for())
+    on_disk = list(csv.DictReader(open(tmp_path / "results.csv", newline="")))
+    p = tileprobe("report", str(tmp_path), "--format", "csv")
+    assert p.returncode == 0, p.stderr
+    exported = list(csv.DictReader(io.StringIO(p.stdout)))
+    want = ["on" if r["swap_ab"] else "off" for r in static]
+    assert [t["swap_ab"] for t in on_disk] == want == [t["swap_ab"] for t in exported]
+    text = render_report(tmp_path).read_text()
+    for r in static:
+        assert re.search(rf"\| {r['tile']} .*\| {'on' if r['swap_ab'] else 'off'} ", text)

@@ -5,8 +5,11 @@ from tileprobe.results import COLUMNS, ResultsWriter, load_rows, row_key
 
 
 def _row(rng, i):
-    return {"config": f"cfg{i}", "target": "h200", "workload": rng.choice(["", "deepseek-v3"]), "batch": i,
-            "verdict": "ok", "us_median": rng.uniform(1, 1000), "reason": "x, \"quoted\""}
+    """A valid row (readers check every row against the row schema) with the fields these tests look at."""
+    return {"family": "sm90-fp8", "config": f"cfg{i}", "target": "h200", "tile": "128x128x128",
+            "schedule": "cooperative", "epilogue": "no-c", "swap_ab": rng.choice([False, True]), "stages": 4,
+            "workload": rng.choice(["", "deepseek-v3"]), "batch": i + 1, "verdict": "ok", "evidence": "verified",
+            "us_median": rng.uniform(1, 1000), "reason": "x, \"quoted\""}
 
 
 def test_rows_are_flushed_one_by_one_and_resume_skips_them(tmp_path, rng):

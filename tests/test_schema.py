@@ -143,3 +143,28 @@ def test_broken_documents_fail():
     del bucket["best"]["us_median"]
     errs = schema.errors("recommend", doc)
     assert any(e.startswith("$.workloads.") and "'us_median' is a required property" in e for e in errs), errs
+
+
+_BAD_VALUES = ["lots", -3, 0, 1.5, True, None, [], {}, "128x128", "banana", "auto", "12.0", "sm_90a", "inf", 7]
+
+
+def test_the_fast_row_check_agrees_with_jsonschema(rng):
+    """Readers check rows with schema.row_problems (compiled from the row schema, not jsonschema's cost per row):
+    on committed rows and on the same rows with random columns set to random values or removed, it finds a problem
+    exactly when jsonschema does, in the same columns."""
+    rows = [json.loads(line) for path in JSONL for line in path.read_text().splitlines()]
+    props = list(schema.schema("row")["properties"])
+    for row in rng.sample(rows, 60):
+        assert schema.row_problems(row) == [] and schema.errors("row", row) == []
+        broken = dict(row)
+        for col in rng.sample(props, rng.randint(1, 4)):
+            if rng.random() < 0.15:
+                broken.pop(col, None)
+            else:
+                broken[col] = rng.choice(_BAD_VALUES)
+        fast = {p.split(":")[0] for p in schema.row_problems(broken)}
+        slow = set()
+        for e in schema.errors("row", broken):
+            where = e.split(":")[0]
+            slow.add(where.removeprefix("$.") if where != "$" else e.split("'")[1])
+        assert fast == slow, (fast, schema.errors("row", broken))

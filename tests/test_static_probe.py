@@ -1,5 +1,6 @@
 """The static probe against the real nvcc and CUTLASS: sizes checked against first principles."""
 
+import time
 from dataclasses import replace
 
 import pytest
@@ -152,3 +153,16 @@ def test_regs_build_reads_registers_and_spills_from_ptxas(toolchain):
     assert 32 <= o.info.regs_per_thread <= 168 and o.info.spill_bytes is not None and o.info.spill_bytes >= 0
     occ = occupancy(o.info, TARGET)
     assert occ["ctas_per_sm_regs"] == 65536 // (-(-o.info.regs_per_thread * 32 // 256) * 256 * 12)
+
+
+def test_a_batched_build_gives_each_config_its_share_of_the_time(toolchain, tmp_path, rng):
+    """Sizing builds batch configs into one translation unit: each row's compile_seconds is its share (the build's
+    time / compile_configs), so the rows of a sweep add up to no more than the time it took, not n times it."""
+    tiles = rng.sample(["128x128x128", "128x64x128", "128x256x128", "256x128x128", "128x32x128"], 3)
+    configs = [cfg(t, rng.choice([0, 2, 3])) for t in tiles]
+    start = time.monotonic()
+    outs = probe_static(configs, TARGET, toolchain.cutlass, toolchain.nvcc, tmp_path / "cache", 1, 1200)
+    wall = time.monotonic() - start
+    assert all(o.info.compile_configs == len(configs) for o in outs), [o.info.compile_configs for o in outs]
+    shares = [o.info.compile_seconds for o in outs]
+    assert len(set(shares)) == 1 and 0 < sum(shares) <= wall + 0.05 * len(shares), (shares, wall)

@@ -37,7 +37,12 @@ def default_path(target: str, family: str, folder: Path = DEFAULT_DIR) -> Path:
 
 
 def _config_verdicts(rs: ResultSet, target: str, family: str) -> list[dict]:
-    """One record per config: the static row, with the runtime verdicts (if any) folded in."""
+    """One record per config: the static row, with the runtime verdicts (if any) folded in.
+
+    A config launched on a GPU is working only when every point that ran is `ok` (launched and verified): any
+    failure gives that failure's verdict; an `unchecked` point among them (launched, no element-wise check) makes
+    the config `unchecked`, not verified; points that never started (`not-run`) prove nothing and are counted as
+    such; a config none of whose points ran is `not-run`. `runtime` says what ran, verdict by verdict."""
     static = [r for r in rs.static if r["target"] == target and r["family"] == family]
     runtime: dict[str, list[dict]] = {}
     for r in rs.runtime:
@@ -49,17 +54,40 @@ def _config_verdicts(rs: ResultSet, target: str, family: str) -> list[dict]:
         rt = runtime.get(r["config"], [])
         if rt:
             counts = Counter(x["verdict"] for x in rt)
+            ran = [x for x in rt if x["verdict"] != Verdict.NOT_RUN.value]
+            not_run = len(rt) - len(ran)
             fails = [x for x in rt if x["verdict"] in RUNTIME_FAIL]
+            unrun = f"; {not_run} point(s) not run (the harness ended before starting them)" if not_run else ""
             if fails:
                 rec.update(verdict=fails[0]["verdict"], evidence=fails[0]["evidence"],
                            reason=fails[0].get("launch_reason") or fails[0].get("reason"))
-            elif counts.get("ok"):
-                rec.update(verdict="ok", evidence=Evidence.VERIFIED.value,
-                           reason=f"launched at {len(rt)} workload points, all verified correct")
+            elif not ran:
+                rec.update(verdict=Verdict.NOT_RUN.value, evidence=Evidence.NONE.value,
+                           reason=f"none of its {len(rt)} workload point(s) ran (the harness ended before starting "
+                                  f"them); static: {r.get('reason')}")
+            elif counts.get(Verdict.OK.value) == len(ran):
+                rec.update(verdict=Verdict.OK.value, evidence=Evidence.VERIFIED.value,
+                           reason=f"launched at {len(ran)} workload point(s), every one verified correct{unrun}")
+            else:
+                rec.update(verdict=Verdict.UNCHECKED.value, evidence=Evidence.LAUNCHED.value,
+                           reason=f"launched at {len(ran)} workload point(s), verified at {counts.get('ok', 0)}, "
+                                  f"{counts.get('unchecked', 0)} unchecked (no element-wise check){unrun}: not "
+                                  "verified at every point")
             rec["runtime"] = ", ".join(f"{v} {n}" for v, n in counts.items()) + f" of {len(rt)}"
             rec["devices"] = sorted({x.get("device_name") for x in rt if x.get("device_name")})
         out.append(rec)
     return out
+
+
+def counts(recs: list[dict], runtime: list[dict], tiles: list[dict]) -> dict:
+    """What the file holds and what its sweep ran: tiles by evidence; the sweep's configs by verdict (working =
+    fits statically, or ok at every launched point); its runtime points by verdict."""
+    good = [r for r in recs if r["verdict"] in GOOD]
+    return {"tiles": len(tiles), "tiles_by_evidence": dict(Counter(str(e.get("evidence")) for e in tiles)),
+            "sweep_configs": len(recs), "sweep_working": len(good),
+            "sweep_not_good_by_verdict": dict(Counter(r["verdict"] for r in recs if r["verdict"] not in GOOD)),
+            "sweep_runtime_points": len(runtime),
+            "sweep_runtime_points_by_verdict": dict(Counter(r["verdict"] for r in runtime))}
 
 
 def entry(rec: dict) -> dict:
@@ -93,16 +121,19 @@ def _toolchain(rows: list[dict], where: str) -> dict:
 def build(rs: ResultSet, target: str, family: str) -> dict:
     """The known-good document for one (target, family) of a results set."""
     recs = _config_verdicts(rs, target, family)
+    runtime = [r for r in rs.runtime if r["target"] == target and r["family"] == family
+               and r["verdict"] != "not-runnable-here"]
     if not recs:
         raise UsageError(f"{rs.folder} has no static rows for {family} on {target}")
     t = rs.target_info(target)
     doc = {"format": FORMAT, "target": {k: v for k, v in t.items()}, "family": family,
            "toolchain": _toolchain([r for r in rs.rows if r.get("target") == target], str(rs.folder)),
            "date": now(), "sweep_date": rs.meta.get("date"), "command": rs.meta.get("command"),
-           "source": str(rs.folder),
+           "source": str(rs.folder), "counts": {},
            "tiles": [entry(r) for r in recs if r["verdict"] in GOOD],
            "not_good": [{"config": r["config"], "verdict": r["verdict"], "reason": r.get("reason")}
                         for r in recs if r["verdict"] not in GOOD]}
+    doc["counts"] = counts(recs, runtime, doc["tiles"])
     if any(r["target"] == target and r["family"] == family for r in rs.runtime):
         routing = Counter(r["routing"] for r in rs.runtime if r["target"] == target).most_common(1)[0][0]
         try:
@@ -161,6 +192,8 @@ def _merge(old: dict, new: dict) -> tuple[dict, list[str]]:
         notes.append(f"added {k}: {n.get('verdict')} {n.get('smem_bytes')} B, headroom {n.get('headroom_bytes')} B")
         tiles.append(n)
     doc = dict(new, tiles=tiles)
+    doc["counts"] = dict(new.get("counts") or {}, tiles=len(tiles),
+                         tiles_by_evidence=dict(Counter(str(e.get("evidence")) for e in tiles)))
     doc["history"] = (old.get("history") or []) + [{k: old.get(k) for k in ("date", "command", "toolchain")}]
     return doc, notes
 

@@ -1,6 +1,7 @@
 """The markdown report of a results folder: header, verdict table, throughput tables and charts (PNG, embedded).
 
-Every statement carries its evidence level: static (compiled, sizes read), launched, or verified correct.
+Every statement carries its evidence level in the rows' own words (`predicted`, `sized`, `compiled`, `launched`,
+`verified`; resultset.EVIDENCE_MEANING says what each means).
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from pathlib import Path
 from tileprobe import plots
 from tileprobe.lazy import LazyModule
 from tileprobe.tactics_report import tactics_section
-from tileprobe.resultset import TIE_RULE, ResultSet, best_by_point, evidence_statement, label, load, stages_text
+from tileprobe.resultset import (TIE_RULE, ResultSet, best_by_point, evidence_statement, evidence_words, label, load,
+                                stages_text)
 
 pd = LazyModule("pandas")  # loaded at first use: --help and bad-input errors never wait for it
 
@@ -44,6 +46,7 @@ def header(rs: ResultSet) -> list[str]:
     lines = [title, "", f"**{evidence_statement(rs)}.**", ""]
     if not meta:
         lines += ["_run.json is missing: the header below is read from the rows._", ""]
+    lines += [f"_Read with a note: {n}._" for n in rs.notes] + ([""] if rs.notes else [])
     items: list[tuple[str, str]] = []
     devices = [d for d in meta.get("devices") or [] if d.get("gpu_index") is not None]
     launched = bool(rs.runtime)
@@ -135,9 +138,10 @@ def verdict_section(rs: ResultSet, target: str | None) -> list[str]:
     summary += f", {other} other (compile error, unsupported)." if other else "."
     limit = rows[0].get("smem_limit_bytes")
     return [f"## Verdicts{f' on {target}' if target else ''} (opt-in limit {limit} B)", "",
-            f"{summary} Evidence of `fits`/`smem-over-limit`: static (compiled, `sizeof(SharedStorage)` read from the "
-            "compiled types; not launched). `stages`: `auto→N` is the carveout's resolved count, a bare number an "
-            "explicit one.", "", _table(recs), ""]
+            f"{summary} Evidence of `fits`/`smem-over-limit`: "
+            f"{evidence_words([r for r in rows if r.get('verdict') in ('fits', 'smem-over-limit')])}; not launched. "
+            "`stages`: `auto→N` is the carveout's resolved count, a bare number an explicit one.", "", _table(recs),
+            ""]
 
 
 def throughput_section(rs: ResultSet) -> list[str]:
@@ -202,9 +206,9 @@ def foreign_section(rs: ResultSet) -> list[str]:
         return []
     devs = sorted({r.get("workload", "").removeprefix("on-") for r in rows})
     return ["## Not runnable here", "",
-            f"{len({r['config'] for r in rows})} configs were not launched on {', '.join(devs)}: the binaries are "
-            f"built for {', '.join(sorted({r['arch'] for r in rows}))} and these GPUs are another arch (evidence: "
-            "static).", ""]
+            f"{len({r['config'] for r in rows})} configs were not launched on {', '.join(devs)}: they are "
+            f"{', '.join(sorted({r['arch'] for r in rows}))} configs and these GPUs are another arch (evidence: "
+            f"{evidence_words(rows, with_meaning=False)}).", ""]
 
 
 def chart_section(rs: ResultSet, folder: Path) -> list[str]:
@@ -223,11 +227,12 @@ def chart_section(rs: ResultSet, folder: Path) -> list[str]:
         limit = int(rs.target_info(target).get("smem_optin") or rows[0]["smem_limit_bytes"])
         name = f"smem__{_slug(target)}.png"
         cutlass = ", ".join(sorted({f"CUTLASS {r.get('cutlass_version')}" for r in rows}))
-        plots.smem_chart(rows, limit, f"SharedStorage vs opt-in limit on {target}, {cutlass} — evidence: static "
-                                      f"(compiled, sizes read; not launched)", folder / name)
+        words = evidence_words([r for r in rows if r.get("smem_bytes") is not None], with_meaning=False)
+        plots.smem_chart(rows, limit, f"SharedStorage vs opt-in limit on {target}, {cutlass} — evidence: {words}; "
+                                      "not launched", folder / name)
         lines += [f"SharedStorage per config against {target}'s opt-in limit ({limit} B); bar color = verdict, "
-                  "shades = mainloop / epilogue / the rest. Evidence: static.", "", f"![SharedStorage vs limit on "
-                                                                                   f"{target}]({name})", ""]
+                  f"shades = mainloop / epilogue / the rest. Evidence: {words}.", "", f"![SharedStorage vs limit on "
+                                                                                  f"{target}]({name})", ""]
     if any(r.get("verdict") == "ok" for r in rs.runtime):
         for metric, what in (("gbps", "GB/s"), ("us_median", "µs")):
             name = f"throughput__{metric}.png"

@@ -1,10 +1,12 @@
 """The prediction model (tileprobe.predict) applied to configs: predicted columns beside the measured ones, the
 model's own verdict for --predict-only, and which configs a large sweep need not compile.
 
-`prediction` column: 'exact' (predicted stages and SharedStorage equal the measured ones), 'MODEL ERROR: ...'
-(they differ: a bug in the model, flagged in rows and reports), 'predicted' (nothing measured to compare),
-'unbuildable: ...' (the model says CUTLASS rejects it), or 'cannot predict: ...' (no verified rules for this
-family or CUTLASS version; never a guess).
+`prediction` column: 'exact' (predicted stages and SharedStorage equal the sizes measured from the compiled types),
+'MODEL ERROR: ...' (they differ: a bug in the model, flagged in rows and reports), 'not measured' (nothing was
+measured to compare with: --predict-only, a config the model skipped, a build that failed; '; model: unbuildable ...'
+follows where the model says CUTLASS rejects it), or 'cannot predict: ...' (no verified rules for this family or
+CUTLASS version; never a guess). A row's own sizes are never compared with themselves: when they are the model's
+(evidence `predicted`), the row is 'not measured'.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from tileprobe.families import Config
 from tileprobe.rows import Outcome, StaticInfo
 from tileprobe.targets import Target
 from tileprobe.verdict import Verdict
+
+
+NOT_MEASURED = "not measured"
 
 
 @dataclass
@@ -48,7 +53,10 @@ def columns(cfg: Config, cutlass_version: str | None, info: StaticInfo) -> dict:
     """predicted_stages, predicted_smem_bytes and the `prediction` status against what was measured."""
     m = model(cfg, cutlass_version)
     out = {"predicted_stages": m.stages, "predicted_smem_bytes": m.smem_bytes, "prediction": m.status}
-    if m.status.startswith("cannot") or info.smem_bytes is None or m.smem_bytes is None:
+    if m.status.startswith("cannot"):
+        return out
+    if info.predicted or info.smem_bytes is None or m.smem_bytes is None:
+        out["prediction"] = NOT_MEASURED if m.status == "predicted" else f"{NOT_MEASURED}; model: {m.status}"
         return out
     if (m.stages, m.smem_bytes) == (info.stages, info.smem_bytes):
         out["prediction"] = "exact" if not m.unbuildable else f"exact (at 2 stages); {m.status}"

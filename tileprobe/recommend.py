@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from tileprobe.errors import UsageError
+from tileprobe.families import FAMILIES
 from tileprobe.resultset import TIE_RULE, ResultSet, best_by_point, legacy_config_key
 
 FORMAT = "tileprobe-recommend/1"
@@ -27,7 +28,8 @@ def buckets(batches: list[int]) -> list[tuple[str, int, int | None, int]]:
 
 
 def tile_entry(row: dict) -> dict:
-    """A tile's full identity (stages as configured and as resolved) and its timing at the measured point."""
+    """A tile's full identity (stages as configured and as resolved, cluster, the family's extra fields) and its
+    timing at the measured point; resultset.config_from_entry(entry) is the config that was measured."""
     configured = row.get("stages_configured")
     if configured in (None, ""):
         try:
@@ -37,9 +39,17 @@ def tile_entry(row: dict) -> dict:
     return {"config": row.get("config"), "family": row.get("family"), "tile": row.get("tile"),
             "tile_bytes_k": row.get("tile_bytes_k"), "schedule": row.get("schedule"), "stages": configured,
             "stages_resolved": row.get("stages"), "epilogue": row.get("epilogue"), "swap_ab": bool(row.get("swap_ab")),
-            "arch": row.get("arch"), "cluster": "1x1x1", "smem_bytes": row.get("smem_bytes"),
+            "arch": row.get("arch"), "cluster": row.get("cluster") or "1x1x1",
+            **{k: row.get(k) for k in _extra_fields(row.get("family"))}, "smem_bytes": row.get("smem_bytes"),
             "us_median": row.get("us_median"), "us_spread": row.get("us_spread"), "gbps": row.get("gbps"),
             "tflops": row.get("tflops"), "evidence": row.get("evidence"), "tie_with": row.get("tie_with") or []}
+
+
+def _extra_fields(family_name: str | None) -> tuple[str, ...]:
+    """The family's identity fields beyond tile/schedule/stages/epilogue/swap/arch/cluster (flashinfer-moe:
+    dtypes, tactic): a recommended tile names the exact config that was measured."""
+    fam = FAMILIES.get(family_name or "")
+    return tuple(fam.extra_fields) if fam else ()
 
 
 def _pick(values: list, what: str, flag: str, wanted=None):

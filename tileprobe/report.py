@@ -11,7 +11,7 @@ from rich.table import Table
 
 from tileprobe.errors import UsageError
 from tileprobe.markdown import render_report
-from tileprobe.results import COLUMNS
+from tileprobe.results import COLUMNS, csv_row
 from tileprobe.resultset import load
 
 from tileprobe.targets import PROFILES, NoDevice, query_devices
@@ -43,7 +43,8 @@ FORMATS = ("md", "csv", "json")
 
 
 def export(folder: Path, fmt: str, out: Path | None = None) -> str:
-    """The rows of a results folder as csv (results.COLUMNS) or json (a list of row dicts), or the markdown report.
+    """The rows of a results folder as csv (results.COLUMNS, written as results.csv is: booleans off/on) or json (a
+    list of row dicts), or the markdown report. A row that breaks the row schema stops it (resultset.load).
 
     md writes report.md and its charts into the folder and returns the report's path; csv and json return the text,
     also written to `out` when given."""
@@ -62,7 +63,7 @@ def export(folder: Path, fmt: str, out: Path | None = None) -> str:
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
         w.writeheader()
-        w.writerows(rows)
+        w.writerows(csv_row(r) for r in rows)
         text = buf.getvalue()
     if out is not None:
         _write(Path(out), text)

@@ -10,9 +10,10 @@ from pathlib import Path
 
 from tileprobe.errors import UsageError
 from tileprobe.rows import COLUMNS, TOOLCHAIN_COLUMNS, now, row_key
+from tileprobe.schema import row_problems
 from tileprobe.verdict import Verdict
 
-__all__ = ["COLUMNS", "CSV_NAME", "JSONL_NAME", "TOOLCHAIN_COLUMNS", "ResultsWriter", "load_rows", "now", "row_key",
+__all__ = ["COLUMNS", "CSV_NAME", "JSONL_NAME", "TOOLCHAIN_COLUMNS", "ResultsWriter", "check_csv", "csv_row", "load_rows", "read_rows", "now", "row_key",
            "settled"]
 
 CSV_NAME = "results.csv"
@@ -71,7 +72,7 @@ class ResultsWriter:
         key = row_key(row)
         if key in self.done:
             return
-        self._writer.writerow(row)
+        self._writer.writerow(csv_row(row))
         self._jsonl.write(json.dumps(row) + "\n")
         for f in (self._csv, self._jsonl):
             f.flush()
@@ -91,17 +92,99 @@ class ResultsWriter:
 
 
 def load_rows(folder: Path) -> list[dict]:
-    """Rows of a results folder (JSON lines are the source of truth; a torn last line is skipped)."""
+    """Rows of a results folder (JSON lines are the source of truth), each checked against the row schema: a bad
+    line is a UsageError naming the file, line and column (see read_rows)."""
+    return read_rows(folder)[0]
+
+
+def read_rows(folder: Path) -> tuple[list[dict], list[str]]:
+    """(rows, notes). Every line of results.jsonl must be a JSON row matching the row schema (schema.row_problems);
+    the first that is not stops the read with one line naming the file, the line and the column. The one exception
+    is a torn last line (no newline at its end: the process died while writing it), which is skipped and said in
+    `notes`."""
     path = Path(folder) / JSONL_NAME
     if not path.is_file():
         raise UsageError(f"no {JSONL_NAME} in {folder}")
-    rows = []
-    for line in path.read_text().splitlines():
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: not readable: {exc}") from None
+    lines = text.split("\n")
+    torn = lines.pop() if lines else ""  # text after the last newline: '' for a complete file
+    rows, notes = [], []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            raise UsageError(f"{path}:{n}: empty line (each line of {JSONL_NAME} is one JSON row)")
+        rows.append(_parse(path, n, line))
+    if torn.strip():
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
+            rows.append(_parse(path, len(lines) + 1, torn))
+        except UsageError as exc:
+            notes.append(f"{exc} — the last line has no newline (a write cut short): skipped, 1 line")
+    return rows, notes
+
+
+def _parse(path: Path, n: int, line: str) -> dict:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}:{n}: not a JSON row ({exc.msg} at column {exc.colno})") from None
+    problems = row_problems(row)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise UsageError(f"{path}:{n}: {problems[0]}{more}")
+    return row
+
+
+def csv_text(value) -> str:
+    """A value as results.csv holds it: '' for none, swap_ab-style booleans as off/on (as the reports say)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def csv_row(row: dict) -> dict:
+    return {k: csv_text(_clean(row.get(k))) for k in COLUMNS}
+
+
+def check_csv(folder: Path, rows: list[dict], torn: bool = False) -> None:
+    """results.csv mirrors results.jsonl line for line; anything else in it (edited, truncated, garbage) is a
+    UsageError naming the line and column, so a report is never rewritten beside a CSV that says something else.
+    Files written before booleans became off/on hold False/True: both spellings are read. With `torn` (the JSON
+    file's last line was cut short and skipped), the CSV may hold that one row more."""
+    path = Path(folder) / CSV_NAME
+    if not path.is_file():
+        return
+    try:
+        with open(path, newline="") as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            if not header or any(h not in COLUMNS for h in header):
+                bad = [h for h in header or [] if h not in COLUMNS][:1] or ["(empty)"]
+                raise UsageError(f"{path}:1: not a tileprobe results.csv header (column {bad[0][:40]!r})")
+            i = 0
+            for record in reader:
+                if i >= len(rows):
+                    if torn and i == len(rows):
+                        break
+                    raise UsageError(f"{path}:{reader.line_num}: a row beyond the {len(rows)} of {JSONL_NAME}")
+                if len(record) != len(header):
+                    raise UsageError(f"{path}:{reader.line_num}: {len(record)} fields, the header has {len(header)}")
+                want = csv_row(rows[i])
+                for col, got in zip(header, record):
+                    if _LEGACY_BOOL.get(got, got) != want[col]:
+                        raise UsageError(f"{path}:{reader.line_num}: {col} is {got[:40]!r} but {JSONL_NAME} line "
+                                         f"{i + 1} says {want[col][:40]!r}")
+                i += 1
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise UsageError(f"{path}: not readable as CSV: {exc}") from None
+    if i < len(rows):
+        raise UsageError(f"{path}: {i} rows, {JSONL_NAME} has {len(rows)}: the two files disagree")
+
+
+_LEGACY_BOOL = {"False": "off", "True": "on"}
 
 
 def _transient(row: dict) -> bool:

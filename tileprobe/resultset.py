@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tileprobe.errors import UnsupportedConfig, UsageError
 from tileprobe.families import EPILOGUES, FAMILIES, SCHEDULE_SHORT, Config, parse_cluster, parse_tile
-from tileprobe.results import JSONL_NAME, TOOLCHAIN_COLUMNS, load_rows, settled
+from tileprobe.results import JSONL_NAME, TOOLCHAIN_COLUMNS, check_csv, read_rows, settled
 from tileprobe.targets import PROFILES, Target
 
 RUN_JSON = "run.json"
@@ -28,6 +28,7 @@ class ResultSet:
     rows: list[dict]  # one row per key (results.settled): a re-run that settled a crashed point replaces it
     meta: dict = field(default_factory=dict)  # run.json ({} when missing)
     all_rows: list[dict] = field(default_factory=list)  # every line of the file, in order
+    notes: list[str] = field(default_factory=list)  # what reading skipped (a torn last line), said in reports
 
     @property
     def static(self) -> list[dict]:
@@ -81,13 +82,16 @@ def kind_of(row: dict) -> str:
 
 
 def load(folder: Path | str) -> ResultSet:
-    """Rows and run.json of a results folder; a UsageError (one line) when it holds no results."""
+    """Rows and run.json of a results folder; a UsageError (one line) when it holds no results, when a row of
+    results.jsonl breaks the row schema, or when results.csv does not mirror results.jsonl (results.read_rows,
+    results.check_csv)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise UsageError(f"{folder} is not a results folder (no such directory)")
     if not (folder / JSONL_NAME).is_file():
         raise UsageError(f"{folder} is not a results folder (no {JSONL_NAME})")
-    all_rows = load_rows(folder)
+    all_rows, notes = read_rows(folder)
+    check_csv(folder, all_rows, torn=bool(notes))
     rows = settled(all_rows)
     meta: dict = {}
     path = folder / RUN_JSON
@@ -96,7 +100,7 @@ def load(folder: Path | str) -> ResultSet:
             meta = json.loads(path.read_text())
         except (json.JSONDecodeError, OSError):
             meta = {}
-    return ResultSet(folder, rows, meta if isinstance(meta, dict) else {}, all_rows)
+    return ResultSet(folder, rows, meta if isinstance(meta, dict) else {}, all_rows, notes)
 
 
 def legacy_config_key(key: str) -> dict:
@@ -238,6 +242,33 @@ def point_key(r: dict) -> tuple:
     return (r.get("target"), r.get("workload"), r.get("gemm"), r.get("routing"), r.get("batch"), r.get("epilogue"))
 
 
+EVIDENCE_MEANING = {
+    "none": "not built (unsupported) or the build failed",
+    "predicted": "sizes from tileprobe's model of the CUTLASS builders; nothing compiled",
+    "sized": "kernel types instantiated on the host, sizeof(SharedStorage) read; no device code built",
+    "compiled": "device code built by ptxas, sizeof(SharedStorage) read",
+    "launched": "launched on a GPU; what it showed is in the verdict",
+    "verified": "launched, every output element checked against the reference",
+    # older files' words (still read): what they meant then
+    "static": "older files' word for `sized`: kernel types instantiated, sizeof(SharedStorage) read",
+    "launch-attempted": "older files' word for `launched`",
+    "verified-correct": "older files' word for `verified`",
+}
+
+
+def evidence_words(rows: list[dict], with_meaning: bool = True) -> str:
+    """The evidence words of `rows` as the rows say them, weakest first: '`sized` (kernel types instantiated ...)'
+    ("none" when there are no rows). Reports and chart titles use this, never a word the rows do not hold."""
+    order = list(EVIDENCE_MEANING)
+    words = sorted({str(r.get("evidence")) for r in rows if r.get("evidence")},
+                   key=lambda w: (order.index(w) if w in order else len(order), w))
+    if not words:
+        return "none"
+    if not with_meaning:
+        return ", ".join(words)
+    return "; ".join(f"`{w}` ({EVIDENCE_MEANING[w]})" if w in EVIDENCE_MEANING else f"`{w}`" for w in words)
+
+
 def evidence_statement(rs: ResultSet) -> str:
     """One sentence on how strong the set's claims are: static / launched / verified correct."""
     arches = sorted({r["arch"] for r in rs.rows if r.get("arch")}) or ["?"]
@@ -245,16 +276,18 @@ def evidence_statement(rs: ResultSet) -> str:
     ok = [r for r in runtime if r.get("verdict") == "ok"]
     launched = [r for r in runtime if r.get("evidence") in ("launched", "verified", "launch-attempted",
                                                             "verified-correct")]
-    words = sorted({r.get("evidence") for r in rs.static if r.get("evidence") in ("sized", "compiled", "predicted")})
-    how = {"sized": "types instantiated", "compiled": "device code compiled", "predicted": "predicted by the model"}
-    compiled = (f"{'/'.join(words) or 'sized'} ({', '.join(how[w] for w in words) or 'types instantiated'} for "
-                f"{', '.join(arches)}, sizes read)")
+    how = {"sized": "types instantiated", "compiled": "device code compiled", "predicted": "predicted by the model",
+           "static": "types instantiated"}  # 'static': older files' word for sized
+    words = sorted({r.get("evidence") for r in rs.static if r.get("evidence") in how})
+    read = ", sizes read" if {"sized", "compiled", "static"} & set(words) else "; nothing compiled" if words else ""
+    compiled = (f"{'/'.join(words)} ({', '.join(how[w] for w in words)} for {', '.join(arches)}{read})" if words
+                else "no config sized")
     if ok:
         devices = sorted({r.get("device_name") or r.get("target") for r in ok})
         cfgs = len({r["config"] for r in ok})
         return (f"Evidence: verified correct — {cfgs} config(s) launched on {', '.join(devices)} and checked against "
-                f"the reference ({len(ok)} of {len(runtime)} runtime rows ok); static ({compiled}) for the rest")
+                f"the reference ({len(ok)} of {len(runtime)} runtime rows ok); the rest static: {compiled}")
     if launched:
-        return (f"Evidence: launched, none verified correct — {len(launched)} runtime row(s), none ok; static "
-                f"({compiled}) otherwise")
+        return (f"Evidence: launched, none verified correct — {len(launched)} runtime row(s), none ok; otherwise "
+                f"static: {compiled}")
     return f"Evidence: static only — {compiled}; nothing launched"

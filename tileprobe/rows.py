@@ -26,7 +26,7 @@ COLUMNS = [
     "us_median", "us_spread", "us_graph_median", "us_graph_spread", "launch_gap_us", "l2_bytes", "rotation_bytes",
     "tflops", "gbps", "pct_peak_bw", "pct_copy_bw", "pct_read_bw", "peer", "peer_us", "speedup",
     "cutlass_version", "cutlass_source", "cutlass_hash", "nvcc_version", "host_compiler", "driver",
-    "compile_seconds", "timestamp",
+    "compile_seconds", "compile_configs", "timestamp",
 ]
 TOOLCHAIN_COLUMNS = ["cutlass_version", "cutlass_hash", "nvcc_version"]
 # What identifies a row: the config, where it was judged, and the workload point (problem list hash and seed
@@ -61,7 +61,8 @@ class StaticInfo:
     min_blocks: int | None = None
     regs_per_thread: int | None = None
     spill_bytes: int | None = None
-    compile_seconds: float | None = None
+    compile_seconds: float | None = None  # this config's share: its build's seconds / compile_configs
+    compile_configs: int | None = None  # configs built in that one translation unit (1: built alone)
     compiled: bool = False  # device code was built (ptxas ran): evidence `compiled` rather than `sized`
     predicted: bool = False  # the sizes are the model's (nothing compiled): evidence `predicted`
 
@@ -119,7 +120,8 @@ def make_row(config: Config, target: Target, toolchain: dict, outcome: Outcome, 
         "threads_per_cta": info.threads_per_cta, **occupancy(info, target),
         "verdict": outcome.verdict.value, "reason": outcome.reason,
         "evidence": evidence_for(outcome.verdict, info.compiled, info.predicted).value,
-        "driver": target.driver, "compile_seconds": info.compile_seconds, "timestamp": now(), **toolchain,
+        "driver": target.driver, "compile_seconds": info.compile_seconds,
+        "compile_configs": info.compile_configs, "timestamp": now(), **toolchain,
     }
     if fam.engine is not None:
         row["engine"], row["engine_hash"] = fam.engine()

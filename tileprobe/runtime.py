@@ -141,7 +141,7 @@ def probe_config(cfg: Config, static: Outcome, build: BuildResult, points: list[
     """All points of one config on one device. `points` are (stable id, point) pairs."""
     ptxas = build.ptxas() if build.ok else {}
     info = static.info  # updated in place: every row of this config (emit reads the same record) carries them
-    info.compile_seconds = round(build.seconds, 1)
+    info.compile_seconds, info.compile_configs = round(build.seconds, 1), 1  # one harness per config
     if ptxas:
         info.regs_per_thread = ptxas["regs"]
         info.spill_bytes = ptxas["spill_stores"] + ptxas["spill_loads"]

@@ -44,18 +44,21 @@ def _describe(binary: Path, timeout_s: float = 60) -> dict[int, dict]:
 
 
 def _info_from(desc: dict, build: BuildResult) -> StaticInfo:
+    """Sizes from the harness's description. A batched build sized several configs in one translation unit: each
+    row's compile_seconds is its share (the build's seconds / the configs in it), compile_configs says how many."""
     ptxas = build.ptxas() if build.request.with_device else {}
+    n = max(1, len(build.request.configs))
     return StaticInfo(
         stages=desc["stages"], smem_bytes=desc["smem_bytes"], smem_mainloop_bytes=desc["smem_mainloop_bytes"],
         smem_epilogue_bytes=desc["smem_epilogue_bytes"], cutlass_cap_bytes=desc["cutlass_cap_bytes"],
         threads_per_cta=desc["max_threads"], min_blocks=desc["min_blocks"], regs_per_thread=ptxas.get("regs"),
         spill_bytes=(ptxas["spill_stores"] + ptxas["spill_loads"]) if ptxas else None,
-        compile_seconds=round(build.seconds, 1), compiled=build.request.with_device)
+        compile_seconds=round(build.seconds / n, 2), compile_configs=n, compiled=build.request.with_device)
 
 
 def _failed(config: Config, build: BuildResult) -> StaticOutcome:
     is_assert, required, limit = smem_static_assert(build.log)
-    info = StaticInfo(compile_seconds=round(build.seconds, 1))
+    info = StaticInfo(compile_seconds=round(build.seconds, 1), compile_configs=1)  # failed builds are single
     if is_assert:
         nums = f": {required} B > {limit} B" if required and limit else ""
         info.smem_bytes = required

@@ -151,6 +151,13 @@ def static_rows(opts: SweepOptions, tc: Toolchain, target: Target, configs: list
     return outcomes, rows
 
 
+def launchable(outcomes: list[Outcome]) -> tuple[list[Outcome], list[Outcome]]:
+    """(to launch, skipped): a config the model skipped (sizes predicted, nothing built) is never built or launched
+    on a GPU either; its static row (evidence `predicted`, with the `prediction` column) is all it gets."""
+    skipped = [o for o in outcomes if o.info.predicted]
+    return [o for o in outcomes if not o.info.predicted], skipped
+
+
 def foreign_rows(plan_: Plan, tc: Toolchain, outcomes: list[Outcome], writer: ResultsWriter) -> list[dict]:
     """GPUs present whose arch differs from the family's binaries: a not-runnable-here row per config, not launched."""
     rows = []
@@ -158,12 +165,15 @@ def foreign_rows(plan_: Plan, tc: Toolchain, outcomes: list[Outcome], writer: Re
         for o in outcomes:
             if o.verdict in (Verdict.UNSUPPORTED, Verdict.COMPILE_ERROR):
                 continue
-            reason = (f"built for {o.config.arch}, GPU {dev.gpu_index} is sm_{dev.cc_int} ({dev.device_name}): "
-                      f"not launched; static on {plan_.target.name}: {o.reason}")
+            what = (f"nothing was built (an {o.config.arch} config; sizes from the model)" if o.info.predicted else
+                    f"built for {o.config.arch}")
+            reason = (f"{what}, GPU {dev.gpu_index} is sm_{dev.cc_int} ({dev.device_name}): not launched; "
+                      f"{'predicted' if o.info.predicted else 'static'} on {plan_.target.name}: {o.reason}")
             out = replace(o, verdict=Verdict.NOT_RUNNABLE_HERE, reason=reason)
             row = make_row(o.config, plan_.target, tc.columns(), out,
                            {"gpu_index": dev.gpu_index, "launch_status": "not-runnable-here", "launch_reason": reason},
-                           {"workload": f"on-{dev.name}"})
+                           {"workload": f"on-{dev.name}",
+                            **modeled.columns(o.config, tc.cutlass.version, o.info)})
             if not writer.has(row_key(row)):
                 writer.write(row)
                 rows.append(row)
@@ -217,6 +227,8 @@ def run(opts: SweepOptions, console) -> list[dict]:
     if opts.predict_only:
         return predict_only(opts, console)
     tc = make_toolchain(fixed() if fixed else opts.cutlass_dir, opts.nvcc, opts.cache_dir)
+    if fixed:  # the engine's own CUTLASS, found through the family, not a --cutlass-dir the user gave
+        tc.cutlass = replace(tc.cutlass, source=f"{family(fam_name).engine()[0]}'s bundled copy")
     p = plan(opts, tc.cutlass.version)
     fam, target, devices, configs = p.family, p.target, p.devices, p.configs
     seed = opts.workload.get("seed", -1)
@@ -244,8 +256,13 @@ def run(opts: SweepOptions, console) -> list[dict]:
         outcomes, rows = static_rows(opts, tc, target, configs, writer)
         rows += foreign_rows(p, tc, outcomes, writer)
         phases = {"static_s": round(time.perf_counter() - start, 2)}
+        launch, skipped = launchable(outcomes)
+        if devices and skipped:
+            console.print(f"{len(skipped)} config(s) not built or launched: the model says they cannot fit "
+                          f"(rows say so, evidence predicted)")
+            devices = devices if launch else []  # nothing left to launch
         if devices:
-            job = RuntimeJob(points, seed, devices, outcomes, tc, opts.jobs, opts.compile_timeout_s,
+            job = RuntimeJob(points, seed, devices, launch, tc, opts.jobs, opts.compile_timeout_s,
                              opts.run_timeout_s, opts.rebuild, peer=opts.peer if fam.ab_bits == 8 else None)
             if opts.peer and job.peer is None:
                 console.print(f"[yellow]--peer {opts.peer}: torch._scaled_grouped_mm is FP8; {fam.name} has no "

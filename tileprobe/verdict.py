@@ -59,8 +59,8 @@ RUNTIME_FAILURES = (Verdict.LAUNCH_ERROR, Verdict.INCORRECT, Verdict.TIMEOUT, Ve
 def evidence_for(verdict: Verdict, compiled: bool = False, predicted: bool = False) -> Evidence:
     """The evidence behind a verdict; `compiled` when device code was built (static rows with registers),
     `predicted` when the sizes come from the model alone."""
-    if predicted and verdict in (Verdict.FITS, Verdict.SMEM_OVER_LIMIT):
-        return Evidence.PREDICTED
+    if predicted and verdict in (Verdict.FITS, Verdict.SMEM_OVER_LIMIT, Verdict.NOT_RUNNABLE_HERE):
+        return Evidence.PREDICTED  # nothing was built: a not-runnable-here row of a skipped config claims no more
     if verdict is Verdict.OK:
         return Evidence.VERIFIED
     if verdict.runtime and verdict is not Verdict.NOT_RUN:
