@@ -14,8 +14,8 @@ from tileprobe.rows import COLUMNS, TOOLCHAIN_COLUMNS, now, row_key
 from tileprobe.schema import row_problems
 from tileprobe.verdict import Verdict
 
-__all__ = ["COLUMNS", "CSV_NAME", "JSONL_NAME", "TOOLCHAIN_COLUMNS", "ResultsWriter", "check_csv", "csv_row", "load_rows", "read_rows", "now", "row_key",
-           "settled"]
+__all__ = ["COLUMNS", "CSV_NAME", "JSONL_NAME", "TOOLCHAIN_COLUMNS", "ResultsWriter", "check_csv", "csv_row",
+           "load_rows", "now", "read_rows", "row_key", "settled"]
 
 CSV_NAME = "results.csv"
 JSONL_NAME = "results.jsonl"
@@ -187,7 +187,7 @@ def check_csv(folder: Path, rows: list[dict], torn: bool = False) -> None:
                     raise UsageError(f"{path}:{reader.line_num}: {len(record)} fields, the header has {len(header)}")
                 want = csv_row(rows[i])
                 for col, got in zip(header, record):
-                    if _LEGACY_BOOL.get(got, got) != want[col]:
+                    if got != want[col] and _LEGACY_BOOL.get(got) != want[col]:
                         raise UsageError(f"{path}:{reader.line_num}: {col} is {got[:40]!r} but {JSONL_NAME} line "
                                          f"{i + 1} says {want[col][:40]!r}")
                 i += 1
