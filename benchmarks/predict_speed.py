@@ -1,7 +1,8 @@
 """How fast is tileprobe.predict? Predict 10,000 random configs (both families, auto and explicit stages, with and
 without C, swap_ab, every schedule; unbuildable draws included, they raise Unbuildable), a few times; compare the
-median with the compile time per config that a committed static sweep recorded (its compile_seconds column, which is
-the wall time of the batch each config was compiled in).
+median with the compile time per config that a committed static sweep recorded (its compile_seconds column: since
+2026-11-30 each config's share of its batched build, the batch's wall time / compile_configs; records written before
+hold the whole batch's wall time).
 
 PYTHONPATH=. python3 benchmarks/predict_speed.py [--n 10000] [--runs 5] [--no-save]
 Appends one JSON record to results/benchmarks/predict_speed.jsonl. Goal: 10,000 predictions in under 1 s.
@@ -58,7 +59,7 @@ def compile_seconds_per_config() -> dict:
     rows = [json.loads(line) for line in SWEEP.read_text().splitlines()]
     secs = [r["compile_seconds"] for r in rows if r.get("compile_seconds") is not None]
     out = {"sweep": str(SWEEP.relative_to(ROOT)), "rows": len(rows),
-           # compile_seconds is the wall time of the nvcc batch the row was compiled in
+           # compile_seconds: the config's share of its nvcc batch (batch wall time / compile_configs)
            "compile_seconds_median": statistics.median(secs)}
     bench = ROOT / "results" / "benchmarks" / "static_sweep.jsonl"
     if bench.exists():

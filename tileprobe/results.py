@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -13,8 +14,8 @@ from tileprobe.rows import COLUMNS, TOOLCHAIN_COLUMNS, now, row_key
 from tileprobe.schema import row_problems
 from tileprobe.verdict import Verdict
 
-__all__ = ["COLUMNS", "CSV_NAME", "JSONL_NAME", "TOOLCHAIN_COLUMNS", "ResultsWriter", "check_csv", "csv_row", "load_rows", "read_rows", "now", "row_key",
-           "settled"]
+__all__ = ["COLUMNS", "CSV_NAME", "JSONL_NAME", "TOOLCHAIN_COLUMNS", "ResultsWriter", "check_csv", "csv_row",
+           "load_rows", "now", "read_rows", "row_key", "settled"]
 
 CSV_NAME = "results.csv"
 JSONL_NAME = "results.jsonl"
@@ -47,8 +48,12 @@ class ResultsWriter:
         self.jsonl_path = self.out / JSONL_NAME
         self.done: set[str] = set()
         if resume:
-            old = settled(load_rows(self.out)) if self.jsonl_path.exists() else []
-            self.done = {row_key(r) for r in old if not _transient(r)}
+            old: list[dict] = []
+            if self.jsonl_path.exists():
+                old, torn = read_rows(self.out)
+                if torn:  # cut the torn line (its point runs again) so appended rows start on a line of their own
+                    self._rewrite(old)
+            self.done = {row_key(r) for r in settled(old) if not _transient(r)}
         else:
             for p in (self.csv_path, self.jsonl_path):
                 if p.exists():
@@ -63,6 +68,14 @@ class ResultsWriter:
         if new_csv:
             self._writer.writeheader()
             self._csv.flush()
+
+    def _rewrite(self, rows: list[dict]) -> None:
+        """Both files again from `rows` (the JSON file's complete lines), through temporary files."""
+        for path, text in ((self.jsonl_path, "".join(json.dumps(r) + "\n" for r in rows)),
+                           (self.csv_path, _csv_text(rows))):
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(text)
+            os.replace(tmp, path)
 
     def has(self, key: str) -> bool:
         return key in self.done
@@ -174,7 +187,7 @@ def check_csv(folder: Path, rows: list[dict], torn: bool = False) -> None:
                     raise UsageError(f"{path}:{reader.line_num}: {len(record)} fields, the header has {len(header)}")
                 want = csv_row(rows[i])
                 for col, got in zip(header, record):
-                    if _LEGACY_BOOL.get(got, got) != want[col]:
+                    if got != want[col] and _LEGACY_BOOL.get(got) != want[col]:
                         raise UsageError(f"{path}:{reader.line_num}: {col} is {got[:40]!r} but {JSONL_NAME} line "
                                          f"{i + 1} says {want[col][:40]!r}")
                 i += 1
@@ -185,6 +198,14 @@ def check_csv(folder: Path, rows: list[dict], torn: bool = False) -> None:
 
 
 _LEGACY_BOOL = {"False": "off", "True": "on"}
+
+
+def _csv_text(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
+    w.writeheader()
+    w.writerows(csv_row(r) for r in rows)
+    return buf.getvalue()
 
 
 def _transient(row: dict) -> bool:
