@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tileprobe import engine_flashinfer as engine
+from tileprobe.build import _harness_dir
 from tileprobe.errors import CompileError, UsageError
 
-DRIVER = Path(__file__).resolve().parent.parent / "cutlass_harness" / "engine" / "flashinfer_moe_tactics.cu"
-STUBS = DRIVER.parent.parent / "stubs"  # cuBLAS enum headers only (absent here); they decide nothing in the list
+DRIVER_NAME = "flashinfer_moe_tactics.cu"  # in cutlass_harness/engine/
 _NV = Path("data") / "csrc" / "nv_internal"
 LINKED = (_NV / "tensorrt_llm" / "kernels" / "cutlass_kernels" / "cutlass_heuristic.cpp",
           _NV / "cpp" / "common" / "logger.cpp", _NV / "cpp" / "common" / "tllmException.cpp",
@@ -62,11 +62,12 @@ def module_flags(tree: engine.FlashinferTree) -> list[str]:
 
 def include_flags(tree: engine.FlashinferTree) -> list[str]:
     nv, data = tree.root / _NV, tree.root / "data"
+    stubs = _harness_dir() / "stubs"  # cuBLAS enum headers only (absent here); they decide nothing in the list
     user = [nv, nv / "include", nv / "tensorrt_llm" / "cutlass_extensions" / "include",
             nv / "tensorrt_llm" / "kernels" / "cutlass_kernels" / "include",
             nv / "tensorrt_llm" / "kernels" / "cutlass_kernels", *tree.cccl_include_dirs]
     system = [data / "include", data / "csrc", data / "cutlass" / "include",
-              data / "cutlass" / "tools" / "util" / "include", data / "spdlog" / "include", STUBS]
+              data / "cutlass" / "tools" / "util" / "include", data / "spdlog" / "include", stubs]
     return [f"-I{p}" for p in user] + [a for p in system for a in ("-isystem", str(p))]
 
 
@@ -75,16 +76,17 @@ def build(tree: engine.FlashinferTree, nvcc: str, workdir: Path, timeout_s: floa
     for rel in LINKED:
         if not tree.path(rel).is_file():
             raise UsageError(f"flashinfer source file missing: {tree.path(rel)}")
+    driver = _harness_dir() / "engine" / DRIVER_NAME
     workdir.mkdir(parents=True, exist_ok=True)
     exe = workdir / "flashinfer_moe_tactics"
-    cmd = [nvcc, *module_flags(tree), *include_flags(tree), "-w", "-x", "cu", str(DRIVER),
+    cmd = [nvcc, *module_flags(tree), *include_flags(tree), "-w", "-x", "cu", str(driver),
            *(str(tree.path(rel)) for rel in LINKED), "-o", str(exe)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=workdir)
     except subprocess.TimeoutExpired:
-        raise CompileError(f"nvcc took over {timeout_s:.0f} s on {DRIVER.name}") from None
+        raise CompileError(f"nvcc took over {timeout_s:.0f} s on {DRIVER_NAME}") from None
     if proc.returncode != 0:
-        raise CompileError(f"nvcc failed on {DRIVER.name} against {tree.root}", proc.stderr[-6000:])
+        raise CompileError(f"nvcc failed on {DRIVER_NAME} against {tree.root}", proc.stderr[-6000:])
     return exe
 
 
