@@ -50,6 +50,8 @@ def test_whole_map_equals_flashinfers_own_enumeration(tmp_path, nvcc_path):
                 assert ours == theirs, f"{runner} sm{sm} finalize={fin}"
                 compared += len(ours)
     assert compared == len(lines)
+    # The same comparison as `export flashinfer-blocklist --verify` runs for a user's flashinfer.
+    assert native.mismatches(lines, tid.tactic_ids) == []
     # The comparison sees order: the same variants numbered with gemm2's swap copies before its FINALIZE copies
     # (a plausible misreading of getTmaWarpSpecializedConfigs) must not pass.
     ids = tid.tactic_ids("nvfp4xnvfp4", True)
@@ -59,3 +61,4 @@ def test_whole_map_equals_flashinfers_own_enumeration(tmp_path, nvcc_path):
     theirs = {n.id: (n.gemm, n.tile, n.epilogue, n.swap_ab, "nvfp4xnvfp4") for n in lines
               if n.dtypes == "nvfp4xnvfp4" and n.sm == 120 and n.finalize and n.gemm == "gemm2"}
     assert {start + i: t.key() for i, t in enumerate(misread)} != theirs
+    assert native.mismatches(lines, lambda d, f, a: [t for t in tid.tactic_ids(d, f, a) if t.gemm == "gemm1"])

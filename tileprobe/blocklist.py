@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tileprobe import __version__, resultset
 from tileprobe import engine_flashinfer as engine
+from tileprobe import engine_native_ids as native
 from tileprobe import engine_tactic_ids as tid
-from tileprobe.errors import UsageError
+from tileprobe.errors import CompileError, UsageError
 from tileprobe.targets import device_names, profile
 
 FAMILY = "flashinfer-moe"
@@ -94,6 +96,24 @@ def metadata_keys(tree: engine.FlashinferTree) -> list[str]:
         raise UsageError(f"flashinfer {tree.version} at {tree.root}: its autotuner does not load "
                          f"{ENV_VAR} with the metadata read here; upgrade flashinfer")
     return keys
+
+
+def verify_numbering(nvcc: str, flashinfer_dir: str | Path | None = None) -> int:
+    """Compile the engine's own tactic enumeration (tileprobe.engine_native_ids) and compare it whole with
+    tileprobe's numbering; returns how many IDs were compared. UsageError when they differ anywhere: tileprobe
+    then cannot number this flashinfer and writes nothing."""
+    tree = engine.find_flashinfer(flashinfer_dir)
+    with tempfile.TemporaryDirectory(prefix="tileprobe-fi-ids-") as work:
+        try:
+            lines = native.native_tactics(tree, nvcc, Path(work))
+        except CompileError as exc:
+            last = next((ln for ln in reversed(exc.log.splitlines()) if "error" in ln), "")
+            raise UsageError(f"cannot verify: {exc} {last.strip()[:200]}".rstrip()) from None
+    bad = native.mismatches(lines, lambda d, f, a: tid.tactic_ids(d, f, a, flashinfer_dir))
+    if bad:
+        raise UsageError(f"tileprobe numbers {tree.label()}'s tactics differently from its own getTactics at "
+                         f"{len(bad)} ID(s), first: {bad[0]}; not writing a blocklist")
+    return len(lines)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from tileprobe.explain import explain as run_explain
 from tileprobe.merge import merge as run_merge
 from tileprobe.report import _write, devices_table, export, write_reports
 from tileprobe.terminal import WIDTH, print_rows
+from tileprobe.toolchain import find_nvcc
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Which CUTLASS grouped-GEMM tiles fit, launch, are correct and are fastest on a GPU.")
@@ -290,6 +291,8 @@ def export_flashinfer_blocklist(
     gpu_name: Annotated[Optional[list[str]], typer.Option("--gpu-name", help="the device name(s) to write into _metadata.gpu (default: every SKU name the target profile knows)")] = None,
     any_gpu: Annotated[bool, typer.Option("--any-gpu", help="write gpu '*': the file then loads on every GPU, including ones whose tactic numbering differs")] = False,
     check_file: Annotated[Optional[Path], typer.Option("--check", help="instead of exporting: is this blocklist still exact for the installed flashinfer? exit 1 naming each changed ID")] = None,
+    verify: Annotated[bool, typer.Option("--verify", help="first compile flashinfer's own tactic enumeration (nvcc, host only, ~1-2 min) and refuse unless tileprobe's numbering equals it everywhere")] = False,
+    nvcc: NvccOpt = None,
     flashinfer_dir: Annotated[Optional[Path], typer.Option("--flashinfer-dir", help="number the tactics for this flashinfer package folder instead of the installed one")] = None,
     sweep_out: Annotated[Path, typer.Option("--sweep-out", help="where the static sweep goes when no results folder is given")] = Path("tileprobe-results"),
     jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles for that sweep")] = os.cpu_count() or 1,
@@ -297,6 +300,10 @@ def export_flashinfer_blocklist(
     """FlashInfer's FLASHINFER_TACTICS_BLOCKLIST file for an SM120 GPU, made without the GPU: the CUTLASS fused-MoE
     tactic IDs whose kernels do not fit (evidence: sized)."""
 
+    if verify:
+        n = blocklist.verify_numbering(str(find_nvcc(nvcc).path), flashinfer_dir)
+        sys.stdout.write(f"verified: tileprobe's numbering equals flashinfer's own getTactics on all {n} IDs "
+                         "(sm 120/121, finalize on/off, both dtype pairs)\n")
     if check_file is not None:
         problems, notes, label = blocklist.check(check_file, flashinfer_dir)
         for n in notes:

@@ -107,3 +107,21 @@ def run(exe: Path, timeout_s: float = 60) -> list[NativeTactic]:
 def native_tactics(tree: engine.FlashinferTree, nvcc: str, workdir: Path) -> list[NativeTactic]:
     """Every (dtype pair, sm 120/121, finalize on/off) list FlashInfer's runner builds, as its own code builds it."""
     return run(build(tree, nvcc, workdir))
+
+
+def mismatches(lines: list[NativeTactic], ours) -> list[str]:
+    """Where `ours(dtypes, finalize, arch)` (tileprobe.engine_tactic_ids.tactic_ids) numbers differently from the
+    engine's own lines: one line per differing ID; empty when the whole map agrees."""
+    runners = {"nvfp4xnvfp4": "nvfp4xnvfp4", "nvfp4xnvfp4-prequant": "nvfp4xnvfp4", "mxfp8xmxfp4": "mxfp8xmxfp4"}
+    out = []
+    for runner, pair in runners.items():
+        for sm in sorted({n.sm for n in lines}):
+            for fin in (True, False):
+                theirs = {n.id: (n.gemm, n.tile, n.epilogue, n.swap_ab, pair) for n in lines
+                          if n.dtypes == runner and n.sm == sm and n.finalize == fin}
+                mine = {t.id: t.key() for t in ours(pair, fin, f"sm_{sm}a")}
+                for i in sorted(set(theirs) | set(mine)):
+                    if theirs.get(i) != mine.get(i):
+                        out.append(f"{runner} sm{sm} finalize {'on' if fin else 'off'} ID {i}: flashinfer "
+                                   f"{theirs.get(i) or 'absent'}, tileprobe {mine.get(i) or 'absent'}")
+    return out
