@@ -38,11 +38,14 @@ def test_whole_map_equals_flashinfers_own_enumeration(tmp_path, nvcc_path):
     # Everything FlashInfer numbers on SM120 is a TMA warp-specialized, cluster 1x1x1, AUTO-schedule config: the
     # fields tileprobe's map does not carry are constant, so (GEMM, tile, fusion, swap, dtypes) decides the kernel.
     assert {(n.tma_ws, n.cluster, n.mainloop, n.epilogue_schedule) for n in lines} == {(True, "1x1x1", "auto", 0)}
+    # The runner types the binding builds for the two SM120 pairs: bf16 and fp16 output, bf16 or FP4 input.
+    assert {n.dtypes for n in lines} == {"nvfp4xnvfp4", "nvfp4xnvfp4-prequant", "nvfp4xnvfp4-f16out", "mxfp8xmxfp4",
+                                         "mxfp8xmxfp4-f16out"}
     compared = 0
     for sm, arch in ((120, "sm_120a"), (121, "sm_121a")):
         for fin in (True, False):
-            for runner, pair in (("nvfp4xnvfp4", "nvfp4xnvfp4"), ("nvfp4xnvfp4-prequant", "nvfp4xnvfp4"),
-                                 ("mxfp8xmxfp4", "mxfp8xmxfp4")):
+            for runner in sorted({n.dtypes for n in lines}):
+                pair = runner.split("-")[0]  # nvfp4xnvfp4-prequant / -f16out: other runner types of one pair
                 theirs = {n.id: (n.gemm, n.tile, n.epilogue, n.swap_ab, pair)
                           for n in lines if n.dtypes == runner and n.sm == sm and n.finalize == fin}
                 ours = {t.id: t.key() for t in tid.tactic_ids(pair, fin, arch)}

@@ -30,7 +30,7 @@ LINKED = (_NV / "tensorrt_llm" / "kernels" / "cutlass_kernels" / "cutlass_heuris
 class NativeTactic:
     """One line of the driver: what FlashInfer's runner numbers `id`."""
 
-    dtypes: str
+    dtypes: str  # the runner: its dtype pair, suffixed for another runner type of that pair (-prequant, -f16out)
     sm: int
     finalize: bool
     id: int
@@ -112,7 +112,7 @@ def native_tactics(tree: engine.FlashinferTree, nvcc: str, workdir: Path) -> lis
 def mismatches(lines: list[NativeTactic], ours) -> list[str]:
     """Where `ours(dtypes, finalize, arch)` (tileprobe.engine_tactic_ids.tactic_ids) numbers differently from the
     engine's own lines: one line per differing ID; empty when the whole map agrees."""
-    runners = {"nvfp4xnvfp4": "nvfp4xnvfp4", "nvfp4xnvfp4-prequant": "nvfp4xnvfp4", "mxfp8xmxfp4": "mxfp8xmxfp4"}
+    runners = {n.dtypes: n.dtypes.split("-")[0] for n in lines}  # runner type -> its dtype pair
     out = []
     for runner, pair in runners.items():
         for sm in sorted({n.sm for n in lines}):

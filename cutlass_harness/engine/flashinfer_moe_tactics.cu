@@ -13,7 +13,8 @@
 // filterMxfp8Tactics(MoeGemmRunner::getConfigs(sm, false)) for both GEMMs.
 //
 // Output, one line per tactic, tab separated:
-//   dtypes sm finalize_mode id gemm tma_ws tile cluster mainloop epilogue_schedule fusion swap_ab
+//   runner sm finalize_mode id gemm tma_ws tile cluster mainloop epilogue_schedule fusion swap_ab
+// `runner` is the dtype pair, with a suffix for another runner type of the same pair (-prequant, -f16out);
 // `tile` is the engine's own name (CutlassGemmConfig::getTileConfigAsName), `id` the integer the autotuner sees.
 #include <cstdio>
 #include <vector>
@@ -56,6 +57,11 @@ using Nvfp4Gemm = tk::MoeGemmRunner<tk::Fp4Type, tk::Fp4Type, __nv_bfloat16, __n
 using Nvfp4Prequant = tk::CutlassMoeFCRunner<tk::Fp4Type, tk::Fp4Type, __nv_bfloat16, tk::Fp4Type, __nv_bfloat16>;
 using W4A8 = tk::CutlassMoeFCRunner<__nv_fp8_e4m3, tk::Fp4Type, __nv_bfloat16, __nv_fp8_e4m3, __nv_bfloat16>;
 using W4A8Gemm = tk::MoeGemmRunner<__nv_fp8_e4m3, tk::Fp4Type, __nv_bfloat16, __nv_bfloat16>;
+// fp16 output (switch_output_type's float16 case): the same lists are expected; printed to prove it.
+using Nvfp4F16 = tk::CutlassMoeFCRunner<tk::Fp4Type, tk::Fp4Type, half, half, half>;
+using Nvfp4F16Gemm = tk::MoeGemmRunner<tk::Fp4Type, tk::Fp4Type, half, half>;
+using W4A8F16 = tk::CutlassMoeFCRunner<__nv_fp8_e4m3, tk::Fp4Type, half, __nv_fp8_e4m3, half>;
+using W4A8F16Gemm = tk::MoeGemmRunner<__nv_fp8_e4m3, tk::Fp4Type, half, half>;
 
 int main() {
   for (int sm : {120, 121}) {
@@ -63,6 +69,8 @@ int main() {
       emit<Nvfp4, Nvfp4Gemm>("nvfp4xnvfp4", sm, finalize);
       emit<Nvfp4Prequant, Nvfp4Gemm>("nvfp4xnvfp4-prequant", sm, finalize);
       emit<W4A8, W4A8Gemm>("mxfp8xmxfp4", sm, finalize);
+      emit<Nvfp4F16, Nvfp4F16Gemm>("nvfp4xnvfp4-f16out", sm, finalize);
+      emit<W4A8F16, W4A8F16Gemm>("mxfp8xmxfp4-f16out", sm, finalize);
     }
   }
   return 0;
