@@ -172,6 +172,10 @@ def document(ids: list[tid.TacticId], blocked: list[Blocked], *, tree: engine.Fl
             "version": __version__, "evidence": "sized",
             "evidence_note": "every ID is judged from SharedStorage sizes of the engine's own kernel types, "
                              "instantiated on the host (nvcc); nothing SM120 was launched",
+            "use": f"export {ENV_VAR}=<this file>, on a GPU named {gpu!r}, with flashinfer {tree.version}, for "
+                   f"{dtypes} MoE layers with gemm2 finalize fusion {finalize}",
+            "finalize_note": "cutlass_fused_moe fuses finalize unless torch.are_deterministic_algorithms_enabled() "
+                             "or use_fused_finalize=False; the tactic numbering differs between the two modes",
             "target": target, "arch": arch, "smem_limit_bytes": lim, "dtypes": dtypes, "finalize_fusion": finalize,
             "flashinfer": {"version": tree.version, "tree_hash": tree.tree_hash},
             "rows": source, "counts": tid.counts(ids),
@@ -292,7 +296,8 @@ def diff_installs(old: str | Path, new: str | Path, dtypes: list[str] | None = N
                   finalize: list[str] | None = None, arch: str = "sm_120a") -> list[str]:
     """One line per tactic variant whose ID differs between two flashinfer installs (or that one lacks)."""
     lines = []
-    labels = [engine.find_flashinfer(d).label() for d in (old, new)]
+    trees = [engine.find_flashinfer(d) for d in (old, new)]
+    labels = [f"{t.label()} [{t.tree_hash[:8]}]" for t in trees]  # the hash tells two builds of one version apart
     for dt in dtypes or tid.PAIRS:
         for fin in finalize or list(tid.FINALIZE_MODES):
             a = {t.key(): t for t in tid.tactic_ids(dt, tid.FINALIZE_MODES[fin], arch, old)}
