@@ -35,6 +35,8 @@ def test_wheel_carries_harness_sources_and_schemas(tmp_path):
     for f in (ROOT / "cutlass_harness").iterdir():
         if f.suffix in (".cu", ".cuh"):
             assert f"tileprobe/cutlass_harness/{f.name}" in names
+    for f in (ROOT / "cutlass_harness" / "engine").glob("*.cu"):  # host drivers of engine code (tactic IDs)
+        assert f"tileprobe/cutlass_harness/engine/{f.name}" in names
     for f in (ROOT / "tileprobe" / "schemas").glob("*.json"):
         assert f"tileprobe/schemas/{f.name}" in names
     assert "tileprobe/bandwidth.py" in names and "tileprobe/schema.py" in names
