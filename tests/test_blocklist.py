@@ -209,3 +209,19 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         assert "Traceback" not in p.stderr + p.stdout
         lines = [l for l in p.stderr.splitlines() if l.strip()]
         assert len(lines) == 1 and needle in lines[0], (args, p.stderr)
+
+
+def test_committed_blocklists_are_current(tmp_path):
+    """results/blocklists/ says what its sweeps and the installed flashinfer say today: each file still checks as
+    exact, and a fresh export from the committed rows lists the same IDs."""
+    files = sorted((ROOT / "results" / "blocklists").rglob("*.json"))
+    assert len(files) == 20  # rtx-pro-6000: 3 SKU names x 2 pairs x 2 modes; rtx-5090 and dgx-spark-gb10: 4 each
+    for f in files:
+        doc = json.loads(f.read_text())
+        problems, notes, _ = blocklist.check(f)
+        assert problems == [] and notes == [], (f, problems, notes)
+        prov = doc["tileprobe"]
+        (fresh,) = blocklist.export(resultset.load(SWEEPS[prov["target"]]), prov["target"], tmp_path / f.name,
+                                    [prov["dtypes"]], [prov["finalize_fusion"]], [doc["_metadata"]["gpu"]])
+        assert json.loads(fresh.path.read_text())["invalid_tactics"] == doc["invalid_tactics"], f
+        assert all(b["evidence"] == "sized" for b in prov["blocked"])
