@@ -281,6 +281,11 @@ def check(path: Path, flashinfer_dir: str | Path | None = None) -> tuple[list[st
         moved = f"; that variant is now ID {where_now[tuple(a[1:])]}" if a and tuple(a[1:]) in where_now else ""
         tag = "blocked ID" if i in blocked else "ID"
         problems.append(f"{tag} {i}: was {was}, now {_meaning(b) if b else 'absent'}{moved}")
+    listed = {(k, i) for k, ids in (doc.get("invalid_tactics") or {}).items() for i in ids}
+    recorded = {(tid.OP_KEYS.get(b.get("gemm")), b.get("id")) for b in prov.get("blocked", [])}
+    for k, i in sorted(listed ^ recorded, key=str):
+        why = "listed without a tileprobe record" if (k, i) in listed else "recorded but not listed"
+        problems.append(f"ID {i} under {k}: {why}")
     meta_v = doc.get("_metadata", {}).get("flashinfer_version")
     if meta_v not in (tree.version, "*"):
         problems.append(f"flashinfer_version {meta_v} in _metadata, {tree.version} installed: FlashInfer's loader "
