@@ -18,7 +18,8 @@ from tileprobe.errors import UsageError
 from tileprobe.targets import device_names
 
 ROOT = Path(__file__).resolve().parent.parent
-SWEEPS = {t: ROOT / "results" / "static" / f"{t}__flashinfer-moe" for t in ("rtx-pro-6000", "rtx-5090", "dgx-spark-gb10")}
+SWEEPS = {t: ROOT / "results" / "static" / f"{t}__flashinfer-moe"
+          for t in ("rtx-pro-6000", "rtx-5090", "dgx-spark-gb10")}
 
 
 def _installed() -> ef.FlashinferTree:

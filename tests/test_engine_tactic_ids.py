@@ -34,7 +34,8 @@ def test_whole_map_equals_flashinfers_own_enumeration(tmp_path, nvcc_path):
     tree = _installed()
     t0 = time.monotonic()
     lines = native.native_tactics(tree, nvcc_path, tmp_path / "build")
-    print(f"flashinfer {tree.version}: {len(lines)} tactic lines from its own getTactics in {time.monotonic() - t0:.0f} s")
+    print(f"flashinfer {tree.version}: {len(lines)} tactic lines from its own getTactics in "
+          f"{time.monotonic() - t0:.0f} s")
     # Everything FlashInfer numbers on SM120 is a TMA warp-specialized, cluster 1x1x1, AUTO-schedule config: the
     # fields tileprobe's map does not carry are constant, so (GEMM, tile, fusion, swap, dtypes) decides the kernel.
     assert {(n.tma_ws, n.cluster, n.mainloop, n.epilogue_schedule) for n in lines} == {(True, "1x1x1", "auto", 0)}

@@ -2,9 +2,10 @@
 
 `cutlass_harness/engine/flashinfer_moe_tactics.cu` calls the runner's own `CutlassMoeFCRunner::getTactics`
 (and, for finalize fusion off, the two calls that method makes with `use_fused_finalize_ = false`); it is linked
-with FlashInfer's `cutlass_heuristic.cpp` and its common logger/exception sources (all as CUDA sources, `-x cu`, as FlashInfer's .cpp files need the CUDA math headers), compiled with the -D flags of
-FlashInfer's SM120 fused-MoE JIT module (read from its `jit/fused_moe.py`) for `compute_120a`, so the host code
-takes the same preprocessor branches FlashInfer's module does. No kernel is instantiated; nothing is launched.
+with FlashInfer's `cutlass_heuristic.cpp` and its common logger/exception sources (all compiled as CUDA, `-x cu`:
+those .cpp files need the CUDA math headers), with the -D flags of FlashInfer's SM120 fused-MoE JIT module (read
+from its `jit/fused_moe.py`) for `compute_120a`, so the host code takes the same preprocessor branches FlashInfer's
+module does (FAST_BUILD off, as the default JIT build). No kernel is instantiated; nothing is launched.
 This is the ground truth `tileprobe.engine_tactic_ids` is checked against.
 """
 
