@@ -43,3 +43,23 @@ def test_devices_carry_their_own_name_and_a_matching_profiles_peak(monkeypatch):
     _, devices = resolve_target(None)
     assert [d.name for d in devices] == ["rtx-5090", "dgx-spark-gb10"]
     assert devices[1].peak_gbps == PROFILES["dgx-spark-gb10"].peak_gbps == 273.0
+
+
+def test_sku_device_names_resolve_to_their_profile():
+    """Each exact SKU name a blocklist is written for is a name a device of that profile reports: a real device with
+    that name and the profile's compute capability is filed under the same profile."""
+    from dataclasses import replace
+
+    from tileprobe import targets
+
+    for name, skus in targets.DEVICE_NAMES.items():
+        assert skus and len(set(skus)) == len(skus)
+        for sku in skus:
+            dev = replace(PROFILES[name], name="gpu0", device_name=sku, gpu_index=0)
+            assert targets._profile_name_for(dev) == name, sku
+    assert len({s for skus in targets.DEVICE_NAMES.values() for s in skus}) == \
+        sum(len(s) for s in targets.DEVICE_NAMES.values())
+    with pytest.raises(UsageError, match="h200"):
+        targets.device_names("h200")
+    with pytest.raises(UsageError, match="unknown target"):
+        targets.device_names("rtx-9090")

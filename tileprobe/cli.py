@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from tileprobe import compare, families, known_good, resultset, schema as schemas
+from tileprobe import blocklist, compare, families, known_good, resultset, schema as schemas
 from tileprobe import recommend as rec
 from tileprobe import sweep as sw
 from tileprobe.errors import UsageError
@@ -19,6 +19,7 @@ from tileprobe.explain import explain as run_explain
 from tileprobe.merge import merge as run_merge
 from tileprobe.report import _write, devices_table, export, write_reports
 from tileprobe.terminal import WIDTH, print_rows
+from tileprobe.toolchain import find_nvcc
 
 EXAMPLES = """\b
 Examples:
@@ -288,6 +289,75 @@ def merge(
                   + (f", {len(res.disagreeing)} of them disagreeing (first kept)" if res.disagreeing else ""),
                   highlight=False)
     write_reports(out, console)
+
+
+export_app = typer.Typer(no_args_is_help=True, help="Hand tileprobe's findings to an engine (FlashInfer tactics blocklists).")
+app.add_typer(export_app, name="export")
+
+
+@export_app.command("flashinfer-blocklist")
+def export_flashinfer_blocklist(
+    results: Annotated[Optional[Path], typer.Argument(help="a flashinfer-moe static sweep folder (default: run that sweep into --sweep-out)")] = None,
+    target: Annotated[Optional[str], typer.Option("--target", help="rtx-pro-6000, rtx-5090 or dgx-spark-gb10")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="a .json file (one blocklist) or a folder (one file per GPU name x dtype pair x finalize mode)")] = None,
+    dtypes: Annotated[Optional[list[str]], typer.Option("--dtypes", help="nvfp4xnvfp4 and/or mxfp8xmxfp4 (default: both, one file each)")] = None,
+    finalize: Annotated[Optional[list[str]], typer.Option("--finalize", help="gemm2 finalize fusion: on (cutlass_fused_moe's default) and/or off (torch deterministic algorithms, or use_fused_finalize=False)")] = None,
+    gpu_name: Annotated[Optional[list[str]], typer.Option("--gpu-name", help="the device name(s) to write into _metadata.gpu (default: every SKU name the target profile knows)")] = None,
+    any_gpu: Annotated[bool, typer.Option("--any-gpu", help="write gpu '*': the file then loads on every GPU, including ones whose tactic numbering differs")] = False,
+    check_file: Annotated[Optional[Path], typer.Option("--check", help="instead of exporting: is this blocklist still exact for the installed flashinfer? exit 1 naming each changed ID")] = None,
+    verify: Annotated[bool, typer.Option("--verify", help="first compile flashinfer's own tactic enumeration (nvcc, host only, ~1-2 min) and refuse unless tileprobe's numbering equals it everywhere")] = False,
+    nvcc: NvccOpt = None,
+    flashinfer_dir: Annotated[Optional[Path], typer.Option("--flashinfer-dir", help="number the tactics for this flashinfer package folder instead of the installed one")] = None,
+    sweep_out: Annotated[Path, typer.Option("--sweep-out", help="where the static sweep goes when no results folder is given")] = Path("tileprobe-results"),
+    jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles for that sweep")] = os.cpu_count() or 1,
+) -> None:
+    """FlashInfer's FLASHINFER_TACTICS_BLOCKLIST file for an SM120 GPU, made without the GPU: the CUTLASS fused-MoE
+    tactic IDs whose kernels do not fit (evidence: sized)."""
+
+    if verify:
+        n = blocklist.verify_numbering(str(find_nvcc(nvcc).path), flashinfer_dir)
+        sys.stdout.write(f"verified: tileprobe's numbering equals flashinfer's own getTactics on all {n} IDs "
+                         "(sm 120/121, finalize on/off, both dtype pairs)\n")
+    if check_file is not None:
+        problems, notes, label = blocklist.check(check_file, flashinfer_dir)
+        for n in notes:
+            sys.stdout.write(f"note: {n}\n")
+        for p in problems:
+            sys.stdout.write(f"CHANGED {p}\n")
+        sys.stdout.write(f"{check_file}: {'stale, ' + str(len(problems)) + ' change(s)' if problems else 'exact'} "
+                         f"for {label}\n")
+        if problems:
+            raise typer.Exit(1)
+        return
+    if target is None or out is None:
+        raise UsageError("export flashinfer-blocklist needs --target and --out (or --check FILE)")
+    if results is None:
+        if flashinfer_dir is not None:
+            os.environ["TILEPROBE_FLASHINFER_DIR"] = str(flashinfer_dir)
+        sw.run(sw.SweepOptions(family=blocklist.FAMILY, target=target, static_only=True, out=sweep_out,
+                               jobs=max(1, jobs)), console)
+        results = sweep_out
+    for e in blocklist.export(resultset.load(results), target, out, _split_csv(dtypes), _split_csv(finalize),
+                              gpu_name, any_gpu, flashinfer_dir):
+        sys.stdout.write(e.summary() + "\n")
+        for n in e.notes:
+            sys.stdout.write(f"warning: {n}\n")
+    sys.stdout.write(f"use: export {blocklist.ENV_VAR}=<file> (evidence: sized; nothing SM120 launched)\n")
+
+
+@export_app.command("flashinfer-ids-diff")
+def export_flashinfer_ids_diff(
+    old: Annotated[Path, typer.Argument(help="a flashinfer package folder (or the folder holding it)")],
+    new: Annotated[Path, typer.Argument(help="another flashinfer package folder")],
+    dtypes: Annotated[Optional[list[str]], typer.Option("--dtypes", help="nvfp4xnvfp4 and/or mxfp8xmxfp4 (default both)")] = None,
+    finalize: Annotated[Optional[list[str]], typer.Option("--finalize", help="on and/or off (default both)")] = None,
+) -> None:
+    """The SM120 CUTLASS fused-MoE tactic IDs that moved between two flashinfer installs."""
+
+    lines = blocklist.diff_installs(old, new, _split_csv(dtypes), _split_csv(finalize))
+    for line in lines:
+        sys.stdout.write(f"MOVED {line}\n")
+    sys.stdout.write(f"{len(lines)} tactic variant(s) moved\n")
 
 
 @app.command()

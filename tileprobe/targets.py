@@ -77,6 +77,34 @@ PROFILES: dict[str, Target] = {
 
 DEFAULT_OFFLINE_TARGET = "rtx-pro-6000"
 
+# The exact name each SKU of a profile reports (cudaGetDeviceProperties().name, which torch.cuda.get_device_name
+# returns and FlashInfer writes into a tactics blocklist's `gpu` metadata). One profile, several SKUs: the
+# RTX PRO 6000 Blackwell ships as three editions with one GB202 configuration and one shared-memory limit.
+DEVICE_NAMES: dict[str, tuple[str, ...]] = {
+    "rtx-pro-6000": (
+        # PyTorch's sm_120 warning quotes the device name: xorbitsai/inference #3866 (Workstation Edition);
+        # NVIDIA/personaplex #2 and Netflix/void-model #16 (Server Edition, an AWS g7e instance).
+        "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+        "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        # NVIDIA driver README, supported-products table (device 2BB4); nvidia-smi output in public CI fixtures.
+        "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
+    ),
+    # PyTorch's sm_120 warning quotes it: xorbitsai/inference #3603, lllyasviel/Fooocus #3862.
+    "rtx-5090": ("NVIDIA GeForce RTX 5090",),
+    # nvidia-smi on a DGX Spark: NVIDIA/k8s-device-plugin #1482; gpustack/gpustack #3306.
+    "dgx-spark-gb10": ("NVIDIA GB10",),
+}
+
+
+def device_names(name: str) -> tuple[str, ...]:
+    """The exact device names the SKUs of profile `name` report; UsageError when tileprobe does not know them."""
+    profile(name)
+    names = DEVICE_NAMES.get(name)
+    if not names:
+        raise UsageError(f"no known device names for target {name!r} (known for: {', '.join(DEVICE_NAMES)}); "
+                         "pass the name your GPU reports")
+    return names
+
 
 def profile(name: str) -> Target:
     try:

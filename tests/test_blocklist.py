@@ -1,0 +1,228 @@
+"""FlashInfer tactics blocklists: FlashInfer's own loader accepts what tileprobe writes and filters exactly the
+blocked IDs; --check catches an upgrade that renumbers tactics; diff lists moved IDs; bad input is one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tileprobe import blocklist, resultset
+from tileprobe import engine_flashinfer as ef
+from tileprobe import engine_tactic_ids as tid
+from tileprobe.errors import UsageError
+from tileprobe.targets import device_names
+
+ROOT = Path(__file__).resolve().parent.parent
+SWEEPS = {t: ROOT / "results" / "static" / f"{t}__flashinfer-moe"
+          for t in ("rtx-pro-6000", "rtx-5090", "dgx-spark-gb10")}
+
+
+def _installed() -> ef.FlashinferTree:
+    try:
+        return ef.find_flashinfer()
+    except UsageError as exc:
+        pytest.skip(str(exc))
+
+
+def _fake_tree(tmp_path: Path, edit=None, loader: bool = True, version: str | None = None) -> Path:
+    """A flashinfer-shaped folder: copies of the sources tileprobe reads (heuristic, dispatch, traits, the blocklist
+    loader and autotuner), `edit(heuristic_text)` applied to cutlass_heuristic.cpp, empty header folders."""
+    real = _installed()
+    site = tmp_path / "site"
+    root = site / "flashinfer"
+    rels = [ef.HEURISTIC, ef.DISPATCH, ef.TRAITS, Path("autotuner") / "autotuner.py"]
+    rels += [Path("tactics_blocklist.py")] if loader else []
+    for rel in rels:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(real.root / rel, root / rel)
+    if edit:
+        (root / ef.HEURISTIC).write_text(edit((root / ef.HEURISTIC).read_text()))
+    for rel in ("data/cutlass/include", "data/cutlass/tools/util/include",
+                "data/csrc/nv_internal/tensorrt_llm/cutlass_extensions/include"):
+        (root / rel).mkdir(parents=True, exist_ok=True)
+    meta = site / f"flashinfer_python-{version or real.version}.dist-info" / "METADATA"
+    meta.parent.mkdir()
+    meta.write_text(f"Metadata-Version: 2.1\nName: flashinfer-python\nVersion: {version or real.version}\n")
+    return root
+
+
+def _move_first_to_end(text: str, tile: str) -> str:
+    """Move `tile` to the end of get_candidate_configs_sm120's all_tiles[] (what an upgrade that reorders does)."""
+    start = text.index("all_tiles[] = {")
+    end = text.index("};", start)
+    block = text[start:end]
+    entry = f"CutlassTileConfigSM120::{tile},"
+    assert entry in block
+    block = block.replace(entry, "", 1).rstrip() + f" {entry}\n  "
+    return text[:start] + block + text[end:]
+
+
+def tileprobe(*args):
+    return subprocess.run([sys.executable, "-m", "tileprobe", *args], capture_output=True, text=True, timeout=600)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# FlashInfer's own loader (deliver 3)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_flashinfers_loader_filters_exactly_the_blocked_ids(tmp_path, rng, monkeypatch):
+    _installed()
+    torch = pytest.importorskip("torch")
+    # Imports on a machine without a GPU or CUDA runtime (torch is the CPU build here).
+    from flashinfer.tactics_blocklist import TacticsBlocklist
+
+    target = rng.choice(sorted(SWEEPS))
+    gpu = rng.choice(device_names(target))
+    other = rng.choice([n for t in SWEEPS for n in device_names(t) if n != gpu])
+    print(f"target {target}, gpu {gpu!r}, other {other!r}")
+    rs = resultset.load(SWEEPS[target])
+    exports = blocklist.export(rs, target, tmp_path / "out", None, ["on", "off"], [gpu])
+    assert len(exports) == 4  # two dtype pairs x finalize on/off
+    assert any(e.blocked for e in exports), "the committed sweep has over-limit tactics; none blocked"
+    rows = {r["config"]: r for r in rs.static}
+
+    class MoERunner:  # the autotuner keys a runner by its class name only
+        pass
+
+    for e in exports:
+        doc = json.loads(e.path.read_text())
+        # Every blocked ID's config is over the limit in the sweep, and every in-list config that is over is blocked.
+        over = {t.id for t in e.ids if rows[t.config.name]["verdict"] == "smem-over-limit"}
+        listed = {i for ids in doc["invalid_tactics"].values() for i in ids}
+        assert listed == over
+        assert all(b["evidence"] == "sized" for b in doc["tileprobe"]["blocked"])
+
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: gpu)
+        bl = TacticsBlocklist()
+        assert bl.load(str(e.path)) is True
+        n1 = sum(t.gemm == "gemm1" for t in e.ids)
+        n2 = len(e.ids) - n1
+        # As MoERunner.get_valid_tactics offers them: gemm1 0..n1-1, gemm2 n1..n1+n2-1.
+        for gemm, full in (("gemm1", list(range(n1))), ("gemm2", list(range(n1, n1 + n2)))):
+            key = tid.OP_KEYS[gemm]
+            op = key.rsplit("::", 1)[0]
+            kept = bl.filter(op, MoERunner(), full)
+            blocked = set(doc["invalid_tactics"][key])
+            assert kept == [t for t in full if t not in blocked]
+            assert set(full) - set(kept) == blocked
+
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: other)
+        skipped = TacticsBlocklist()
+        assert skipped.load(str(e.path)) is False
+        assert skipped.filter("trtllm::fused_moe::gemm2", MoERunner(), list(range(len(e.ids)))) == \
+            list(range(len(e.ids)))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The guard: check and diff (deliver 4)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _export_one(tmp_path: Path) -> Path:
+    out = tmp_path / "bl.json"
+    blocklist.export(resultset.load(SWEEPS["rtx-pro-6000"]), "rtx-pro-6000", out, ["nvfp4xnvfp4"], ["on"],
+                     [device_names("rtx-pro-6000")[0]])
+    return out
+
+
+def test_check_is_exact_for_the_same_numbering(tmp_path):
+    path = _export_one(tmp_path)
+    problems, notes, _ = blocklist.check(path)
+    assert problems == [] and notes == []
+    same = _fake_tree(tmp_path)  # an identical heuristic: the numbering is the same, only the tree hash differs
+    problems, notes, _ = blocklist.check(path, same)
+    assert problems == [] and len(notes) == 1 and "re-run the sweep" in notes[0]
+
+
+def test_check_names_each_moved_id_after_an_upgrade(tmp_path):
+    path = _export_one(tmp_path)
+    blocked = json.loads(path.read_text())["invalid_tactics"][tid.OP_KEYS["gemm2"]]
+    assert blocked
+    upgraded = _fake_tree(tmp_path, lambda t: _move_first_to_end(t, "CtaShape128x128x128B"))
+    problems, _, _ = blocklist.check(path, upgraded)
+    then = {e[0]: tuple(e[1:]) for e in json.loads(path.read_text())["tileprobe"]["tactics"]}
+    now = {t.id: (t.gemm, t.tactic, t.epilogue, t.swap_ab) for t in tid.tactic_ids("nvfp4xnvfp4", True,
+                                                                                   flashinfer_dir=upgraded)}
+    changed = sorted(i for i in then if then[i] != now.get(i))
+    assert changed and len(problems) == len(changed)
+    for i, line in zip(changed, problems):
+        assert line.startswith(("blocked ID " if i in blocked else "ID ") + f"{i}:")
+    # The blocked variants moved one place down: each line says where the variant went.
+    for i in blocked:
+        line = next(p for p in problems if p.startswith(f"blocked ID {i}:"))
+        assert f"now ID {i - 1}" in line
+    p = tileprobe("export", "flashinfer-blocklist", "--check", str(path), "--flashinfer-dir", str(upgraded))
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert sum(l.startswith("CHANGED ") for l in p.stdout.splitlines()) == len(changed)
+
+
+def test_diff_lists_the_ids_that_moved(tmp_path, rng):
+    tile = rng.choice([t.name for t in ef.sm120_tactics(0, _installed())][:-1])
+    print(f"moved {tile} to the end")
+    new = _fake_tree(tmp_path, lambda t: _move_first_to_end(t, tile))
+    lines = blocklist.diff_installs(_installed().root, new, ["nvfp4xnvfp4"], ["on"])
+    old_ids = {t.key(): t.id for t in tid.tactic_ids("nvfp4xnvfp4", True)}
+    new_ids = {t.key(): t.id for t in tid.tactic_ids("nvfp4xnvfp4", True, flashinfer_dir=new)}
+    assert len(lines) == sum(old_ids[k] != new_ids[k] for k in old_ids) > 0
+    assert all(l.startswith("nvfp4xnvfp4 finalize on: ") and " -> " in l for l in lines)
+    assert blocklist.diff_installs(_installed().root, _fake_tree(tmp_path / "same")) == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Bad input (deliver 6)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _bad_cases(tmp_path: Path) -> list[tuple[list[str], str]]:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    old = _fake_tree(tmp_path / "old", loader=False)
+    other = _fake_tree(tmp_path / "other", version="0.0.1")
+    sweep = str(SWEEPS["rtx-pro-6000"])
+    base = ["export", "flashinfer-blocklist"]
+    return [
+        (base + [sweep, "--target", "rtx-9090", "--out", str(tmp_path / "o")], "unknown target"),
+        (base + [str(ROOT / "results" / "static" / "rtx-pro-6000__sm120-nvfp4"), "--target", "rtx-pro-6000",
+                 "--out", str(tmp_path / "o")], "no flashinfer-moe rows"),
+        (base + [sweep, "--target", "rtx-pro-6000", "--out", str(tmp_path / "o"), "--flashinfer-dir", str(old)],
+         "cannot read tactics blocklists"),
+        (base + [sweep, "--target", "rtx-pro-6000", "--out", str(tmp_path / "o"), "--flashinfer-dir", str(other)],
+         "re-run the sweep"),
+        (base + [sweep, "--target", "rtx-pro-6000", "--out", str(blocker / "x.json"), "--dtypes", "nvfp4xnvfp4",
+                 "--gpu-name", "G"], "cannot write"),
+        (base + [sweep, "--target", "h200", "--out", str(tmp_path / "o")], "SM120"),
+        (base + ["--check", str(blocker)], "not a JSON blocklist"),
+    ]
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    _installed()
+    for args, needle in _bad_cases(tmp_path):
+        p = tileprobe(*args)
+        assert p.returncode == 2, (args, p.stdout, p.stderr)
+        assert "Traceback" not in p.stderr + p.stdout
+        lines = [l for l in p.stderr.splitlines() if l.strip()]
+        assert len(lines) == 1 and needle in lines[0], (args, p.stderr)
+
+
+def test_committed_blocklists_are_current(tmp_path):
+    """results/blocklists/ says what its sweeps and the installed flashinfer say today: each file still checks as
+    exact, and a fresh export from the committed rows lists the same IDs."""
+    files = sorted((ROOT / "results" / "blocklists").rglob("*.json"))
+    assert len(files) == 20  # rtx-pro-6000: 3 SKU names x 2 pairs x 2 modes; rtx-5090 and dgx-spark-gb10: 4 each
+    for f in files:
+        doc = json.loads(f.read_text())
+        problems, notes, _ = blocklist.check(f)
+        assert problems == [] and notes == [], (f, problems, notes)
+        prov = doc["tileprobe"]
+        (fresh,) = blocklist.export(resultset.load(SWEEPS[prov["target"]]), prov["target"], tmp_path / f.name,
+                                    [prov["dtypes"]], [prov["finalize_fusion"]], [doc["_metadata"]["gpu"]])
+        assert json.loads(fresh.path.read_text())["invalid_tactics"] == doc["invalid_tactics"], f
+        assert all(b["evidence"] == "sized" for b in prov["blocked"])

@@ -1,0 +1,68 @@
+"""The tactic IDs tileprobe writes into blocklists are FlashInfer's own: proven by compiling FlashInfer's
+enumeration (CutlassMoeFCRunner::getTactics, MoeGemmRunner::getConfigs, get_candidate_configs_sm120) on the host
+with nvcc and comparing the whole ID -> (GEMM, tile, epilogue fusion, swap, dtypes) map, for SM120 and SM121,
+finalize fusion on and off, both dtype pairs."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tileprobe import engine_flashinfer as ef
+from tileprobe import engine_native_ids as native
+from tileprobe import engine_tactic_ids as tid
+from tileprobe.errors import UsageError
+
+
+def _installed() -> ef.FlashinferTree:
+    try:
+        return ef.find_flashinfer()
+    except UsageError as exc:
+        pytest.skip(str(exc))
+
+
+def test_unknown_pair_and_arch_are_refused():
+    with pytest.raises(UsageError, match="SM120"):
+        tid.tactic_ids("nvfp4xnvfp4", True, "sm_90a")
+    with pytest.raises(UsageError, match="fp8xfp8"):
+        tid.tactic_ids("fp8xfp8", True)
+
+
+@pytest.mark.nvcc
+def test_whole_map_equals_flashinfers_own_enumeration(tmp_path, nvcc_path):
+    tree = _installed()
+    t0 = time.monotonic()
+    lines = native.native_tactics(tree, nvcc_path, tmp_path / "build")
+    print(f"flashinfer {tree.version}: {len(lines)} tactic lines from its own getTactics in "
+          f"{time.monotonic() - t0:.0f} s")
+    # Everything FlashInfer numbers on SM120 is a TMA warp-specialized, cluster 1x1x1, AUTO-schedule config: the
+    # fields tileprobe's map does not carry are constant, so (GEMM, tile, fusion, swap, dtypes) decides the kernel.
+    assert {(n.tma_ws, n.cluster, n.mainloop, n.epilogue_schedule) for n in lines} == {(True, "1x1x1", "auto", 0)}
+    # The runner types the binding builds for the two SM120 pairs: bf16 and fp16 output, bf16 or FP4 input.
+    assert {n.dtypes for n in lines} == {"nvfp4xnvfp4", "nvfp4xnvfp4-prequant", "nvfp4xnvfp4-f16out", "mxfp8xmxfp4",
+                                         "mxfp8xmxfp4-f16out"}
+    compared = 0
+    for sm, arch in ((120, "sm_120a"), (121, "sm_121a")):
+        for fin in (True, False):
+            for runner in sorted({n.dtypes for n in lines}):
+                pair = runner.split("-")[0]  # nvfp4xnvfp4-prequant / -f16out: other runner types of one pair
+                theirs = {n.id: (n.gemm, n.tile, n.epilogue, n.swap_ab, pair)
+                          for n in lines if n.dtypes == runner and n.sm == sm and n.finalize == fin}
+                ours = {t.id: t.key() for t in tid.tactic_ids(pair, fin, arch)}
+                assert theirs, f"no native lines for {runner} sm{sm} finalize={fin}"
+                assert ours == theirs, f"{runner} sm{sm} finalize={fin}"
+                compared += len(ours)
+    assert compared == len(lines)
+    # The same comparison as `export flashinfer-blocklist --verify` runs for a user's flashinfer.
+    assert native.mismatches(lines, tid.tactic_ids) == []
+    # The comparison sees order: the same variants numbered with gemm2's swap copies before its FINALIZE copies
+    # (a plausible misreading of getTmaWarpSpecializedConfigs) must not pass.
+    ids = tid.tactic_ids("nvfp4xnvfp4", True)
+    g2 = [t for t in ids if t.gemm == "gemm2"]
+    misread = sorted(g2, key=lambda t: (t.epilogue == "finalize", t.swap_ab, t.id))
+    start = g2[0].id
+    theirs = {n.id: (n.gemm, n.tile, n.epilogue, n.swap_ab, "nvfp4xnvfp4") for n in lines
+              if n.dtypes == "nvfp4xnvfp4" and n.sm == 120 and n.finalize and n.gemm == "gemm2"}
+    assert {start + i: t.key() for i, t in enumerate(misread)} != theirs
+    assert native.mismatches(lines, lambda d, f, a: [t for t in tid.tactic_ids(d, f, a) if t.gemm == "gemm1"])
