@@ -135,3 +135,37 @@ def test_interrupt_keeps_rows_and_resume_completes(tmp_path, monkeypatch, rng):
         runtime.runtime_rows(probe, w, Console(quiet=True))
     rows = load_rows(out)
     assert len(rows) == 3 * len(probe.points) and len({(r["config"], r["point_id"]) for r in rows}) == len(rows)
+
+
+@pytest.mark.parametrize("arch,dtypes", [("sm_120a", "nvfp4xnvfp4"), ("sm_120a", "mxfp8xmxfp4"),
+                                         ("sm_121a", "nvfp4xnvfp4")])
+def test_flashinfer_moe_sm120_launches_are_refused_never_blamed(tmp_path, monkeypatch, rng, arch, dtypes):
+    """On an SM120/121 GPU the flashinfer-moe check is not verified: no harness is built or started, every point is
+    `unsupported` with the reason, even where a harness would have answered (here: a fake that calls it wrong)."""
+    from tileprobe.families.base import Config, Tile
+
+    seed = rng.randrange(10**6)
+    epi = rng.choice(["default", "finalize"])
+    cfg = Config("flashinfer-moe", Tile(128, 128, 128 if dtypes == "nvfp4xnvfp4" else 64), "auto", 0, epi,
+                 rng.choice([False, True]), arch, (1, 1, 1), (("dtypes", dtypes), ("tactic", "CtaShape128x128x64B")))
+    log = tmp_path / "starts.log"
+    exe = fake_harness(tmp_path, {}, log=log, default="ok")
+    built: list = []
+
+    def fake_build_many(requests, *a, **k):
+        built.extend(requests)
+        return [BuildResult(r, True, exe, "", 0.1, True, []) for r in requests]
+
+    monkeypatch.setattr(runtime, "build_many", fake_build_many)
+    monkeypatch.setattr(runtime, "measure_refs", lambda i: {"copy_gbps": 1500.0})
+    prof = "dgx-spark-gb10" if arch == "sm_121a" else "rtx-pro-6000"
+    dev = replace(profile(prof), gpu_index=0)
+    assert dev.arch == arch
+    points = points_for(None, ["4:8:4096:7168"], [1], "uniform", 1, 1, seed)
+    job = runtime.RuntimeJob(points, seed, [dev], [Outcome(cfg, Verdict.FITS, "sized", StaticInfo(stages=2,
+                             smem_bytes=90000, threads_per_cta=384))], Tc(), 1, 60, 3)
+    with ResultsWriter(tmp_path / "out") as w:
+        rows = runtime.runtime_rows(job, w, Console(quiet=True))
+    assert rows and all(r["verdict"] == "unsupported" for r in rows)
+    assert all("not verified" in r["reason"] and r["evidence"] == "none" for r in rows)
+    assert built == [] and not log.exists()

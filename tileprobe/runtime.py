@@ -53,8 +53,10 @@ def runtime_rows(job: RuntimeJob, writer, console) -> list[dict]:
     statics = {o.config.key: o for o in job.outcomes if o.verdict not in (Verdict.UNSUPPORTED, Verdict.COMPILE_ERROR)}
     cfgs = [o.config for o in job.outcomes if o.config.key in statics]
     start = time.perf_counter()
-    builds = build_many([BuildRequest("run", (c,)) for c in cfgs], tc.cutlass, tc.nvcc, tc.cache, job.jobs,
-                        job.compile_timeout_s, "runtime harnesses", job.rebuild)
+    refused = {c.key for c in cfgs if _refusal(c)}  # never built: their points are answered without a launch
+    built = iter(build_many([BuildRequest("run", (c,)) for c in cfgs if c.key not in refused], tc.cutlass, tc.nvcc,
+                            tc.cache, job.jobs, job.compile_timeout_s, "runtime harnesses", job.rebuild))
+    builds = [None if c.key in refused else next(built) for c in cfgs]
     job.phases["build_s"] = time.perf_counter() - start
     rows: list[dict] = []
     lock = threading.Lock()
@@ -138,7 +140,14 @@ def runtime_rows(job: RuntimeJob, writer, console) -> list[dict]:
 
 def probe_config(cfg: Config, static: Outcome, build: BuildResult, points: list[tuple[int, Point]], device: Target,
                  env: dict, seed: int, timeout_s: float, emit, stop: threading.Event | None = None) -> None:
-    """All points of one config on one device. `points` are (stable id, point) pairs."""
+    """All points of one config on one device. `points` are (stable id, point) pairs; `build` is None for a config
+    the family refuses to launch."""
+    why = _refusal(cfg)
+    if why or build is None:
+        for pid, point in points:
+            emit(cfg, device, ProbeResult(Verdict.UNSUPPORTED, f"not launched: {why or 'no harness was built'}", {}),
+                 point, pid)
+        return
     ptxas = build.ptxas() if build.ok else {}
     info = static.info  # updated in place: every row of this config (emit reads the same record) carries them
     info.compile_seconds = round(build.seconds, 1)
@@ -183,6 +192,11 @@ def probe_config(cfg: Config, static: Outcome, build: BuildResult, points: list[
                      by_id[pid], pid)
             return
         left = [i for i in left if i not in answered]
+
+
+def _refusal(cfg: Config) -> str | None:
+    refusal = family(cfg.family).launch_refusal
+    return refusal(cfg) if refusal else None
 
 
 def _noted(res: ProbeResult, static: Outcome, device: Target) -> ProbeResult:
