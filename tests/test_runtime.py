@@ -169,3 +169,20 @@ def test_flashinfer_moe_sm120_launches_are_refused_never_blamed(tmp_path, monkey
     assert rows and all(r["verdict"] == "unsupported" for r in rows)
     assert all("not verified" in r["reason"] and r["evidence"] == "none" for r in rows)
     assert built == [] and not log.exists()
+
+
+def test_a_check_that_counted_fewer_elements_than_the_point_has_verifies_nothing(tmp_path, monkeypatch, rng):
+    """checked_elements is what the harness's compare visited; one short of the point's sum of M x N: not `ok`."""
+    seed = rng.randrange(10**6)
+    probe = setup(tmp_path, monkeypatch, [tmp_path / "x"], seed)
+    k = rng.randrange(len(probe.points))
+    exe = fake_harness(tmp_path, {k: "short"})
+    monkeypatch.setattr(runtime, "build_many", lambda reqs, *a, **kw: [BuildResult(reqs[0], True, exe, "", 0.1, True, [])])
+    with ResultsWriter(tmp_path / "out") as w:
+        rows = runtime.runtime_rows(probe, w, Console(quiet=True))
+    by_id = {r["point_id"]: r for r in rows}
+    want = sum(m * n for m, n, _ in probe.points[k].problems)
+    assert by_id[k]["verdict"] == "unchecked" and f"counted {want - 1} elements but the point has {want}" in \
+        by_id[k]["reason"]
+    assert all(r["verdict"] == "ok" and r["checked_elements"] == sum(m * n for m, n, _ in probe.points[i].problems)
+               for i, r in by_id.items() if i != k)

@@ -177,7 +177,9 @@ def probe_config(cfg: Config, static: Outcome, build: BuildResult, points: list[
             ended: Ended | None = None
             for ev in run_points(cmd, point_timeout(timeout_s, [by_id[i] for i in left], device), env, stop):
                 if isinstance(ev, Answer) and ev.point in by_id:
-                    emit(cfg, device, _noted(classify(ev.data), static, device), by_id[ev.point], ev.point)
+                    point = by_id[ev.point]
+                    emit(cfg, device, _noted(classify(ev.data, expected_elements(cfg, point, ev.data)), static,
+                                             device), point, ev.point)
                     answered.add(ev.point)
                 elif isinstance(ev, Died) and ev.point in by_id:
                     emit(cfg, device, ProbeResult(ev.verdict, ev.reason, {}), by_id[ev.point], ev.point)
@@ -192,6 +194,13 @@ def probe_config(cfg: Config, static: Outcome, build: BuildResult, points: list[
                      by_id[pid], pid)
             return
         left = [i for i in left if i not in answered]
+
+
+def expected_elements(cfg: Config, point: Point, data: dict) -> int | None:
+    """How many output elements a full check of this point compares: the family's count (an epilogue with its own
+    output), else every group's M x N."""
+    count = family(cfg.family).checked_count
+    return count(cfg, point, data) if count else sum(m * n for m, n, _ in point.problems)
 
 
 def _refusal(cfg: Config) -> str | None:

@@ -170,6 +170,9 @@ class Family:
     # Why a config must not be launched even where its arch is present (None: it may be): a check whose reference
     # is not yet verified for it would blame a correct kernel. Such points get `unsupported` with this reason.
     launch_refusal: Callable[[Config], str | None] | None = None
+    explicit_stages: bool = True  # False: configs are built with the engine's stage rule only (no StageCount<N>)
+    # Output elements a full check of a point compares (config, point, harness answer), when not sum M x N.
+    checked_count: Callable[[Config, object, dict], int | None] | None = None
 
     def bits(self, cfg: Config) -> int:
         """Width of the activation elements (operand A before any swap): tile K bytes are spelled in it."""

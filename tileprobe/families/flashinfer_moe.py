@@ -59,6 +59,10 @@ def expand(arch: str, tiles: list[str] | None, epilogues: list[str] | None, swap
     for d in dtypes or ():
         if d not in DTYPES:
             raise UsageError(f"unknown dtypes {d!r}; known: {', '.join(DTYPES)}")
+    missing = [d for d in dtypes or () if d not in pairs]
+    if missing:
+        raise UsageError(f"flashinfer {t.version} dispatches no {', '.join(missing)} on {arch} (it takes "
+                         f"{', '.join(pairs) or 'none'} there)")
     pairs = [p for p in pairs if not dtypes or p in dtypes]
     epis = epilogues or list(EPILOGUE_IDS)
     for e in epis:
@@ -105,6 +109,15 @@ def _harness_args(cfg: Config, points: list) -> list[str]:
     return ["--topk", str(max(ks) if ks else 2)] if cfg.epilogue == "finalize" else []
 
 
+def _checked_count(cfg: Config, point, data: dict) -> int | None:
+    """gemm1: every group's M x N; finalize: the routed output, tokens x hidden (tokens as the harness routed them;
+    hidden is N of the point's problems, in the engine's unswapped space)."""
+    if cfg.epilogue != "finalize":
+        return sum(m * n for m, n, _ in point.problems)
+    tokens = data.get("tokens")
+    return tokens * point.problems[0][1] if isinstance(tokens, int) else None
+
+
 def _launch_refusal(cfg: Config) -> str | None:
     """SM120/121 configs are not launched: the runtime harness's block-scaled path is not verified for this family
     (operand decoding of MXFP8 x MXFP4, the finalize reference), so its check could call a correct engine kernel
@@ -147,4 +160,6 @@ FAMILY = Family(
     runs_point=_runs_point,
     harness_args=_harness_args,
     launch_refusal=_launch_refusal,
+    checked_count=_checked_count,
+    explicit_stages=False,  # the launcher's StageCountAutoCarveout only: a "2-stage" build would be the same kernel
 )
