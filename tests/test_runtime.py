@@ -137,12 +137,19 @@ def test_interrupt_keeps_rows_and_resume_completes(tmp_path, monkeypatch, rng):
     assert len(rows) == 3 * len(probe.points) and len({(r["config"], r["point_id"]) for r in rows}) == len(rows)
 
 
-@pytest.mark.parametrize("arch,dtypes", [("sm_120a", "nvfp4xnvfp4"), ("sm_120a", "mxfp8xmxfp4"),
-                                         ("sm_121a", "nvfp4xnvfp4")])
-def test_flashinfer_moe_sm120_launches_are_refused_never_blamed(tmp_path, monkeypatch, rng, arch, dtypes):
-    """On an SM120/121 GPU the flashinfer-moe check is not verified: no harness is built or started, every point is
-    `unsupported` with the reason, even where a harness would have answered (here: a fake that calls it wrong)."""
+@pytest.mark.parametrize("arch,dtypes,verified", [("sm_120a", "nvfp4xnvfp4", True), ("sm_120a", "mxfp8xmxfp4", True),
+                                                  ("sm_121a", "nvfp4xnvfp4", True), ("sm_120a", "nvfp4xnvfp4", False),
+                                                  ("sm_121a", "mxfp8xmxfp4", False)])
+def test_flashinfer_moe_sm120_launches_only_what_its_check_verified(tmp_path, monkeypatch, rng, arch, dtypes,
+                                                                    verified):
+    """On an SM120/121 GPU, flashinfer-moe variants whose reference was verified against an independent decode
+    (NVFP4, MXFP8 x MXFP4; both epilogues and swaps) are built and launched; a variant outside the verified set (here
+    the set emptied) is not built nor started: every point `unsupported` with the reason, never blamed."""
+    from tileprobe.families import flashinfer_moe as fim
     from tileprobe.families.base import Config, Tile
+
+    if not verified:
+        monkeypatch.setattr(fim, "SM120_CHECK_VERIFIED", frozenset())
 
     seed = rng.randrange(10**6)
     epi = rng.choice(["default", "finalize"])
@@ -164,11 +171,16 @@ def test_flashinfer_moe_sm120_launches_are_refused_never_blamed(tmp_path, monkey
     points = points_for(None, ["4:8:4096:7168"], [1], "uniform", 1, 1, seed)
     job = runtime.RuntimeJob(points, seed, [dev], [Outcome(cfg, Verdict.FITS, "sized", StaticInfo(stages=2,
                              smem_bytes=90000, threads_per_cta=384))], Tc(), 1, 60, 3)
+    monkeypatch.setattr(runtime, "expected_elements", lambda c, p, d: d.get("checked_elements"))
     with ResultsWriter(tmp_path / "out") as w:
         rows = runtime.runtime_rows(job, w, Console(quiet=True))
-    assert rows and all(r["verdict"] == "unsupported" for r in rows)
-    assert all("not verified" in r["reason"] and r["evidence"] == "none" for r in rows)
-    assert built == [] and not log.exists()
+    assert rows
+    if verified:
+        assert len(built) == 1 and log.exists() and all(r["verdict"] == "ok" for r in rows)
+    else:
+        assert all(r["verdict"] == "unsupported" for r in rows)
+        assert all("not verified" in r["reason"] and r["evidence"] == "none" for r in rows)
+        assert built == [] and not log.exists()
 
 
 def test_a_check_that_counted_fewer_elements_than_the_point_has_verifies_nothing(tmp_path, monkeypatch, rng):

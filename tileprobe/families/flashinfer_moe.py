@@ -118,15 +118,20 @@ def _checked_count(cfg: Config, point, data: dict) -> int | None:
     return tokens * point.problems[0][1] if isinstance(tokens, int) else None
 
 
+# The SM120 variants whose check is verified: the harness's data and fp32 reference (each operand as its element
+# type, scale factors in the collective's SF layout, the finalize routed sum) equal an independent numpy decode on the
+# H200 (tests/test_gpu_flashinfer_reference.py; results/h200/flashinfer-moe-reference). Any other SM120 variant is
+# refused at launch rather than risk an `incorrect` that blames a correct engine kernel.
+SM120_CHECK_VERIFIED = frozenset((d, e, s) for d in ("nvfp4xnvfp4", "mxfp8xmxfp4") for e in EPILOGUE_IDS
+                                 for s in (False, True))
+
+
 def _launch_refusal(cfg: Config) -> str | None:
-    """SM120/121 configs are not launched: the runtime harness's block-scaled path is not verified for this family
-    (operand decoding of MXFP8 x MXFP4, the finalize reference), so its check could call a correct engine kernel
-    `incorrect`. Sizes, builds and the identity with the engine's kernels stand; only the launch is refused."""
-    if ARCH_NUM[cfg.arch] != 120:
+    if ARCH_NUM[cfg.arch] != 120 or (cfg.get("dtypes"), cfg.epilogue, cfg.swap_ab) in SM120_CHECK_VERIFIED:
         return None
-    return (f"tileprobe's check of flashinfer-moe {cfg.get('dtypes')} on {cfg.arch} is not verified (block-scaled "
-            "operands and scale factors, and the finalize reference, are not yet decoded as the engine's kernels read "
-            "them), so a launch could blame a correct engine kernel; sizes and builds stand")
+    return (f"tileprobe's check of flashinfer-moe {cfg.get('dtypes')} {cfg.epilogue} (swap-AB "
+            f"{'on' if cfg.swap_ab else 'off'}) on {cfg.arch} is not verified against an independent decode, so a "
+            "launch could blame a correct engine kernel; sizes and builds stand")
 
 
 FAMILY = Family(
