@@ -256,7 +256,7 @@ def _random_engine_config(rng: random.Random):
         try:
             predict("flashinfer-moe", (c.tile.m, c.tile.n, c.tile.k), c.schedule, 0, c.epilogue, c.swap_ab, c.arch,
                     dtypes=c.get("dtypes"), cluster=c.cluster)
-        except Unbuildable:
+        except (Unbuildable, CannotPredict):  # not buildable, or a shape the model was never checked on
             continue
         return c
     pytest.fail("no flashinfer-moe config the model answers")
