@@ -47,9 +47,13 @@ T* upload(const std::vector<T>& v, const char* what) {
 
 // Scale-factor types exist only for block-scaled families; the placeholders keep the fp8 build from naming them.
 template <class C, bool = C::BlockScaled>
-struct SfTypes { using LA = int; using LB = int; };
+struct SfTypes { using LA = int; using LB = int; using SF = void; };
 template <class C>
-struct SfTypes<C, true> { using LA = typename C::LayoutSFA; using LB = typename C::LayoutSFB; };
+struct SfTypes<C, true> {
+  using LA = typename C::LayoutSFA;
+  using LB = typename C::LayoutSFB;
+  using SF = typename C::ElementSF;
+};
 
 // Everything a point measures, for its result line.
 struct Result {
@@ -92,6 +96,7 @@ struct FamilyRun {
   template <class H> void before_first_run(H& h) { h.poison_group_d(); }
   template <class H> void corrupt(H& h, int g) { h.corrupt_group_d(g); }
   template <class H> void check(H& h, Result& r) { h.check_groups(r); }
+  template <class H> void dump(H&, const std::string&, Json&) {}
 };
 
 // ---- The harness for one kernel config ----
@@ -101,6 +106,9 @@ struct Harness {
   using GemmKernel = typename Cfg::GemmKernel;
   using LSFA = typename SfTypes<Cfg>::LA;
   using LSFB = typename SfTypes<Cfg>::LB;
+  using ElementSF = typename SfTypes<Cfg>::SF;
+  // The reference's reader of one group's operands (each operand decoded as its own element type, times its scale).
+  using Ops = Operands<typename Cfg::DataA, typename Cfg::DataB, ElementSF, LSFA, LSFB>;
   using Fam = FamilyRun<Cfg>;
   // The kernel's own problem shape: int extents for tileprobe's families, int64 for flashinfer-moe.
   using Shape3 = typename GemmKernel::ProblemShape::UnderlyingProblemShape;
@@ -218,7 +226,6 @@ struct Harness {
       d_lsfa = upload(h_lsfa, "layout SFA");
       d_lsfb = upload(h_lsfb, "layout SFB");
     }
-    constexpr int data_kind = Cfg::BlockScaled ? kRawBytes : kFp8;
     // One allocation per set, carved into 256-byte-aligned buffers: R sets cost R cudaMallocs, not R x G x 6.
     auto padded = [](size_t bytes) { return (bytes + 255) & ~size_t(255); };
     size_t arena = 0;
@@ -243,13 +250,13 @@ struct Harness {
         GroupBufs b = sizes[g];
         b.a = static_cast<uint8_t*>(carve(b.a_bytes));
         b.b = static_cast<uint8_t*>(carve(b.b_bytes));
-        fill(b.a, b.a_bytes, seed + 1, data_kind);
-        fill(b.b, b.b_bytes, seed + 2, data_kind);
+        fill(b.a, b.a_bytes, seed + 1, Elem<typename Cfg::DataA>::kFill);
+        fill(b.b, b.b_bytes, seed + 2, Elem<typename Cfg::DataB>::kFill);
         if constexpr (Cfg::BlockScaled) {
           b.sfa = static_cast<uint8_t*>(carve(b.sfa_bytes));
           b.sfb = static_cast<uint8_t*>(carve(b.sfb_bytes));
-          fill(b.sfa, b.sfa_bytes, seed + 3, kScaleBytes);
-          fill(b.sfb, b.sfb_bytes, seed + 4, kScaleBytes);
+          fill(b.sfa, b.sfa_bytes, seed + 3, Scale<ElementSF>::kFill);
+          fill(b.sfb, b.sfb_bytes, seed + 4, Scale<ElementSF>::kFill);
         }
         size_t mn = size_t(p.m) * p.n;
         if (kHasC) {
@@ -271,19 +278,20 @@ struct Harness {
     ck(cudaDeviceSynchronize(), "fill kernels");
   }
 
+  // The reference's view of (set, group): its operand bytes, scale factors and SF layouts.
+  Ops operands(int s, int g) const {
+    const GroupBufs& b = sets[s].g[g];
+    if constexpr (Cfg::BlockScaled) return Ops{b.a, b.b, b.sfa, b.sfb, h_lsfa[g], h_lsfb[g], probs[g].k};
+    else return Ops{b.a, b.b, nullptr, nullptr, 0, 0, probs[g].k};
+  }
+
   // Reference for (set, group) into out (MxN row-major float) on the default stream; C contributes only when use_c.
   void reference(int s, int g, float beta, bool use_c, float* out, bool sync = true) {
     const Problem& p = probs[g];
     const GroupBufs& b = sets[s].g[g];
     dim3 block(128), grid((p.n + 127) / 128, std::min(p.m, 65535));
     const cutlass::bfloat16_t* c = use_c ? b.c : nullptr;
-    if constexpr (Cfg::BlockScaled) {
-      Nvfp4Operands<LSFA, LSFB> ops{b.a, b.b, b.sfa, b.sfb, h_lsfa[g], h_lsfb[g], p.k};
-      reference_kernel<<<grid, block>>>(ops, p.m, p.n, p.k, h_alpha[g], beta, c, kDColMajor, out);
-    } else {
-      Fp8Operands ops{b.a, b.b, p.k};
-      reference_kernel<<<grid, block>>>(ops, p.m, p.n, p.k, h_alpha[g], beta, c, kDColMajor, out);
-    }
+    reference_kernel<<<grid, block>>>(operands(s, g), p.m, p.n, p.k, h_alpha[g], beta, c, kDColMajor, out);
     ck(cudaGetLastError(), "reference kernel launch");
     if (sync) ck(cudaDeviceSynchronize(), "reference kernel");
   }
@@ -444,9 +452,22 @@ struct Harness {
     ck(cudaDeviceSynchronize(), "reference and compare kernels");
     std::vector<GroupStats> st(G);
     ck(cudaMemcpy(st.data(), d_st, G * sizeof(GroupStats), cudaMemcpyDeviceToHost), "cudaMemcpy(compare stats)");
+    fold_stats(st, r, [](int) { return true; }, [&](int g, size_t i) {
+      r.worst_row = (long long)(i / size_t(probs[g].n));
+      r.worst_col = (long long)(i % size_t(probs[g].n));
+    });
+  }
+
+  // The per-group compare stats into the point's result (every check uses this one reduction): counts summed over
+  // the groups `used(g)` admits, the worst element the one with the largest ratio (ties: the first group), placed by
+  // `where(g, i)` from its row-major index i in that group's compared block.
+  template <class Used, class Where>
+  static void fold_stats(const std::vector<GroupStats>& st, Result& r, Used used, Where where) {
     double num = 0, den = 0;
     unsigned long long best = 0;
-    for (int g = 0; g < G; ++g) {
+    bool any = false;
+    for (int g = 0; g < int(st.size()); ++g) {
+      if (!used(g)) continue;
       const GroupStats& s = st[g];
       r.checked_elements += (long long)s.checked;
       r.bad_elements += (long long)s.bad;
@@ -454,12 +475,11 @@ struct Harness {
       r.bad_groups += s.bad ? 1 : 0;
       num += s.num;
       den += s.den;
-      if (g == 0 || (s.worst_key >> 32) > (best >> 32)) {  // ratio only: ties keep the first group
+      if (!any || (s.worst_key >> 32) > (best >> 32)) {  // ratio only: ties keep the first group
+        any = true;
         best = s.worst_key;
-        size_t i = size_t(0xFFFFFFFFull - (s.worst_key & 0xFFFFFFFFull));
         r.worst_group = g;
-        r.worst_row = (long long)(i / size_t(probs[g].n));
-        r.worst_col = (long long)(i % size_t(probs[g].n));
+        where(g, worst_index(s.worst_key));
         r.worst_value = s.worst_value;
         r.worst_ref = s.worst_ref;
       }
@@ -544,10 +564,23 @@ struct Harness {
     return why;
   }
 
-  // --reference-dump: group 0 of set 0, raw operand bytes and the fp32 reference (beta = 0, no C).
+  // --reference-dump files: raw bytes into DIR/name, from the host or the device.
+  static void write_host(const std::string& dir, const std::string& name, const void* host, size_t bytes) {
+    std::ofstream f(dir + "/" + name, std::ios::binary);
+    f.write(static_cast<const char*>(host), std::streamsize(bytes));
+    if (!f) throw Failure{"cannot write " + dir + "/" + name};
+  }
+  static void write_device(const std::string& dir, const std::string& name, const void* dev, size_t bytes) {
+    std::vector<char> host(bytes);
+    ck(cudaMemcpy(host.data(), dev, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy(" + name + ")");
+    write_host(dir, name, host.data(), bytes);
+  }
+
+  // --reference-dump: group 0 of set 0, raw operand bytes and the fp32 reference (beta = 0, no C, alpha = group 0's
+  // alpha); then whatever the family adds (FlashInfer's finalize: every group and the routed output's reference).
   std::string dump(const std::string& dir) {
     if constexpr (!Cfg::BlockScaled) {
-      throw Failure{"--reference-dump is only for block-scaled (nvfp4) builds"};
+      throw Failure{"--reference-dump is only for block-scaled builds"};
     } else {
       allocate(1);
       const Problem& p = probs[0];
@@ -556,21 +589,16 @@ struct Harness {
       float* d_ref = static_cast<float*>(dalloc(mn * sizeof(float), "reference"));
       reference(0, 0, 0.0f, false, d_ref);
       if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) throw Failure{"mkdir(" + dir + "): " + std::strerror(errno)};
-      auto write = [&](const char* name, const void* dev, size_t bytes) {
-        std::vector<char> host(bytes);
-        ck(cudaMemcpy(host.data(), dev, bytes, cudaMemcpyDeviceToHost), std::string("cudaMemcpy(") + name + ")");
-        std::ofstream f(dir + "/" + name, std::ios::binary);
-        f.write(host.data(), std::streamsize(bytes));
-        if (!f) throw Failure{std::string("cannot write ") + dir + "/" + name};
-      };
-      write("A.bin", b.a, b.a_bytes);
-      write("B.bin", b.b, b.b_bytes);
-      write("SFA.bin", b.sfa, b.sfa_bytes);
-      write("SFB.bin", b.sfb, b.sfb_bytes);
-      write("D_ref.bin", d_ref, mn * sizeof(float));
+      write_device(dir, "A.bin", b.a, b.a_bytes);
+      write_device(dir, "B.bin", b.b, b.b_bytes);
+      write_device(dir, "SFA.bin", b.sfa, b.sfa_bytes);
+      write_device(dir, "SFB.bin", b.sfb, b.sfb_bytes);
+      write_device(dir, "D_ref.bin", d_ref, mn * sizeof(float));
       Json meta;
       meta.add("M", jint(p.m)).add("N", jint(p.n)).add("K", jint(p.k));
-      meta.add("alpha", jnum(opt.alpha)).add("sfa_bytes", jint((long long)b.sfa_bytes)).add("sfb_bytes", jint((long long)b.sfb_bytes));
+      meta.add("alpha", jnum(h_alpha[0])).add("sfa_bytes", jint((long long)b.sfa_bytes)).add("sfb_bytes", jint((long long)b.sfb_bytes));
+      meta.add("bits_a", jint(kBitsA)).add("bits_b", jint(kBitsB)).add("sf_vector", jint(Cfg::SFVector));
+      fam.dump(*this, dir, meta);
       std::ofstream f(dir + "/meta.json");
       f << meta.str() << "\n";
       if (!f) throw Failure{"cannot write " + dir + "/meta.json"};

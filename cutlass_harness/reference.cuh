@@ -6,10 +6,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "cute/tensor.hpp"
 #include "cutlass/bfloat16.h"
 #include "cutlass/float8.h"
+#include "cutlass/float_subbyte.h"
 
 __host__ __device__ inline uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
   x += 0x9E3779B97F4A7C15ull;
@@ -18,10 +20,11 @@ __host__ __device__ inline uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
   return x ^ (x >> 31);
 }
 
-enum FillKind { kRawBytes = 0, kScaleBytes = 1, kFp8 = 2, kBf16 = 3 };
+enum FillKind { kRawBytes = 0, kScaleBytes = 1, kFp8 = 2, kBf16 = 3, kScaleUe8m0 = 4 };
 
 // kRawBytes: any byte (two e2m1 codes, all valid); kScaleBytes: ue4m3 with exponent field 6..9 (0.5 .. 7.5);
-// kFp8: uniform [-2, 2] as e4m3; kBf16: uniform [-1, 1].
+// kFp8: uniform [-2, 2] as e4m3 (never the NaN codes 0x7F / 0xFF); kBf16: uniform [-1, 1];
+// kScaleUe8m0: ue8m0 exponents 124..130 (2^-3 .. 2^3; never the NaN code 0xFF).
 __global__ void fill_kernel(void* p, size_t n, uint64_t seed, int kind) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     uint64_t r = mix64(seed ^ mix64(i));
@@ -30,49 +33,75 @@ __global__ void fill_kernel(void* p, size_t n, uint64_t seed, int kind) {
       case kRawBytes: static_cast<uint8_t*>(p)[i] = uint8_t(r >> 24); break;
       case kScaleBytes: static_cast<uint8_t*>(p)[i] = uint8_t(((6 + ((r >> 32) & 3)) << 3) | ((r >> 40) & 7)); break;
       case kFp8: static_cast<uint8_t*>(p)[i] = cutlass::float_e4m3_t(-2.0f + 4.0f * u).storage; break;
+      case kScaleUe8m0: static_cast<uint8_t*>(p)[i] = uint8_t(124 + (r >> 32) % 7); break;
       default: static_cast<cutlass::bfloat16_t*>(p)[i] = cutlass::bfloat16_t(-1.0f + 2.0f * u); break;
     }
   }
 }
 
-__device__ inline float decode_minifloat(int bits, int exp_bits, int man_bits, int bias) {  // no sign, no NaN
+__host__ __device__ inline float decode_minifloat(int bits, int exp_bits, int man_bits, int bias) {  // no sign, no NaN
   int e = (bits >> man_bits) & ((1 << exp_bits) - 1), m = bits & ((1 << man_bits) - 1);
   float frac = float(m) / float(1 << man_bits);
   return e == 0 ? ldexpf(frac, 1 - bias) : ldexpf(1.0f + frac, e - bias);
 }
-__device__ inline float decode_e4m3(uint8_t b) {
+__host__ __device__ inline float decode_e4m3(uint8_t b) {
   if ((b & 0x7F) == 0x7F) return NAN;
   float v = decode_minifloat(b & 0x7F, 4, 3, 7);
   return (b & 0x80) ? -v : v;
 }
-__device__ inline float decode_ue4m3(uint8_t b) { return decode_minifloat(b & 0x7F, 4, 3, 7); }
-__device__ inline float decode_e2m1(uint8_t nib) {
+__host__ __device__ inline float decode_ue4m3(uint8_t b) { return decode_minifloat(b & 0x7F, 4, 3, 7); }
+__host__ __device__ inline float decode_ue8m0(uint8_t b) { return b == 0xFF ? NAN : ldexpf(1.0f, int(b) - 127); }
+__host__ __device__ inline float decode_e2m1(uint8_t nib) {
   float v = decode_minifloat(nib & 7, 2, 1, 1);  // 0, 0.5, 1, 1.5, 2, 3, 4, 6
   return (nib & 8) ? -v : v;
 }
 
-// Operand readers for the reference: A is MxK row-major, B is NxK with K contiguous.
-struct Fp8Operands {
-  const uint8_t *a, *b;
-  int k;
-  __device__ float A(int m, int kk) const { return decode_e4m3(a[size_t(m) * k + kk]); }
-  __device__ float B(int n, int kk) const { return decode_e4m3(b[size_t(n) * k + kk]); }
+// How one operand element type is stored, filled and decoded (the harness's own decoders, not CUTLASS's).
+template <class T>
+struct Elem;
+template <>
+struct Elem<cutlass::float_e2m1_t> {  // packed: element i in byte i/2, low nibble first
+  static constexpr int kFill = kRawBytes;
+  __device__ static float at(const uint8_t* p, size_t i) { return decode_e2m1((p[i >> 1] >> ((i & 1) * 4)) & 15); }
+};
+template <>
+struct Elem<cutlass::float_e4m3_t> {  // one byte each
+  static constexpr int kFill = kFp8;
+  __device__ static float at(const uint8_t* p, size_t i) { return decode_e4m3(p[i]); }
 };
 
-template <class LayoutSFA, class LayoutSFB>
-struct Nvfp4Operands {
+// Scale-factor types: NVFP4's ue4m3 (per 16 along K), MX's ue8m0 (per 32).
+template <class T>
+struct Scale;
+template <>
+struct Scale<cutlass::float_ue4m3_t> {
+  static constexpr int kFill = kScaleBytes;
+  __device__ static float dec(uint8_t b) { return decode_ue4m3(b); }
+};
+template <>
+struct Scale<cutlass::float_ue8m0_t> {
+  static constexpr int kFill = kScaleUe8m0;
+  __device__ static float dec(uint8_t b) { return decode_ue8m0(b); }
+};
+
+// Operand readers for the reference: A is MxK row-major, B is NxK with K contiguous, each of its own element type;
+// block-scaled (TSF not void): times its scale factor, read through the kernel's own SF layout (the collective's
+// Sm1xxBlkScaledConfig: swizzled, stride 0 within a scale vector).
+template <class TA, class TB, class TSF = void, class LSFA = int, class LSFB = int>
+struct Operands {
   const uint8_t *a, *b, *sfa, *sfb;
-  LayoutSFA lsfa;
-  LayoutSFB lsfb;
+  LSFA lsfa;
+  LSFB lsfb;
   int k;
-  // Packed e2m1: element i sits in byte i/2, low nibble first.
-  __device__ static float nib(const uint8_t* p, size_t i) { return decode_e2m1((p[i >> 1] >> ((i & 1) * 4)) & 15); }
-  // Scale factors are read through CUTLASS's own (swizzled, stride-0-within-16) layout.
-  __device__ float A(int m, int kk) const {
-    return nib(a, size_t(m) * k + kk) * decode_ue4m3(cute::make_tensor(sfa, lsfa)(m, kk, 0));
+  __device__ float A(long long m, int kk) const {
+    float v = Elem<TA>::at(a, size_t(m) * k + kk);
+    if constexpr (!std::is_void_v<TSF>) v *= Scale<TSF>::dec(cute::make_tensor(sfa, lsfa)(int(m), kk, 0));
+    return v;
   }
-  __device__ float B(int n, int kk) const {
-    return nib(b, size_t(n) * k + kk) * decode_ue4m3(cute::make_tensor(sfb, lsfb)(n, kk, 0));
+  __device__ float B(long long n, int kk) const {
+    float v = Elem<TB>::at(b, size_t(n) * k + kk);
+    if constexpr (!std::is_void_v<TSF>) v *= Scale<TSF>::dec(cute::make_tensor(sfb, lsfb)(int(n), kk, 0));
+    return v;
   }
 };
 
@@ -107,7 +136,7 @@ struct GroupStats {
 
 constexpr int kCompareThreads = 256;
 
-__device__ inline size_t worst_index(unsigned long long key) { return size_t(0xFFFFFFFFull - (key & 0xFFFFFFFFull)); }
+__host__ __device__ inline size_t worst_index(unsigned long long key) { return size_t(0xFFFFFFFFull - (key & 0xFFFFFFFFull)); }
 
 __global__ void __launch_bounds__(kCompareThreads) ref_sq_kernel(const float* ref, size_t mn, GroupStats* st) {
   double acc = 0;
@@ -124,9 +153,10 @@ __global__ void __launch_bounds__(kCompareThreads)
                    double rtol, GroupStats* st) {
   size_t mn = size_t(M) * N;
   atol *= sqrt(st->ref_sq / double(mn > 0 ? mn : 1));  // in units of the group's reference RMS
-  unsigned long long bad = 0, nonfinite = 0, key = 0;
+  unsigned long long bad = 0, nonfinite = 0, key = 0, seen = 0;
   double num = 0, den = 0;
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < mn; i += size_t(gridDim.x) * blockDim.x) {
+    ++seen;  // counted, not assumed: checked_elements is what the compare visited
     size_t m = i / size_t(N), n = i % size_t(N);
     double r = ref[i];
     double v = float(d[col_major ? n * size_t(M) + m : i]);
@@ -144,23 +174,25 @@ __global__ void __launch_bounds__(kCompareThreads)
   }
   for (int o = 16; o > 0; o >>= 1) {
     bad += __shfl_down_sync(0xFFFFFFFFu, bad, o);
+    seen += __shfl_down_sync(0xFFFFFFFFu, seen, o);
     nonfinite += __shfl_down_sync(0xFFFFFFFFu, nonfinite, o);
     num += __shfl_down_sync(0xFFFFFFFFu, num, o);
     den += __shfl_down_sync(0xFFFFFFFFu, den, o);
     unsigned long long k = __shfl_down_sync(0xFFFFFFFFu, key, o);
     key = k > key ? k : key;
   }
-  __shared__ unsigned long long s_bad[32], s_nonfinite[32], s_key[32];
+  __shared__ unsigned long long s_bad[32], s_nonfinite[32], s_key[32], s_seen[32];
   __shared__ double s_num[32], s_den[32];
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) s_bad[warp] = bad, s_nonfinite[warp] = nonfinite, s_key[warp] = key, s_num[warp] = num, s_den[warp] = den;
+  if (lane == 0) s_bad[warp] = bad, s_seen[warp] = seen, s_nonfinite[warp] = nonfinite, s_key[warp] = key, s_num[warp] = num, s_den[warp] = den;
   __syncthreads();
   if (threadIdx.x != 0) return;
   for (int w = 1; w < int(blockDim.x + 31) / 32; ++w) {
-    bad += s_bad[w], nonfinite += s_nonfinite[w], num += s_num[w], den += s_den[w];
+    bad += s_bad[w], seen += s_seen[w], nonfinite += s_nonfinite[w], num += s_num[w], den += s_den[w];
     key = s_key[w] > key ? s_key[w] : key;
   }
   if (bad) atomicAdd(&st->bad, bad);
+  atomicAdd(&st->checked, seen);
   if (nonfinite) atomicAdd(&st->nonfinite, nonfinite);
   atomicAdd(&st->num, num);
   atomicAdd(&st->den, den);
@@ -171,7 +203,6 @@ __global__ void __launch_bounds__(kCompareThreads)
 __global__ void worst_values_kernel(const cutlass::bfloat16_t* d, const float* ref, int M, int N, bool col_major,
                                     GroupStats* st) {
   size_t i = worst_index(st->worst_key), m = i / size_t(N), n = i % size_t(N);
-  st->checked = static_cast<unsigned long long>(M) * N;
   st->worst_value = float(d[col_major ? n * size_t(M) + m : i]);
   st->worst_ref = ref[i];
 }

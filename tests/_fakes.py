@@ -6,16 +6,24 @@ import textwrap
 from pathlib import Path
 
 # Reads the problems file ('point R ID' lines), announces each point, then does what BEHAVIOUR says for that point:
-# 'ok' (a verified answer), 'sticky' (a launch-error answer, then exit 3 as the real harness does after a sticky
+# 'ok' (a verified answer, every element of the point's problems counted), 'short' (verified, one element short),
+# 'sticky' (a launch-error answer, then exit 3 as the real harness does after a sticky
 # CUDA error), 'segv' (dies during the point), 'hang' (never answers), 'unchecked' (no correctness fields),
 # 'die-before' (exits 1 before announcing anything).
 PROLOGUE = """
 import json, os, signal, sys, time
 path = sys.argv[sys.argv.index("--problems") + 1]
-ids = [int(l.split()[2]) for l in open(path) if l.startswith("point")]
+ids, sizes = [], {}
+for l in open(path):
+    if l.startswith("point"):
+        ids.append(int(l.split()[2]))
+        sizes[ids[-1]] = 0
+    elif l.strip():
+        m, n, k = map(int, l.split())
+        sizes[ids[-1]] += m * n
 def answer(pid, **extra):
     d = {"event": "result", "point": pid, "launch_status": "ok", "launch_reason": None, "rel_err": 0.002,
-         "nonfinite": 0, "checked_elements": 4096, "bad_elements": 0, "bad_groups": 0, "groups": 4,
+         "nonfinite": 0, "checked_elements": sizes[pid], "bad_elements": 0, "bad_groups": 0, "groups": 4,
          "worst_group": 1, "worst_row": 3, "worst_col": 7, "worst_value": 1.0, "worst_ref": 1.0, "worst_ratio": 0.1,
          "atol": 0.05, "rtol": 0.02, "us": [5.0, 5.5, 6.0], "us_graph": [4.0, 4.5, 5.0], "l2_bytes": 52428800,
          "rotation_bytes": 209715200, "smem_optin": 232448, "smem_bytes": 1000, "stages": 4}
@@ -41,6 +49,8 @@ def fake_harness(tmp_path: Path, behaviour: dict, default: str = "ok", name: str
         elif what == "slow":
             time.sleep(0.4)
             answer(pid)
+        elif what == "short":
+            answer(pid, checked_elements=sizes[pid] - 1)
         elif what == "unchecked":
             answer(pid, rel_err=None, bad_elements=None, checked_elements=None)
         elif what == "sticky":

@@ -68,7 +68,7 @@ def add_runtime(rng: random.Random, static: list[dict], batches=(1, 8, 32, 128),
                          reason="rel. Frobenius error 0.5 > tolerance 0.02")
             else:
                 us = round(rng.uniform(5, 500), 3)
-                gb = round(p.bytes_moved(4, 16, s["epilogue"] == "with-c") / (us * 1e-6) / 1e9, 1)
+                gb = round(p.bytes_moved(4, 4, 16, s["epilogue"] == "with-c") / (us * 1e-6) / 1e9, 1)
                 r.update(verdict="ok", evidence="verified", launch_status="ok", rel_err=0.004, bad_elements=0,
                          us_median=us, us_spread=round(us * rng.uniform(0.002, 0.02), 3),
                          tflops=round(p.flops() / (us * 1e-6) / 1e12, 2), gbps=gb,

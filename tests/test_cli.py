@@ -131,3 +131,22 @@ def test_top_level_help_has_examples_and_loads_no_heavy_module():
             f"print('LOADED', [m for m in {heavy!r} if m in sys.modules])")
     q = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert "LOADED []" in q.stdout, q.stdout[-500:] + q.stderr[-500:]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--stages", "2"], "--stages 2 does not apply"),
+    (["--stages", "auto,3"], "--stages 0,3 does not apply"),
+    (["--schedules", "cooperative"], "--schedules cooperative does not apply"),
+    (["--cluster", "2x1x1"], "--cluster 2x1x1 does not apply"),
+    (["--dtypes", "fp8xfp8"], "dispatches no fp8xfp8 on sm_120a"),
+    (["--dtypes", "nvfp4xnvfp4,fp8xfp8"], "dispatches no fp8xfp8 on sm_120a"),
+])
+def test_flashinfer_moe_options_it_cannot_honour_are_refused(args, needle, tmp_path):
+    """flashinfer-moe builds the engine's tactics (schedule, stages, cluster fixed by the engine); options that would
+    change them, or a dtype pair the engine does not dispatch on the arch, are one line and exit 2, not ignored."""
+    p = tileprobe("sweep", "--static-only", "--family", "flashinfer-moe", "--target", "rtx-pro-6000", *args,
+                  "--out", str(tmp_path / "o"))
+    assert p.returncode == 2, p.stdout[-2000:] + p.stderr
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and needle in lines[0], p.stderr
+    assert not (tmp_path / "o" / "results.jsonl").exists() or not (tmp_path / "o" / "results.jsonl").read_text()

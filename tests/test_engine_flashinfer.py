@@ -1,19 +1,23 @@
 """flashinfer-moe: the engine reader (plain unit tests) and the identity proof (nvcc).
 
 The identity proof runs FlashInfer's own kernel generator from the installed package (without importing flashinfer),
-compiles one gemm1 (default epilogue) and one gemm2 (finalize) instantiation for SM120 exactly as FlashInfer's JIT
-does, compiles tileprobe's FlashinferMoeKernel for the same tactics, and compares the mangled kernel entry names.
+compiles its instantiations exactly as FlashInfer's JIT does (NVFP4 gemm1 and gemm2 with swap off and on, MXFP8 x
+MXFP4 gemm1 and gemm2, one sm_121a build, one SM90 FP8 cluster 2x1), compiles tileprobe's FlashinferMoeKernel for
+the same tactics, and compares the mangled kernel entry names.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shutil
 import subprocess
 import sys
 import time
 import types
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -169,7 +173,7 @@ _INST = re.compile(r"#if[^\n]*\n\s*INSTANTIATE_TMA_WARP_SPECIALIZED_MOE_GEMM\((.
 _ENTRY = re.compile(r"^\s*(?:\.visible\s+)?\.entry\s+([A-Za-z_$][\w$]*)", re.M)
 
 
-def _run_generator(fi_root: Path, out: Path) -> list[Path]:
+def _run_generator(fi_root: Path, out: Path, sm: str = "120") -> list[Path]:
     """FlashInfer's generate_kernels.py, loaded as a stand-alone package so that flashinfer itself is not imported."""
     gen_dir = fi_root / ef.GENERATOR.parent
     pkg_name = "_tileprobe_fi_cutlass_gen"
@@ -181,28 +185,32 @@ def _run_generator(fi_root: Path, out: Path) -> list[Path]:
         mod = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = mod
         spec.loader.exec_module(mod)
-        # As gen_cutlass_fused_moe_module does for the SM120 module: generate_gemm_operations(dir, "120;120-real").
-        mod.generate_gemm_operations(str(out), "120;120-real")
+        # As gen_cutlass_fused_moe_module does for each arch's module: generate_gemm_operations(dir, "120;120-real").
+        mod.generate_gemm_operations(str(out), f"{sm};{sm}-real")
     finally:
         for name in [n for n in sys.modules if n.startswith(pkg_name)]:
             del sys.modules[name]
-    assert "flashinfer" not in sys.modules or True  # (flashinfer may be imported by others; we never import it)
-    return sorted(out.rglob("*sm120*.generated.cu"))
+    return sorted(out.rglob(f"*grouped_sm{sm}*.generated.cu"))
 
 
-def _sm120_module_flags(fi_root: Path) -> list[str]:
-    """The -D flags gen_cutlass_fused_moe_sm120_module passes, read from jit/fused_moe.py, plus what FlashInfer's
-    JIT adds to every CUDA source (jit/core.py gen_jit_spec, jit/cpp_ext.py build_cuda_cflags)."""
+_COMMON = ["-std=c++17", "-use_fast_math", "-DFLASHINFER_ENABLE_F16", "-DFLASHINFER_ENABLE_BF16",
+           "-DFLASHINFER_ENABLE_FP8_E4M3", "-DFLASHINFER_ENABLE_FP8_E5M2", "-DNDEBUG", "-O3",
+           "--expt-relaxed-constexpr", "-static-global-template-stub=false",
+           "-DFLASHINFER_ENABLE_FP8_E8M0", "-DFLASHINFER_ENABLE_FP4_E2M1"]
+
+
+def _module_flags(fi_root: Path, sm: str, gencode: str) -> list[str]:
+    """The -D flags gen_cutlass_fused_moe_sm{sm}_module passes, read from jit/fused_moe.py, plus what FlashInfer's
+    JIT adds to every CUDA source (jit/core.py gen_jit_spec, jit/cpp_ext.py build_cuda_cflags; for SM90 its
+    sm90a_nvcc_flags), and the gencode of the GPU it is built for (SM121 builds the SM120 module for sm_121a)."""
     src = (fi_root / ef.JIT_FUSED_MOE).read_text()
-    m = re.search(r"def gen_cutlass_fused_moe_sm120_module\(.*?\n(.*?)\n(?:def |\Z)", src, re.S)
-    assert m, "gen_cutlass_fused_moe_sm120_module not found"
-    module = re.findall(r'"(-D[A-Za-z0-9_=]+)"', m.group(1))
-    assert "-DCOMPILE_BLACKWELL_SM120_TMA_GROUPED_GEMMS" in module and "-DENABLE_FP4" in module
-    common = ["-std=c++17", "-use_fast_math", "-DFLASHINFER_ENABLE_F16", "-DFLASHINFER_ENABLE_BF16",
-              "-DFLASHINFER_ENABLE_FP8_E4M3", "-DFLASHINFER_ENABLE_FP8_E5M2", "-DNDEBUG", "-O3",
-              "--expt-relaxed-constexpr", "-static-global-template-stub=false",
-              "-DFLASHINFER_ENABLE_FP8_E8M0", "-DFLASHINFER_ENABLE_FP4_E2M1"]
-    return common + module + ["-gencode=arch=compute_120a,code=sm_120a"]
+    m = re.search(rf"def gen_cutlass_fused_moe_sm{sm}_module\(.*?\n(.*?)\n(?:def |\Z)", src, re.S)
+    assert m, f"gen_cutlass_fused_moe_sm{sm}_module not found"
+    module = [f for f in re.findall(r'"(-D[A-Za-z0-9_=]+)"', m.group(1)) if "PREBUILT_D" not in f]  # H20 variant
+    assert "-DENABLE_FP4" in module and ("-DCOMPILE_BLACKWELL_SM120_TMA_GROUPED_GEMMS" in module if sm == "120"
+                                         else "-DCOMPILE_HOPPER_TMA_GROUPED_GEMMS" in module)
+    extra = ["-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED"] if sm == "90" else []
+    return _COMMON + extra + module + [f"-gencode=arch=compute_{gencode},code=sm_{gencode}"]
 
 
 def _fi_includes(tree: ef.FlashinferTree) -> list[str]:
@@ -230,46 +238,85 @@ def _params(args: str) -> dict:
             "mxfpx": a[13] == "true", "swap": a[16] == "true"}
 
 
-@pytest.mark.nvcc
-def test_kernel_symbols_identical_to_flashinfer(tmp_path, nvcc_path):
-    tree = _installed()
-    t0 = time.monotonic()
-    files = _run_generator(tree.root, tmp_path / "gen")
-    assert files, "flashinfer's generator wrote no SM120 files"
-    # The tactic: the first NVFP4 candidate the engine keeps for grouped GEMM, in the CUTLASS K elements the
-    # generator spells (K bytes * 8 / 4 bits).
-    tactic = ef.sm120_tactics(0, tree)[0]
-    cta = (tactic.tile_m, tactic.tile_n, tactic.k_elements(4))
-    chosen: dict[str, tuple[str, str, dict]] = {}
+@dataclass(frozen=True)
+class _Variant:
+    """One engine instantiation: FlashInfer's generator arguments and tileprobe's template arguments for it."""
+    name: str
+    sm: str  # the generator's arch ("120" builds SM120 and SM121, "90" Hopper)
+    gencode: str  # what nvcc builds it for
+    act: str
+    weight: str
+    fusion: str  # NONE (gemm1, default epilogue) or FINALIZE (gemm2)
+    swap: bool
+    cta: tuple[int, int, int]  # K in elements, as the generator spells it
+    cga: tuple[int, int, int]
+    tp_args: str  # FlashinferMoeKernel<...>
+
+
+def _variants(tree: ef.FlashinferTree) -> list[_Variant]:
+    """gemm1 and gemm2 of NVFP4 (each with swap off and on: finalize without swap is the tactic users' autotuners try
+    and #4841 reports), MXFP8 x MXFP4 gemm1 and gemm2, one sm_121a build, one SM90 FP8 cluster 2x1."""
+    nv, mx = ef.sm120_tactics(0, tree)[0], ef.sm120_tactics(1, tree)[0]
+    out = []
+    for swap in (False, True):
+        for fusion in ("NONE", "FINALIZE"):
+            out.append(_Variant(f"nvfp4 {fusion} swap={swap}", "120", "120a", "SafeFP4", "SafeFP4", fusion, swap,
+                                (nv.tile_m, nv.tile_n, nv.k_elements(4)), (1, 1, 1),
+                                f"{nv.tile_m}, {nv.tile_n}, {nv.k_bytes}, 0, {int(fusion == 'FINALIZE')}, {int(swap)}, 120"))
+    for fusion, swap in (("NONE", False), ("FINALIZE", True)):
+        out.append(_Variant(f"mxfp8xmxfp4 {fusion} swap={swap}", "120", "120a", "__nv_fp8_e4m3", "SafeFP4", fusion,
+                            swap, (mx.tile_m, mx.tile_n, mx.k_elements(8)), (1, 1, 1),
+                            f"{mx.tile_m}, {mx.tile_n}, {mx.k_bytes}, 1, {int(fusion == 'FINALIZE')}, {int(swap)}, 120"))
+    out.append(_Variant("nvfp4 FINALIZE swap=False sm_121a", "120", "121a", "SafeFP4", "SafeFP4", "FINALIZE", False,
+                        (nv.tile_m, nv.tile_n, nv.k_elements(4)), (1, 1, 1),
+                        f"{nv.tile_m}, {nv.tile_n}, {nv.k_bytes}, 0, 1, 0, 120"))
+    out.append(_Variant("fp8 FINALIZE swap=True sm_90a cluster 2x1", "90", "90a", "__nv_fp8_e4m3", "__nv_fp8_e4m3",
+                        "FINALIZE", True, (128, 64, 128), (2, 1, 1), "128, 64, 128, 2, 1, 1, 90, 2, 1"))
+    return out
+
+
+def _find(files: list[Path], v: _Variant) -> tuple[str, str]:
+    """(header, instantiation block) of the generator's bf16-output instantiation matching the variant."""
     for f in files:
         text = f.read_text()
-        header = text[:text.index("namespace tensorrt_llm")]
         for m in _INST.finditer(text):
             p = _params(m.group(1))
-            if (p["act"], p["weight"], p["out"], p["cta"], p["cga"]) != ("SafeFP4", "SafeFP4", "__nv_bfloat16", cta,
-                                                                          (1, 1, 1)):
-                continue
-            key = {("NONE", False): "gemm1", ("FINALIZE", True): "gemm2"}.get((p["fusion"], p["swap"]))
-            if key and key not in chosen:
-                chosen[key] = (header, m.group(0), p)
-    assert set(chosen) == {"gemm1", "gemm2"}, f"generator lacks {tactic.name} NVFP4 instantiations"
-    headers = {h for h, _, _ in chosen.values()}
-    assert len(headers) == 1
-    fi_src = tmp_path / "flashinfer_side.cu"
-    fi_src.write_text(headers.pop() + "namespace tensorrt_llm {\nnamespace kernels {\nnamespace cutlass_kernels_oss {\n"
-                      + "\n".join(block for _, block, _ in chosen.values()) + "\n}\n}\n}\n")
-    tp_src = tmp_path / "tileprobe_side.cu"
-    lines = ['#include "families/flashinfer_moe.cuh"']
-    for i, (_, _, p) in enumerate(chosen.values()):
-        targs = (f"{tactic.tile_m}, {tactic.tile_n}, {tactic.k_bytes}, 0, {int(p['fusion'] == 'FINALIZE')}, "
-                 f"{int(p['swap'])}, 120")
-        lines.append(f"void* tp_entry{i} = (void*)&cutlass::device_kernel<"
-                     f"tileprobe::FlashinferMoeKernel<{targs}>::GemmKernel>;")
-    tp_src.write_text("\n".join(lines) + "\n")
+            if (p["act"], p["weight"], p["out"], p["fusion"], p["swap"], p["cta"], p["cga"]) == \
+                    (v.act, v.weight, "__nv_bfloat16", v.fusion, v.swap, v.cta, v.cga):
+                return text[:text.index("namespace tensorrt_llm")], m.group(0)
+    raise AssertionError(f"flashinfer's generator has no instantiation for {v.name} {v.cta} {v.cga}")
 
-    flags = _sm120_module_flags(tree.root) + _fi_includes(tree)
-    fi_entries = _entries(nvcc_path, flags, fi_src)
-    tp_entries = _entries(nvcc_path, flags + [f"-I{HARNESS}"], tp_src)
-    print(f"{tactic.name}: {len(fi_entries)} flashinfer entries, {time.monotonic() - t0:.0f} s")
-    assert len(fi_entries) == 2 and all(e.startswith("_ZN7cutlass13device_kernel") for e in fi_entries)
-    assert tp_entries == fi_entries
+
+@pytest.mark.nvcc
+def test_kernel_symbols_identical_to_flashinfer(tmp_path, nvcc_path):
+    """Each variant's mangled kernel entry is the same from FlashInfer's generated instantiation and from tileprobe's
+    FlashinferMoeKernel, compiled with the module's own flags. One nvcc call per side and build target (variants of a
+    target share a file), the calls in parallel."""
+    tree = _installed()
+    t0 = time.monotonic()
+    files = {sm: _run_generator(tree.root, tmp_path / f"gen{sm}", sm) for sm in ("120", "90")}
+    assert files["120"] and files["90"], "flashinfer's generator wrote no grouped SM120 / SM90 files"
+    variants = _variants(tree)
+    jobs = []  # (gencode, side, source, flags, variants)
+    for gencode in dict.fromkeys(v.gencode for v in variants):
+        mine = [v for v in variants if v.gencode == gencode]
+        found = [_find(files[v.sm], v) for v in mine]
+        headers = {h for h, _ in found}
+        assert len(headers) == 1, f"{gencode}: instantiations from files with different headers"
+        fi_src = tmp_path / f"flashinfer_side_{gencode}.cu"
+        fi_src.write_text(headers.pop() + "namespace tensorrt_llm {\nnamespace kernels {\nnamespace cutlass_kernels_oss {\n"
+                          + "\n".join(dict.fromkeys(b for _, b in found)) + "\n}\n}\n}\n")
+        tp_src = tmp_path / f"tileprobe_side_{gencode}.cu"
+        tp_src.write_text('#include "families/flashinfer_moe.cuh"\n' + "".join(
+            f"void* tp_entry{i} = (void*)&cutlass::device_kernel<tileprobe::FlashinferMoeKernel<{v.tp_args}>::GemmKernel>;\n"
+            for i, v in enumerate(mine)))
+        flags = _module_flags(tree.root, mine[0].sm, gencode) + _fi_includes(tree)
+        jobs += [(gencode, "flashinfer", fi_src, flags, mine), (gencode, "tileprobe", tp_src, flags + [f"-I{HARNESS}"], mine)]
+    with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+        entries = list(pool.map(lambda j: _entries(nvcc_path, j[3], j[2]), jobs))
+    print(f"{len(variants)} variants, {len(jobs)} nvcc calls, {time.monotonic() - t0:.0f} s")
+    for (gencode, side, _, _, mine), got in zip(jobs, entries):
+        assert len(got) == len(mine) and all(e.startswith("_ZN7cutlass13device_kernel") for e in got), (gencode, side, got)
+    for i in range(0, len(jobs), 2):
+        (gencode, _, _, _, mine), fi, tp = jobs[i], entries[i], entries[i + 1]
+        assert tp == fi, f"{gencode}: {[v.name for v in mine]} differ from flashinfer's kernels"

@@ -135,3 +135,66 @@ def test_interrupt_keeps_rows_and_resume_completes(tmp_path, monkeypatch, rng):
         runtime.runtime_rows(probe, w, Console(quiet=True))
     rows = load_rows(out)
     assert len(rows) == 3 * len(probe.points) and len({(r["config"], r["point_id"]) for r in rows}) == len(rows)
+
+
+@pytest.mark.parametrize("arch,dtypes,verified", [("sm_120a", "nvfp4xnvfp4", True), ("sm_120a", "mxfp8xmxfp4", True),
+                                                  ("sm_121a", "nvfp4xnvfp4", True), ("sm_120a", "nvfp4xnvfp4", False),
+                                                  ("sm_121a", "mxfp8xmxfp4", False)])
+def test_flashinfer_moe_sm120_launches_only_what_its_check_verified(tmp_path, monkeypatch, rng, arch, dtypes,
+                                                                    verified):
+    """On an SM120/121 GPU, flashinfer-moe variants whose reference was verified against an independent decode
+    (NVFP4, MXFP8 x MXFP4; both epilogues and swaps) are built and launched; a variant outside the verified set (here
+    the set emptied) is not built nor started: every point `unsupported` with the reason, never blamed."""
+    from tileprobe.families import flashinfer_moe as fim
+    from tileprobe.families.base import Config, Tile
+
+    if not verified:
+        monkeypatch.setattr(fim, "SM120_CHECK_VERIFIED", frozenset())
+
+    seed = rng.randrange(10**6)
+    epi = rng.choice(["default", "finalize"])
+    cfg = Config("flashinfer-moe", Tile(128, 128, 128 if dtypes == "nvfp4xnvfp4" else 64), "auto", 0, epi,
+                 rng.choice([False, True]), arch, (1, 1, 1), (("dtypes", dtypes), ("tactic", "CtaShape128x128x64B")))
+    log = tmp_path / "starts.log"
+    exe = fake_harness(tmp_path, {}, log=log, default="ok")
+    built: list = []
+
+    def fake_build_many(requests, *a, **k):
+        built.extend(requests)
+        return [BuildResult(r, True, exe, "", 0.1, True, []) for r in requests]
+
+    monkeypatch.setattr(runtime, "build_many", fake_build_many)
+    monkeypatch.setattr(runtime, "measure_refs", lambda i: {"copy_gbps": 1500.0})
+    prof = "dgx-spark-gb10" if arch == "sm_121a" else "rtx-pro-6000"
+    dev = replace(profile(prof), gpu_index=0)
+    assert dev.arch == arch
+    points = points_for(None, ["4:8:4096:7168"], [1], "uniform", 1, 1, seed)
+    job = runtime.RuntimeJob(points, seed, [dev], [Outcome(cfg, Verdict.FITS, "sized", StaticInfo(stages=2,
+                             smem_bytes=90000, threads_per_cta=384))], Tc(), 1, 60, 3)
+    monkeypatch.setattr(runtime, "expected_elements", lambda c, p, d: d.get("checked_elements"))
+    with ResultsWriter(tmp_path / "out") as w:
+        rows = runtime.runtime_rows(job, w, Console(quiet=True))
+    assert rows
+    if verified:
+        assert len(built) == 1 and log.exists() and all(r["verdict"] == "ok" for r in rows)
+    else:
+        assert all(r["verdict"] == "unsupported" for r in rows)
+        assert all("not verified" in r["reason"] and r["evidence"] == "none" for r in rows)
+        assert built == [] and not log.exists()
+
+
+def test_a_check_that_counted_fewer_elements_than_the_point_has_verifies_nothing(tmp_path, monkeypatch, rng):
+    """checked_elements is what the harness's compare visited; one short of the point's sum of M x N: not `ok`."""
+    seed = rng.randrange(10**6)
+    probe = setup(tmp_path, monkeypatch, [tmp_path / "x"], seed)
+    k = rng.randrange(len(probe.points))
+    exe = fake_harness(tmp_path, {k: "short"})
+    monkeypatch.setattr(runtime, "build_many", lambda reqs, *a, **kw: [BuildResult(reqs[0], True, exe, "", 0.1, True, [])])
+    with ResultsWriter(tmp_path / "out") as w:
+        rows = runtime.runtime_rows(probe, w, Console(quiet=True))
+    by_id = {r["point_id"]: r for r in rows}
+    want = sum(m * n for m, n, _ in probe.points[k].problems)
+    assert by_id[k]["verdict"] == "unchecked" and f"counted {want - 1} elements but the point has {want}" in \
+        by_id[k]["reason"]
+    assert all(r["verdict"] == "ok" and r["checked_elements"] == sum(m * n for m, n, _ in probe.points[i].problems)
+               for i, r in by_id.items() if i != k)

@@ -166,3 +166,31 @@ def test_a_batched_build_gives_each_config_its_share_of_the_time(toolchain, tmp_
     assert all(o.info.compile_configs == len(configs) for o in outs), [o.info.compile_configs for o in outs]
     shares = [o.info.compile_seconds for o in outs]
     assert len(set(shares)) == 1 and 0 < sum(shares) <= wall + 0.05 * len(shares), (shares, wall)
+
+
+def test_no_two_stage_retry_for_a_family_that_builds_the_engines_stage_rule_only(monkeypatch, rng):
+    """flashinfer-moe renders no stage count (the engine's StageCountAutoCarveout): after the 'Stages set to value 2
+    or more' assert, a "2-stage" rebuild would be the same kernel. Only families with explicit stages retry."""
+    from tileprobe import static_probe
+    from tileprobe.build import BuildResult
+    from tileprobe.families.base import Tile
+
+    cfgs = {"flashinfer-moe": Config("flashinfer-moe", Tile(256, 128, 256), "auto", 0, "finalize", rng.choice([False, True]),
+                                     "sm_120a", (1, 1, 1), (("dtypes", "nvfp4xnvfp4"), ("tactic", "CtaShape256x128x128B"))),
+            "sm120-nvfp4": Config("sm120-nvfp4", Tile(256, 256, 256), "cooperative", 0, "no-c", False, "sm_120a")}
+    log = "x.cu(1): error: static assertion failed with \"Stages set to value 2 or more.\"\n"
+    for name, cfg in cfgs.items():
+        requests: list = []
+
+        def fake_build_many(reqs, *a, **k):
+            requests.extend(reqs)
+            return [BuildResult(r, False, None, log, 0.1, True, []) for r in reqs]
+
+        monkeypatch.setattr(static_probe, "build_many", fake_build_many)
+        (out,) = probe_static([cfg], profile("rtx-pro-6000"), None, None, None, 1, 60)
+        stages = [c.stages for r in requests for c in r.configs]
+        assert out.verdict is Verdict.COMPILE_ERROR
+        if name == "flashinfer-moe":
+            assert stages == [0, 0] and "with 2 stages" not in out.reason  # batch, then its single: no 2-stage build
+        else:
+            assert 2 in stages and "with 2 stages" in out.reason

@@ -58,9 +58,9 @@ def test_swap_ab_and_bytes(rng):
     p = parse_shape(f"{rng.randint(1, 16)}:{rng.randint(1, 64)}:4096:7168")
     assert p.kernel_problems(True)[0] == (4096, p.problems[0][0], 7168)
     e, mm = len(p.problems), p.problems[0][0]
-    fp8 = p.bytes_moved(8, 0, False)
+    fp8 = p.bytes_moved(8, 8, 0, False)
     assert fp8 == e * (4096 * 7168 + mm * 7168 + mm * 4096 * 2)
-    fp4 = p.bytes_moved(4, 16, False)
+    fp4 = p.bytes_moved(4, 4, 16, False)
     assert fp4 == e * ((4096 * 7168 + mm * 7168) * (0.5 + 1 / 16) + mm * 4096 * 2)
     assert p.flops() == 2 * e * mm * 4096 * 7168
 

@@ -22,23 +22,28 @@ class ProbeResult:
     data: dict  # the harness's JSON ({} when it gave none)
 
 
-def classify(data: dict) -> ProbeResult:
-    """Verdict of one harness answer: not-runnable-here, launch-error, or the correctness verdict."""
+def classify(data: dict, expected_elements: int | None = None) -> ProbeResult:
+    """Verdict of one harness answer: not-runnable-here, launch-error, or the correctness verdict. With
+    `expected_elements` (the point's output size), a check that counted another number of elements verifies nothing."""
     status = data.get("launch_status")
     reason = data.get("launch_reason") or ""
     if status == "not-runnable-here":
         return ProbeResult(Verdict.NOT_RUNNABLE_HERE, reason, data)
     if status != "ok":
         return ProbeResult(Verdict.LAUNCH_ERROR, reason or f"launch status {status!r}", data)
-    return correctness(data)
+    return correctness(data, expected_elements)
 
 
-def correctness(data: dict) -> ProbeResult:
+def correctness(data: dict, expected_elements: int | None = None) -> ProbeResult:
     rel = data.get("rel_err")
     bad = data.get("bad_elements")
     if rel is None or bad is None:
         why = "correctness not checked" if rel is None else "no element-wise check in the harness answer"
         return ProbeResult(Verdict.UNCHECKED, f"launched and ran; {why}: launched evidence only", data)
+    checked = data.get("checked_elements")
+    if expected_elements is not None and checked != expected_elements:
+        return ProbeResult(Verdict.UNCHECKED, f"launched and ran; the check counted {checked} elements but the point "
+                                              f"has {expected_elements}: not verified, launched evidence only", data)
     tol = f"|out - ref| <= {_g(data.get('atol'))}*rms(ref) + {_g(data.get('rtol'))}*|ref|"
     pooled = f"pooled rel. Frobenius error {_g(rel)}"
     nonfinite = int(data.get("nonfinite") or 0)

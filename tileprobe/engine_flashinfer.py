@@ -21,14 +21,8 @@ _KERNELS = _CSRC / "tensorrt_llm" / "kernels" / "cutlass_kernels"
 HEURISTIC = _KERNELS / "cutlass_heuristic.cpp"
 DISPATCH = _KERNELS / "moe_gemm" / "moe_gemm_template_dispatch_tma_ws.h"
 TRAITS = _KERNELS / "moe_gemm" / "moe_tma_warp_specialized_traits.h"
-LAUNCHER = _KERNELS / "moe_gemm" / "launchers" / "moe_gemm_tma_ws_launcher.inl"
 GENERATOR = Path("jit") / "gemm" / "cutlass" / "generate_kernels.py"
 JIT_FUSED_MOE = Path("jit") / "fused_moe.py"
-
-# Family dtype ids (the Dtypes template parameter of FlashinferMoeKernel) and their activation width in bits.
-DTYPES = {0: ("nvfp4", "nvfp4"), 1: ("mxfp8", "mxfp4"), 2: ("fp8", "fp8")}
-ACT_BITS = {0: 4, 1: 8, 2: 8}
-EPILOGUES = {"default": 0, "finalize": 1}
 
 
 @dataclass(frozen=True)
@@ -126,10 +120,6 @@ def _read_version(root: Path) -> str:
 def engine_label(explicit: str | Path | None = None) -> str:
     """E.g. 'flashinfer 0.7.4'."""
     return find_flashinfer(explicit).label()
-
-
-def include_dirs(explicit: str | Path | None = None) -> list[Path]:
-    return list(find_flashinfer(explicit).include_dirs)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -53,8 +53,10 @@ def runtime_rows(job: RuntimeJob, writer, console) -> list[dict]:
     statics = {o.config.key: o for o in job.outcomes if o.verdict not in (Verdict.UNSUPPORTED, Verdict.COMPILE_ERROR)}
     cfgs = [o.config for o in job.outcomes if o.config.key in statics]
     start = time.perf_counter()
-    builds = build_many([BuildRequest("run", (c,)) for c in cfgs], tc.cutlass, tc.nvcc, tc.cache, job.jobs,
-                        job.compile_timeout_s, "runtime harnesses", job.rebuild)
+    refused = {c.key for c in cfgs if _refusal(c)}  # never built: their points are answered without a launch
+    built = iter(build_many([BuildRequest("run", (c,)) for c in cfgs if c.key not in refused], tc.cutlass, tc.nvcc,
+                            tc.cache, job.jobs, job.compile_timeout_s, "runtime harnesses", job.rebuild))
+    builds = [None if c.key in refused else next(built) for c in cfgs]
     job.phases["build_s"] = time.perf_counter() - start
     rows: list[dict] = []
     lock = threading.Lock()
@@ -138,7 +140,14 @@ def runtime_rows(job: RuntimeJob, writer, console) -> list[dict]:
 
 def probe_config(cfg: Config, static: Outcome, build: BuildResult, points: list[tuple[int, Point]], device: Target,
                  env: dict, seed: int, timeout_s: float, emit, stop: threading.Event | None = None) -> None:
-    """All points of one config on one device. `points` are (stable id, point) pairs."""
+    """All points of one config on one device. `points` are (stable id, point) pairs; `build` is None for a config
+    the family refuses to launch."""
+    why = _refusal(cfg)
+    if why or build is None:
+        for pid, point in points:
+            emit(cfg, device, ProbeResult(Verdict.UNSUPPORTED, f"not launched: {why or 'no harness was built'}", {}),
+                 point, pid)
+        return
     ptxas = build.ptxas() if build.ok else {}
     info = static.info  # updated in place: every row of this config (emit reads the same record) carries them
     info.compile_seconds, info.compile_configs = round(build.seconds, 1), 1  # one harness per config
@@ -168,7 +177,9 @@ def probe_config(cfg: Config, static: Outcome, build: BuildResult, points: list[
             ended: Ended | None = None
             for ev in run_points(cmd, point_timeout(timeout_s, [by_id[i] for i in left], device), env, stop):
                 if isinstance(ev, Answer) and ev.point in by_id:
-                    emit(cfg, device, _noted(classify(ev.data), static, device), by_id[ev.point], ev.point)
+                    point = by_id[ev.point]
+                    emit(cfg, device, _noted(classify(ev.data, expected_elements(cfg, point, ev.data)), static,
+                                             device), point, ev.point)
                     answered.add(ev.point)
                 elif isinstance(ev, Died) and ev.point in by_id:
                     emit(cfg, device, ProbeResult(ev.verdict, ev.reason, {}), by_id[ev.point], ev.point)
@@ -183,6 +194,18 @@ def probe_config(cfg: Config, static: Outcome, build: BuildResult, points: list[
                      by_id[pid], pid)
             return
         left = [i for i in left if i not in answered]
+
+
+def expected_elements(cfg: Config, point: Point, data: dict) -> int | None:
+    """How many output elements a full check of this point compares: the family's count (an epilogue with its own
+    output), else every group's M x N."""
+    count = family(cfg.family).checked_count
+    return count(cfg, point, data) if count else sum(m * n for m, n, _ in point.problems)
+
+
+def _refusal(cfg: Config) -> str | None:
+    refusal = family(cfg.family).launch_refusal
+    return refusal(cfg) if refusal else None
 
 
 def _noted(res: ProbeResult, static: Outcome, device: Target) -> ProbeResult:

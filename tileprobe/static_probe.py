@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tileprobe.build import BuildRequest, BuildResult, build_many, first_error, smem_static_assert, too_few_stages
 from tileprobe.errors import OutOfResources
-from tileprobe.families import Config
+from tileprobe.families import Config, family
 from tileprobe.rows import Outcome, StaticInfo
 from tileprobe.targets import Target
 from tileprobe.toolchain import CutlassTree, Nvcc
@@ -106,7 +106,7 @@ def probe_static(configs: list[Config], target: Target, cutlass: CutlassTree, nv
     for c, res in zip(singles, results):
         if not res.ok:
             outcomes[c.key] = _failed(c, res)
-            if c.stages == 0 and too_few_stages(res.log):
+            if c.stages == 0 and family(c.family).explicit_stages and too_few_stages(res.log):
                 retry.append(c)
             continue
         try:

@@ -214,6 +214,12 @@ def command_line() -> str:
     return shlex.join(["tileprobe", *sys.argv[1:]])
 
 
+def fp8_peer_applies(fam: Family, configs: list[Config]) -> bool:
+    """torch._scaled_grouped_mm (FP8 e4m3 x e4m3) is a peer only where every config's activations and weights are
+    8-bit (sm90-fp8; flashinfer-moe fp8xfp8 on SM90), not for FP4 weights."""
+    return bool(configs) and all(fam.bits(c) == 8 and fam.wbits(c) == 8 for c in configs)
+
+
 def run(opts: SweepOptions, console) -> list[dict]:
     """The whole sweep. Returns the rows written by this run (rows kept from --resume are not repeated)."""
     w = opts.workload
@@ -263,10 +269,10 @@ def run(opts: SweepOptions, console) -> list[dict]:
             devices = devices if launch else []  # nothing left to launch
         if devices:
             job = RuntimeJob(points, seed, devices, launch, tc, opts.jobs, opts.compile_timeout_s,
-                             opts.run_timeout_s, opts.rebuild, peer=opts.peer if fam.ab_bits == 8 else None)
+                             opts.run_timeout_s, opts.rebuild, peer=opts.peer if fp8_peer_applies(fam, configs) else None)
             if opts.peer and job.peer is None:
-                console.print(f"[yellow]--peer {opts.peer}: torch._scaled_grouped_mm is FP8; {fam.name} has no "
-                              "peer there, rows carry none[/]")
+                console.print(f"[yellow]--peer {opts.peer}: torch._scaled_grouped_mm is FP8 x FP8; {fam.name} "
+                              "operands here are not, so rows carry no peer[/]")
             start = time.perf_counter()
             rows += runtime_rows(job, writer, console)
             phases["runtime_s"] = round(time.perf_counter() - start, 2)  # harness builds + references + launches

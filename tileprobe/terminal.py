@@ -27,9 +27,12 @@ def _verdict(r: dict) -> str:
 
 def static_table(rows: list[dict], wide: bool = False) -> Table:
     t = Table(title="static probe", show_lines=False)
-    cols = ["tile", "K bytes", "schedule", "epilogue", "stages", "SharedStorage B", "headroom B", "verdict"]
     if any(r.get("tactic") for r in rows):
-        cols.insert(0, "tactic")
+        # An engine's tactics: the tactic names the tile (K in bytes) and fixes the schedule; the dtype pair and the
+        # cluster tell variants of one tactic apart. Chosen so that nothing is cut at 120 columns.
+        cols = ["tactic", "dtypes", "epilogue", "cluster", "stages", "smem B", "headroom B", "verdict"]
+    else:
+        cols = ["tile", "K bytes", "schedule", "epilogue", "stages", "SharedStorage B", "headroom B", "verdict"]
     if wide:
         cols += ["evidence", "reason"]
     for c in cols:
@@ -37,7 +40,8 @@ def static_table(rows: list[dict], wide: bool = False) -> Table:
     for r in rows:
         cells = {"tactic": r.get("tactic") or "", "tile": r["tile"], "K bytes": r["tile_bytes_k"],
                  "schedule": r["schedule"], "epilogue": r["epilogue"] + (" swap" if r["swap_ab"] else ""),
-                 "stages": stages_text(r), "SharedStorage B": _fmt(r["smem_bytes"]),
+                 "stages": stages_text(r), "SharedStorage B": _fmt(r["smem_bytes"]), "smem B": _fmt(r["smem_bytes"]),
+                 "dtypes": r.get("dtypes") or "", "cluster": r.get("cluster") or "",
                  "headroom B": _fmt(r["headroom_bytes"]), "verdict": _verdict(r), "evidence": r.get("evidence") or "",
                  "reason": r.get("reason") or ""}
         t.add_row(*(cells[c] for c in cols))

@@ -24,7 +24,7 @@ L2_SPAN = 4  # rotated inputs span at least 4x the L2, so no timed launch finds 
 
 def set_bytes(point: Point, config: Config) -> float:
     fam = family(config.family)
-    return point.bytes_moved(fam.bits(config), fam.sf(config), config.epilogue == "with-c")
+    return point.bytes_moved(fam.bits(config), fam.wbits(config), fam.sf(config), config.epilogue == "with-c")
 
 
 def rotation_sets(point: Point, config: Config, device: Target) -> int:

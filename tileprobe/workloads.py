@@ -74,11 +74,12 @@ class Point:
     def flops(self) -> float:
         return float(sum(2 * m * n * k for m, n, k in self.problems))
 
-    def bytes_moved(self, ab_bits: int, sf_vector: int, with_c: bool) -> float:
-        """Fewest bytes: active expert weights, activations, their scale factors, bf16 outputs (and C if read)."""
+    def bytes_moved(self, act_bits: int, weight_bits: int, sf_vector: int, with_c: bool) -> float:
+        """Fewest bytes: active expert weights (N x K of `weight_bits`), activations (M x K of `act_bits`), their
+        one-byte scale factors, bf16 outputs (and C if read)."""
         total = 0.0
         for m, n, k in self.problems:
-            total += (n * k + m * k) * ab_bits / 8
+            total += (n * k * weight_bits + m * k * act_bits) / 8
             if sf_vector:
                 total += (n * k + m * k) / sf_vector
             total += m * n * 2 * (2 if with_c else 1)

@@ -83,12 +83,13 @@ inline Routing build_routing(const std::vector<Problem>& probs, bool swap, int t
 }
 
 // Independent reference of the finalize output, one thread per (position, hidden column), fp32 accumulation with the
-// harness's own e4m3 decoder: ref[p][c] = sum over the token's expanded rows i of scale_i * alpha_e * (act_i . w_e,c),
-// act_i = row (i - row0[e]) of the activations, w_e,c = row c of expert e's weights (A and B swap roles under swap-AB).
+// harness's own decoders (Ops: each operand as its element type, e2m1 / e4m3, times its ue4m3 / ue8m0 scale factor
+// read through the kernel's SF layout): ref[p][c] = sum over the token's expanded rows i of
+// scale_i * alpha_e * (act_i . w_e,c), act_i = row (i - row0[e]) of expert e's activations, w_e,c = row c of its
+// weights. Without swap-AB, A holds the activations (rows x K) and B the weights (hidden x K); with it, the reverse.
+template <class Ops>
 struct FinalizeRef {
-  const uint8_t* const* a;  // per expert, set 0: A (MxK row-major) and B (NxK, K contiguous)
-  const uint8_t* const* b;
-  const int* kdim;
+  const Ops* ops;  // per expert, set 0
   const long long* row0;
   const int* row_expert;
   const float* row_scale;
@@ -98,18 +99,18 @@ struct FinalizeRef {
   bool swap;
 };
 
-__global__ void finalize_reference_kernel(FinalizeRef r, float* ref) {
+template <class Ops>
+__global__ void finalize_reference_kernel(FinalizeRef<Ops> r, float* ref) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= r.hidden) return;
   for (long long p = blockIdx.y; p < r.tokens; p += gridDim.y) {
     float out = 0.0f;
     for (long long i = p; i < r.rows; i += r.tokens) {
-      int e = r.row_expert[i], K = r.kdim[e];
-      size_t local = size_t(i - r.row0[e]);
-      const uint8_t* act = (r.swap ? r.b[e] : r.a[e]) + local * K;
-      const uint8_t* w = (r.swap ? r.a[e] : r.b[e]) + size_t(c) * K;
+      int e = r.row_expert[i];
+      const Ops& o = r.ops[e];
+      long long local = i - r.row0[e];
       float acc = 0.0f;
-      for (int k = 0; k < K; ++k) acc += decode_e4m3(act[k]) * decode_e4m3(w[k]);
+      for (int k = 0; k < o.k; ++k) acc += r.swap ? o.A(c, k) * o.B(local, k) : o.A(local, k) * o.B(c, k);
       out += r.row_scale[i] * (r.alpha[e] * acc);
     }
     ref[size_t(p) * r.hidden + c] = out;
@@ -274,6 +275,54 @@ struct FamilyRun<tileprobe::FlashinferMoeKernel<TM, TN, TKBytes, Dtypes, Finaliz
     else h.check_groups(r);
   }
 
+  // The fp32 reference of the whole finalize output, T x H in position order (set 0), launched on the default stream.
+  template <class H>
+  float* finalize_reference(H& h) {
+    std::vector<typename H::Ops> ops;
+    for (int g = 0; g < int(h.probs.size()); ++g) ops.push_back(h.operands(0, g));
+    fimoe_run::FinalizeRef<typename H::Ops> fr{upload(ops, "operands per expert"), upload(rt.row0, "expert row offsets"),
+                                               upload(rt.row_expert, "row experts"),
+                                               upload(rt.row_scale, "router scales (reference)"), d_alpha, rt.tokens,
+                                               rt.rows, rt.hidden, SwapAB != 0};
+    float* d_ref = static_cast<float*>(dalloc(size_t(rt.tokens) * rt.hidden * sizeof(float), "finalize reference"));
+    dim3 block(128), grid((rt.hidden + 127) / 128, unsigned(std::min<long long>(rt.tokens, 65535)));
+    fimoe_run::finalize_reference_kernel<<<grid, block>>>(fr, d_ref);
+    ck(cudaGetLastError(), "finalize reference launch");
+    return d_ref;
+  }
+
+  // --reference-dump of a finalize build: every group's operands (A_g.bin, B_g.bin, SFA_g.bin, SFB_g.bin), the
+  // routing (row_index.bin int32 per expanded row in expert order, row_scale.bin float32, order.bin int32 token per
+  // position, alpha.bin float32 per expert, rows_per_group in meta) and F_ref.bin (T x H float32, position order).
+  template <class H>
+  void dump(H& h, const std::string& dir, Json& meta) {
+    if constexpr (kFinalize) {
+      int G = int(h.probs.size());
+      std::string rows;
+      for (int g = 0; g < G; ++g) {
+        const auto& b = h.sets[0].g[g];
+        std::string t = "_" + std::to_string(g) + ".bin";
+        H::write_device(dir, "A" + t, b.a, b.a_bytes);
+        H::write_device(dir, "B" + t, b.b, b.b_bytes);
+        H::write_device(dir, "SFA" + t, b.sfa, b.sfa_bytes);
+        H::write_device(dir, "SFB" + t, b.sfb, b.sfb_bytes);
+        rows += (g ? ", " : "") + jint(rt.row0[g + 1] - rt.row0[g]);
+      }
+      H::write_host(dir, "row_index.bin", rt.row_index.data(), rt.row_index.size() * sizeof(int));
+      H::write_host(dir, "row_scale.bin", rt.row_scale.data(), rt.row_scale.size() * sizeof(float));
+      H::write_host(dir, "order.bin", rt.order.data(), rt.order.size() * sizeof(int));
+      H::write_host(dir, "alpha.bin", h.h_alpha.data(), h.h_alpha.size() * sizeof(float));
+      float* d_ref = finalize_reference(h);
+      ck(cudaDeviceSynchronize(), "finalize reference");
+      H::write_device(dir, "F_ref.bin", d_ref, size_t(rt.tokens) * rt.hidden * sizeof(float));
+      meta.add("groups", jint(G)).add("tokens", jint(rt.tokens)).add("hidden", jint(rt.hidden));
+      meta.add("swap_ab", SwapAB ? "true" : "false").add("rows_per_group", "[" + rows + "]");
+      std::string kl;
+      for (int g = 0; g < G; ++g) kl += (g ? ", " : "") + jint(h.probs[g].k);
+      meta.add("k_per_group", "[" + kl + "]");
+    }
+  }
+
   // Finalize: the reference of every token in position order, the output gathered into the same order, then the
   // generic compare per first-expert group of tokens (its rows contiguous there; atol in units of that group's RMS).
   template <class H>
@@ -283,19 +332,10 @@ struct FamilyRun<tileprobe::FlashinferMoeKernel<TM, TN, TKBytes, Dtypes, Finaliz
     for (int g = 0; g < G; ++g)
       if (size_t(rt.first[g + 1] - rt.first[g]) * rt.hidden >= 0xFFFFFFFFull)
         throw Failure{"check: a group's tokens x hidden reaches 2^32 elements; the check indexes with 32 bits"};
-    std::vector<const uint8_t*> pa, pb;
-    std::vector<int> kd;
-    for (int g = 0; g < G; ++g) pa.push_back(h.sets[0].g[g].a), pb.push_back(h.sets[0].g[g].b), kd.push_back(h.probs[g].k);
-    fimoe_run::FinalizeRef fr{upload(pa, "A pointers"), upload(pb, "B pointers"), upload(kd, "K per group"),
-                              upload(rt.row0, "expert row offsets"), upload(rt.row_expert, "row experts"),
-                              upload(rt.row_scale, "router scales (reference)"), d_alpha, rt.tokens, rt.rows,
-                              rt.hidden, SwapAB != 0};
-    float* d_ref = static_cast<float*>(dalloc(n * sizeof(float), "finalize reference"));
+    float* d_ref = finalize_reference(h);
     Out* d_sorted = static_cast<Out*>(dalloc(n * sizeof(Out), "finalize output, by position"));
     GroupStats* d_st = static_cast<GroupStats*>(dalloc(G * sizeof(GroupStats), "compare stats"));
     ck(cudaMemset(d_st, 0, G * sizeof(GroupStats)), "cudaMemset(compare stats)");
-    dim3 block(128), grid((rt.hidden + 127) / 128, unsigned(std::min<long long>(rt.tokens, 65535)));
-    fimoe_run::finalize_reference_kernel<<<grid, block>>>(fr, d_ref);
     int gb = int(std::min<size_t>((n + 255) / 256, 4096));
     fimoe_run::gather_rows_kernel<<<gb, 256>>>(outs[0].out, d_order, rt.tokens, rt.hidden, d_sorted);
     ck(cudaGetLastError(), "finalize reference / gather launch");
@@ -313,34 +353,10 @@ struct FamilyRun<tileprobe::FlashinferMoeKernel<TM, TN, TKBytes, Dtypes, Finaliz
     ck(cudaDeviceSynchronize(), "finalize reference and compare kernels");
     std::vector<GroupStats> st(G);
     ck(cudaMemcpy(st.data(), d_st, G * sizeof(GroupStats), cudaMemcpyDeviceToHost), "cudaMemcpy(compare stats)");
-    double num = 0, den = 0;
-    unsigned long long best = 0;
-    bool any = false;
-    for (int g = 0; g < G; ++g) {
-      if (rt.first[g + 1] <= rt.first[g]) continue;
-      const GroupStats& s = st[g];
-      r.checked_elements += (long long)s.checked;
-      r.bad_elements += (long long)s.bad;
-      r.nonfinite += (long long)s.nonfinite;
-      r.bad_groups += s.bad ? 1 : 0;
-      num += s.num;
-      den += s.den;
-      if (!any || (s.worst_key >> 32) > (best >> 32)) {
-        any = true;
-        best = s.worst_key;
-        size_t i = size_t(0xFFFFFFFFull - (s.worst_key & 0xFFFFFFFFull));
-        r.worst_group = g;
-        r.worst_token = rt.order[size_t(rt.first[g] + (long long)(i / size_t(rt.hidden)))];
-        r.worst_row = r.worst_token;
-        r.worst_col = (long long)(i % size_t(rt.hidden));
-        r.worst_value = s.worst_value;
-        r.worst_ref = s.worst_ref;
-      }
-    }
-    uint32_t bits = uint32_t(best >> 32);
-    float ratio;
-    std::memcpy(&ratio, &bits, sizeof(ratio));
-    r.worst_ratio = std::isfinite(ratio) ? double(ratio) : 1e30;
-    r.rel_err = r.nonfinite > 0 ? 1e30 : (den > 0 ? std::sqrt(num / den) : (num > 0 ? 1e30 : 0.0));
+    H::fold_stats(st, r, [&](int g) { return rt.first[g + 1] > rt.first[g]; }, [&](int g, size_t i) {
+      r.worst_token = rt.order[size_t(rt.first[g] + (long long)(i / size_t(rt.hidden)))];
+      r.worst_row = r.worst_token;
+      r.worst_col = (long long)(i % size_t(rt.hidden));
+    });
   }
 };

@@ -55,6 +55,13 @@ def expand_configs(
     if fam.expand is not None:
         if arch not in fam.archs:
             raise UsageError(f"{fam.name} builds for {', '.join(fam.archs)}, not {arch}")
+        fixed = [f"--stages {','.join(map(str, stages))}" if any(stages or ()) else "",
+                 f"--schedules {','.join(schedules)}" if schedules else "",
+                 f"--cluster {'x'.join(map(str, cluster))}" if cluster != (1, 1, 1) else ""]
+        if any(fixed):
+            raise UsageError(f"{fam.name} builds the engine's tactics as the engine composes them (schedule, stage "
+                             f"count and cluster are the tactic's): {' '.join(f for f in fixed if f)} does not apply; "
+                             "choose with --tiles, --epilogue, --swap-ab, --dtypes")
         dtypes = sorted({v for ex in extras or () for k, v in ex if k == "dtypes"}) or None
         return fam.expand(arch, tiles, epilogues, swap_ab, dtypes)
     parsed = list(dict.fromkeys(parse_tile(t, fam.ab_bits) for spec in (tiles or fam.default_tiles)

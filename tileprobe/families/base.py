@@ -144,7 +144,7 @@ class Family:
     kernel_template: str  # C++ template in the family's header
     header: str  # cutlass_harness/families/<header>
     archs: tuple[str, ...]  # arch-specific targets it builds for
-    ab_bits: int  # operand width, for K-byte notation and byte counts
+    ab_bits: int  # operand width (A and B, unless weight_bits says otherwise), for K-byte notation and byte counts
     sf_vector: int  # scale-factor vector length along K (0: no block scales)
     schedules: tuple[str, ...]  # schedules it accepts
     default_schedules: tuple[str, ...]
@@ -160,15 +160,27 @@ class Family:
     render: Callable[[Config], list[int]] | None = None  # template arguments, when not the default seven
     include_dirs: Callable[[], list[str]] | None = None  # -I folders the header needs (before CUTLASS's)
     expand: Callable[..., list[Config]] | None = None  # configs from elsewhere (an engine's tactics)
-    operand_bits: Callable[[Config], int] | None = None  # when a config's operand width is not ab_bits
+    operand_bits: Callable[[Config], int] | None = None  # when a config's activation width is not ab_bits
+    weight_bits: Callable[[Config], int] | None = None  # when a config's weight (B) width is not its activation width
     scale_vector: Callable[[Config], int] | None = None  # when a config's scale-factor vector is not sf_vector
     engine: Callable[[], tuple[str, str]] | None = None  # (label, header-tree hash) of the engine it mirrors
     cutlass_root: Callable[[], str] | None = None  # the CUTLASS the family must compile against, if fixed
     runs_point: Callable[[Config, object], bool] | None = None  # which workload points a config runs (None: all)
     harness_args: Callable[[Config, list], list[str]] | None = None  # extra runtime-harness options for its points
+    # Why a config must not be launched even where its arch is present (None: it may be): a check whose reference
+    # is not yet verified for it would blame a correct kernel. Such points get `unsupported` with this reason.
+    launch_refusal: Callable[[Config], str | None] | None = None
+    explicit_stages: bool = True  # False: configs are built with the engine's stage rule only (no StageCount<N>)
+    # Output elements a full check of a point compares (config, point, harness answer), when not sum M x N.
+    checked_count: Callable[[Config, object, dict], int | None] | None = None
 
     def bits(self, cfg: Config) -> int:
+        """Width of the activation elements (operand A before any swap): tile K bytes are spelled in it."""
         return self.operand_bits(cfg) if self.operand_bits else self.ab_bits
+
+    def wbits(self, cfg: Config) -> int:
+        """Width of the weight elements (operand B before any swap)."""
+        return self.weight_bits(cfg) if self.weight_bits else self.bits(cfg)
 
     def sf(self, cfg: Config) -> int:
         return self.scale_vector(cfg) if self.scale_vector else self.sf_vector

@@ -13,13 +13,12 @@ from __future__ import annotations
 import os
 
 from tileprobe import engine_flashinfer as engine
+from tileprobe.dtypes import ACT_BITS, SF_VECTOR, WEIGHT_BITS
 from tileprobe.errors import UsageError
 from tileprobe.families.base import Config, Family, Tile
 from tileprobe.workloads import PRESETS
 
 DTYPES = {"nvfp4xnvfp4": 0, "mxfp8xmxfp4": 1, "fp8xfp8": 2}
-ACT_BITS = {"nvfp4xnvfp4": 4, "mxfp8xmxfp4": 8, "fp8xfp8": 8}
-SF_VECTOR = {"nvfp4xnvfp4": 16, "mxfp8xmxfp4": 32, "fp8xfp8": 0}
 EPILOGUE_IDS = {"default": 0, "finalize": 1}
 ARCH_NUM = {"sm_120a": 120, "sm_121a": 120, "sm_90a": 90}  # FlashInfer builds SM121 from the Sm120 tag too
 
@@ -60,6 +59,10 @@ def expand(arch: str, tiles: list[str] | None, epilogues: list[str] | None, swap
     for d in dtypes or ():
         if d not in DTYPES:
             raise UsageError(f"unknown dtypes {d!r}; known: {', '.join(DTYPES)}")
+    missing = [d for d in dtypes or () if d not in pairs]
+    if missing:
+        raise UsageError(f"flashinfer {t.version} dispatches no {', '.join(missing)} on {arch} (it takes "
+                         f"{', '.join(pairs) or 'none'} there)")
     pairs = [p for p in pairs if not dtypes or p in dtypes]
     epis = epilogues or list(EPILOGUE_IDS)
     for e in epis:
@@ -106,6 +109,31 @@ def _harness_args(cfg: Config, points: list) -> list[str]:
     return ["--topk", str(max(ks) if ks else 2)] if cfg.epilogue == "finalize" else []
 
 
+def _checked_count(cfg: Config, point, data: dict) -> int | None:
+    """gemm1: every group's M x N; finalize: the routed output, tokens x hidden (tokens as the harness routed them;
+    hidden is N of the point's problems, in the engine's unswapped space)."""
+    if cfg.epilogue != "finalize":
+        return sum(m * n for m, n, _ in point.problems)
+    tokens = data.get("tokens")
+    return tokens * point.problems[0][1] if isinstance(tokens, int) else None
+
+
+# The SM120 variants whose check is verified: the harness's data and fp32 reference (each operand as its element
+# type, scale factors in the collective's SF layout, the finalize routed sum) equal an independent numpy decode on the
+# H200 (tests/test_gpu_flashinfer_reference.py; results/h200/flashinfer-moe-reference). Any other SM120 variant is
+# refused at launch rather than risk an `incorrect` that blames a correct engine kernel.
+SM120_CHECK_VERIFIED = frozenset((d, e, s) for d in ("nvfp4xnvfp4", "mxfp8xmxfp4") for e in EPILOGUE_IDS
+                                 for s in (False, True))
+
+
+def _launch_refusal(cfg: Config) -> str | None:
+    if ARCH_NUM[cfg.arch] != 120 or (cfg.get("dtypes"), cfg.epilogue, cfg.swap_ab) in SM120_CHECK_VERIFIED:
+        return None
+    return (f"tileprobe's check of flashinfer-moe {cfg.get('dtypes')} {cfg.epilogue} (swap-AB "
+            f"{'on' if cfg.swap_ab else 'off'}) on {cfg.arch} is not verified against an independent decode, so a "
+            "launch could blame a correct engine kernel; sizes and builds stand")
+
+
 FAMILY = Family(
     name="flashinfer-moe",
     kernel_template="FlashinferMoeKernel",
@@ -130,9 +158,13 @@ FAMILY = Family(
     include_dirs=_include_dirs,
     expand=expand,
     operand_bits=lambda cfg: ACT_BITS[cfg.get("dtypes") or "nvfp4xnvfp4"],
+    weight_bits=lambda cfg: WEIGHT_BITS[cfg.get("dtypes") or "nvfp4xnvfp4"],
     scale_vector=lambda cfg: SF_VECTOR[cfg.get("dtypes") or "nvfp4xnvfp4"],
     engine=lambda: (tree().label(), tree().tree_hash),
     cutlass_root=lambda: str(tree().root / "data" / "cutlass"),
     runs_point=_runs_point,
     harness_args=_harness_args,
+    launch_refusal=_launch_refusal,
+    checked_count=_checked_count,
+    explicit_stages=False,  # the launcher's StageCountAutoCarveout only: a "2-stage" build would be the same kernel
 )

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from tileprobe.dtypes import ACT_BITS
+
 from tileprobe.predict import _sm90_array as arr
 from tileprobe.predict import sm90_fp8, sm120_nvfp4
 from tileprobe.predict._common import CannotPredict, Prediction, Unbuildable
@@ -33,7 +35,6 @@ EPILOGUES = ("default", "finalize")
 TAKES_DTYPES = True  # predict() passes dtypes= and cluster= to this module
 DTYPES_BY_ARCH = {"sm_120a": ("nvfp4xnvfp4", "mxfp8xmxfp4"), "sm_121a": ("nvfp4xnvfp4", "mxfp8xmxfp4"),
                   "sm_90a": ("fp8xfp8",)}
-ACT_BITS = {"nvfp4xnvfp4": 4, "mxfp8xmxfp4": 8, "fp8xfp8": 8}  # tileprobe.families.flashinfer_moe.ACT_BITS
 
 # SM120 ------------------------------------------------------------------------------------------------------------
 
