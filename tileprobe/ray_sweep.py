@@ -117,6 +117,11 @@ def _earlier(out: Path) -> dict:
         return {}
 
 
+def _sayer(console):
+    """One progress line, never wrapped (a log is read line by line)."""
+    return lambda text: console.print(text, highlight=False, soft_wrap=True)
+
+
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     cause = getattr(exc, "cause", None)
@@ -165,10 +170,11 @@ def run(opts: sw.SweepOptions, console, address: str, shards: int | None = None)
             res.skipped.append(i)
         else:
             todo.append(i)
-    console.print(f"Ray at {address}: {int(resources.get('CPU', 0))} CPU(s), {gpus} GPU(s) in the cluster; "
-                  f"{n} shard(s), one task each{' with one GPU' if launches else ' (static: no GPU asked)'}; seed "
-                  f"{seed}; shard folders under {out / SHARDS_DIR}"
-                  + (f"; {len(res.skipped)} complete from the earlier run" if res.skipped else ""), highlight=False, soft_wrap=True)
+    say = _sayer(console)
+    say(f"Ray at {address}: {int(resources.get('CPU', 0))} CPU(s), {gpus} GPU(s) in the cluster; "
+        f"{n} shard(s), one task each{' with one GPU' if launches else ' (static: no GPU asked)'}; seed "
+        f"{seed}; shard folders under {out / SHARDS_DIR}" + (f"; {len(res.skipped)} complete from the earlier run"
+                                                             if res.skipped else ""))
     task = ray.remote(num_cpus=1, num_gpus=1 if launches else 0, max_retries=0)(shard_task)
     pending = {task.remote(replace(opts, out=shard_dir(out, i, n), shard=(i, n),
                                    resume=opts.resume), i, n): i for i in todo}
@@ -183,16 +189,15 @@ def run(opts: sw.SweepOptions, console, address: str, shards: int | None = None)
                     got = ray.get(ref)
                 except ray.exceptions.RayError as exc:
                     res.failed[i] = _one_line(exc)
-                    console.print(f"[red]shard {i}/{n} failed: {res.failed[i]}[/]", highlight=False, soft_wrap=True)
+                    say(f"[red]shard {i}/{n} failed: {res.failed[i]}[/]")
                     continue
                 res.ran.append(i)
                 res.rows += got["rows"]
                 info = got["info"]
                 record["shard_runs"][str(i)] = info
-                console.print(f"shard {i}/{n} done on {info['host']} (GPU {','.join(info['gpu_ids']) or 'none'}): "
-                              f"{info['new_rows']} new row(s) in {info['wall_s']} s "
-                              f"[{len(res.ran) + len(res.skipped)}/{n} complete]",
-                              highlight=False, soft_wrap=True)
+                say(f"shard {i}/{n} done on {info['host']} (GPU {','.join(info['gpu_ids']) or 'none'}): "
+                    f"{info['new_rows']} new row(s) in {info['wall_s']} s "
+                    f"[{len(res.ran) + len(res.skipped)}/{n} complete]")
     finally:
         for i in res.failed:
             record["shard_runs"][str(i)] = {"failed": res.failed[i]}
@@ -203,10 +208,9 @@ def run(opts: sw.SweepOptions, console, address: str, shards: int | None = None)
         merged = merge(folders, out, command=sw.command_line())
         new = {row_key(r) for r in res.rows}
         res.rows = [r for r in load_rows(out) if row_key(r) in new]  # this run's rows, in the merged order
-        console.print(f"merged {len(folders)} shard folder(s) into {out}: {merged.rows} rows"
-                      + (f", {merged.duplicates} duplicate(s) dropped" if merged.duplicates else ""), highlight=False, soft_wrap=True)
+        say(f"merged {len(folders)} shard folder(s) into {out}: {merged.rows} rows"
+            + (f", {merged.duplicates} duplicate(s) dropped" if merged.duplicates else ""))
     if res.failed:
-        console.print(f"[red]{len(res.failed)} of {n} shard(s) did not finish ({', '.join(map(str, sorted(res.failed)))})"
-                      f"; their finished rows are kept; run the same command with --resume to complete[/]",
-                      highlight=False, soft_wrap=True)
+        say(f"[red]{len(res.failed)} of {n} shard(s) did not finish ({', '.join(map(str, sorted(res.failed)))})"
+            f"; their finished rows are kept; run the same command with --resume to complete[/]")
     return res
