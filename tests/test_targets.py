@@ -1,7 +1,7 @@
 import pytest
 
 from tileprobe.errors import UsageError
-from tileprobe.targets import PROFILES, profile, resolve_target
+from tileprobe.targets import PROFILES, child_visible_devices, profile, resolve_target
 
 
 def test_profiles_carry_the_documented_limits_and_sources():
@@ -43,3 +43,15 @@ def test_devices_carry_their_own_name_and_a_matching_profiles_peak(monkeypatch):
     _, devices = resolve_target(None)
     assert [d.name for d in devices] == ["rtx-5090", "dgx-spark-gb10"]
     assert devices[1].peak_gbps == PROFILES["dgx-spark-gb10"].peak_gbps == 273.0
+
+
+def test_a_child_runs_on_this_process_device_not_the_physical_index(rng):
+    # A Ray task or a Slurm job given one GPU sees it as device 0 under CUDA_VISIBLE_DEVICES=<its physical id>; its
+    # harness child must get that id. (The bare index sent every such child to physical GPU 0: seen on 2x H200 with
+    # --ray, both shards timed on one GPU, cooperative tiles ~2x slower.)
+    physical = rng.sample(range(8), 3) + [f"GPU-{rng.getrandbits(64):016x}"]
+    outer = ",".join(map(str, physical))
+    for i, dev in enumerate(physical):
+        assert child_visible_devices(i, {"CUDA_VISIBLE_DEVICES": outer}) == str(dev)
+    assert child_visible_devices(1, {"CUDA_VISIBLE_DEVICES": f" {physical[0]} , {physical[1]} "}) == str(physical[1])
+    assert child_visible_devices(2, {}) == "2"  # nothing narrowed: the index is the physical device
