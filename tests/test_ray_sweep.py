@@ -4,6 +4,7 @@ tasks; the merged folder equals the same sweep without Ray; a task killed mid-sw
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -119,6 +120,17 @@ def test_ray_sweep_equals_the_plain_sweep_and_a_killed_task_resumes(tmp_path, cl
     assert ident(load_rows(tmp_path / "ray2")) == ident(plain)
     for i in range(n):
         assert [r["config"] for r in load_rows(shard_dir(tmp_path / "ray2", i, n))] == [plain[i]["config"]]
+    # each shard's run.json records the plain command of that shard; run as recorded, it gives the shard's rows
+    shard0 = shard_dir(tmp_path / "ray2", 0, n)
+    cmd = json.loads((shard0 / "run.json").read_text())["command"]
+    words = shlex.split(cmd)
+    assert words[:2] == ["tileprobe", "sweep"] and "--ray" not in words and "--ray-shards" not in words, cmd
+    assert words[words.index("--shard") + 1] == f"0/{n}" and words[words.index("--out") + 1] == str(shard0), cmd
+    again = tmp_path / "again"
+    words[words.index("--out") + 1] = str(again)
+    p = tileprobe(*words[1:])
+    assert p.returncode == 0, p.stderr
+    assert ident(load_rows(again)) == ident(load_rows(shard0))
     meta = json.loads((tmp_path / "ray2" / "run.json").read_text())
     assert len(meta["merged_from"]) == n and meta["configs"] == 4
     assert json.loads((tmp_path / "ray2" / "ray.json").read_text())["shards"] == n

@@ -20,6 +20,7 @@ import json
 import os
 import random
 import socket
+import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -85,8 +86,25 @@ def validate(opts: sw.SweepOptions) -> None:
     sw.plan(replace(opts, static_only=True, gpus=None), cutlass.version)
 
 
-def shard_task(opts: sw.SweepOptions, i: int, n: int) -> dict:
-    """One shard, inside a Ray worker: the ordinary sweep of configs j with j % n == i into its own folder."""
+def shard_argv(argv: list[str], i: int, n: int, out: Path, seed: int) -> list[str]:
+    """The plain command that sweeps shard i/n into `out`: the driver's arguments without --ray, --ray-shards, --out
+    and --seed, then --shard, --out and --seed. It is what the shard's run.json records as its command."""
+    drop = {"--ray", "--ray-shards", "--out", "--seed"}
+    kept, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in drop:
+            skip = True
+        elif not any(a.startswith(d + "=") for d in drop):
+            kept.append(a)
+    return [*kept, "--shard", f"{i}/{n}", "--out", str(out), "--seed", str(seed)]
+
+
+def shard_task(opts: sw.SweepOptions, i: int, n: int, argv: list[str]) -> dict:
+    """One shard, inside a Ray worker: the ordinary sweep of configs j with j % n == i into its own folder.
+    `argv`: the shard's plain command (shard_argv), set as this worker's sys.argv while it runs, because sweep.run
+    records sys.argv as the command (a Ray worker's own argv says nothing about the sweep)."""
     ray = importlib.import_module("ray")  # present: this runs in a Ray worker
     ctx = ray.get_runtime_context()
     folder = Path(opts.out)
@@ -96,7 +114,11 @@ def shard_task(opts: sw.SweepOptions, i: int, n: int) -> dict:
             "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}
     (folder / SHARD_JSON).write_text(json.dumps(info, indent=1))
     start = time.perf_counter()
-    rows = sw.run(opts, Console(width=WIDTH))  # Ray forwards the worker's output to the driver's terminal
+    worker_argv, sys.argv = sys.argv, [sys.argv[0], *argv]
+    try:
+        rows = sw.run(opts, Console(width=WIDTH))  # Ray forwards the worker's output to the driver's terminal
+    finally:
+        sys.argv = worker_argv
     info.update(complete=True, finished=now(), wall_s=round(time.perf_counter() - start, 2), new_rows=len(rows))
     (folder / SHARD_JSON).write_text(json.dumps(info, indent=1))
     return {"info": info, "rows": rows}
@@ -176,8 +198,8 @@ def run(opts: sw.SweepOptions, console, address: str, shards: int | None = None)
         f"{seed}; shard folders under {out / SHARDS_DIR}" + (f"; {len(res.skipped)} complete from the earlier run"
                                                              if res.skipped else ""))
     task = ray.remote(num_cpus=1, num_gpus=1 if launches else 0, max_retries=0)(shard_task)
-    pending = {task.remote(replace(opts, out=shard_dir(out, i, n), shard=(i, n),
-                                   resume=opts.resume), i, n): i for i in todo}
+    pending = {task.remote(replace(opts, out=shard_dir(out, i, n), shard=(i, n)), i, n,
+                           shard_argv(sys.argv[1:], i, n, shard_dir(out, i, n), seed)): i for i in todo}
     record = {"address": address, "shards": n, "seed": seed, "gpu_per_task": 1 if launches else 0,
               "cluster": {k: resources[k] for k in ("CPU", "GPU") if k in resources}, "date": now(), "shard_runs": {}}
     try:
