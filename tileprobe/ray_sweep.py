@@ -180,7 +180,11 @@ def run(opts: sw.SweepOptions, console, address: str, shards: int | None = None)
     resources = ray.cluster_resources()
     gpus = int(resources.get("GPU", 0))
     launches = gpus > 0 and not (opts.static_only or opts.predict_only)
-    n = shards or earlier.get("shards") or max(1, gpus if launches else int(resources.get("CPU", 1)))
+    # A launching task asks for one GPU and one CPU (two such tasks must fit a node beside each other); a static task
+    # compiles --jobs at once, so it asks for that many CPUs, at most what the largest node has (else it never runs).
+    largest = max((int(nd["Resources"].get("CPU", 0)) for nd in ray.nodes() if nd.get("Alive")), default=1)
+    cpus = 1 if launches else max(1, min(opts.jobs, largest))
+    n = shards or earlier.get("shards") or max(1, gpus if launches else int(resources.get("CPU", 1)) // cpus)
     if not launches:
         opts = replace(opts, static_only=True)  # a task without a GPU of its own must not launch on a shared one
     out.mkdir(parents=True, exist_ok=True)
@@ -194,13 +198,13 @@ def run(opts: sw.SweepOptions, console, address: str, shards: int | None = None)
             todo.append(i)
     say = _sayer(console)
     say(f"Ray at {address}: {int(resources.get('CPU', 0))} CPU(s), {gpus} GPU(s) in the cluster; "
-        f"{n} shard(s), one task each{' with one GPU' if launches else ' (static: no GPU asked)'}; seed "
+        f"{n} shard(s), one task each with {'one GPU' if launches else f'{cpus} CPU(s) (static: no GPU asked)'}; seed "
         f"{seed}; shard folders under {out / SHARDS_DIR}" + (f"; {len(res.skipped)} complete from the earlier run"
                                                              if res.skipped else ""))
-    task = ray.remote(num_cpus=1, num_gpus=1 if launches else 0, max_retries=0)(shard_task)
+    task = ray.remote(num_cpus=cpus, num_gpus=1 if launches else 0, max_retries=0)(shard_task)
     pending = {task.remote(replace(opts, out=shard_dir(out, i, n), shard=(i, n)), i, n,
                            shard_argv(sys.argv[1:], i, n, shard_dir(out, i, n), seed)): i for i in todo}
-    record = {"address": address, "shards": n, "seed": seed, "gpu_per_task": 1 if launches else 0,
+    record = {"address": address, "shards": n, "seed": seed, "gpu_per_task": 1 if launches else 0, "cpu_per_task": cpus,
               "cluster": {k: resources[k] for k in ("CPU", "GPU") if k in resources}, "date": now(), "shard_runs": {}}
     try:
         while pending:
