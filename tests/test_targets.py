@@ -1,7 +1,7 @@
 import pytest
 
 from tileprobe.errors import UsageError
-from tileprobe.targets import PROFILES, profile, resolve_target
+from tileprobe.targets import PROFILES, child_visible_devices, profile, resolve_target
 
 
 def test_profiles_carry_the_documented_limits_and_sources():
@@ -63,3 +63,15 @@ def test_sku_device_names_resolve_to_their_profile():
         targets.device_names("h200")
     with pytest.raises(UsageError, match="unknown target"):
         targets.device_names("rtx-9090")
+
+
+def test_a_child_runs_on_this_process_device_not_the_physical_index(rng):
+    # A Ray task or a Slurm job given one GPU sees it as device 0 under CUDA_VISIBLE_DEVICES=<its physical id>; its
+    # harness child must get that id. (The bare index sent every such child to physical GPU 0: seen on 2x H200 with
+    # --ray, both shards timed on one GPU, cooperative tiles ~2x slower.)
+    physical = rng.sample(range(8), 3) + [f"GPU-{rng.getrandbits(64):016x}"]
+    outer = ",".join(map(str, physical))
+    for i, dev in enumerate(physical):
+        assert child_visible_devices(i, {"CUDA_VISIBLE_DEVICES": outer}) == str(dev)
+    assert child_visible_devices(1, {"CUDA_VISIBLE_DEVICES": f" {physical[0]} , {physical[1]} "}) == str(physical[1])
+    assert child_visible_devices(2, {}) == "2"  # nothing narrowed: the index is the physical device

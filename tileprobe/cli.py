@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from tileprobe import blocklist, compare, families, known_good, resultset, schema as schemas
+from tileprobe import blocklist, compare, families, known_good, ray_sweep, resultset, schema as schemas
 from tileprobe import recommend as rec
 from tileprobe import sweep as sw
 from tileprobe.errors import UsageError
@@ -116,6 +116,8 @@ def sweep(
     as_json: Annotated[bool, typer.Option("--json", help="print rows as JSON lines instead of a table")] = False,
     peer: Annotated[Optional[str], typer.Option("--peer", help="torch: also time torch._scaled_grouped_mm (FP8) on the same problems; rows gain peer_us and speedup")] = None,
     wide: Annotated[bool, typer.Option("--wide", help="add the evidence and reason columns to the table (they are always in the report and CSV)")] = False,
+    ray: Annotated[Optional[str], typer.Option("--ray", help="run the shards as Ray tasks, then merge into --out: 'local' starts Ray here, 'auto' joins this machine's cluster, or a Ray address; --out must be a path every node shares (pip install 'tileprobe[ray]')")] = None,
+    ray_shards: Annotated[Optional[int], typer.Option("--ray-shards", help="with --ray: shards, one task each (default: the cluster's GPUs, or CPUs for a static sweep)")] = None,
     cutlass_dir: CutlassOpt = None,
     nvcc: NvccOpt = None,
     cache_dir: CacheOpt = None,
@@ -143,7 +145,10 @@ def sweep(
         workload={"presets": _split_csv(workload), "shapes": _split_csv(shape),
                   "batches": _ints(batch, "--batch"), "routing": routing, "tp": tp, "ep": ep, "seed": seed},
     )
-    rows = sw.run(opts, console)
+    if ray_shards is not None and ray is None:
+        raise UsageError("--ray-shards applies with --ray only")
+    res = ray_sweep.run(opts, console, ray, ray_shards) if ray else None
+    rows = res.rows if res else sw.run(opts, console)
     if as_json:
         for r in rows:
             sys.stdout.write(json.dumps(r) + "\n")
@@ -153,6 +158,8 @@ def sweep(
         write_reports(out, console)
     except Exception as exc:  # the rows are already safe on disk; a report problem must not fail the sweep
         console.print(f"[yellow]report not written: {type(exc).__name__}: {exc}[/]")
+    if res and res.failed:
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -17,6 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tileprobe.targets import child_visible_devices
+
 PEERS = ("torch",)
 
 
@@ -34,7 +36,7 @@ def measure(gpu_index: int, points: list[tuple[int, int, list[tuple[int, int, in
     with tempfile.TemporaryDirectory(prefix="tileprobe-peer-") as tmp:
         f = Path(tmp) / "points.json"
         f.write_text(json.dumps(points))
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu_index))
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=child_visible_devices(gpu_index))
         try:
             p = subprocess.run([sys.executable, "-m", "tileprobe.peer", "--points", str(f)], capture_output=True,
                                text=True, timeout=timeout_s, env=env)

@@ -24,7 +24,7 @@ from tileprobe.families import Config, family
 from tileprobe import peer
 from tileprobe.rows import Outcome, make_row, row_key
 from tileprobe.runner import Answer, Died, Ended, Stopped, run_points
-from tileprobe.targets import Target
+from tileprobe.targets import Target, child_visible_devices
 from tileprobe.timing import harness_command, measure_refs, point_timeout, rotation_sets, timing_columns
 from tileprobe.verdict import Verdict
 from tileprobe.workloads import Point
@@ -97,7 +97,7 @@ def runtime_rows(job: RuntimeJob, writer, console) -> list[dict]:
     finished = [threading.Event() for _ in job.devices]
 
     def worker(device: Target, done: threading.Event) -> None:
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(device.gpu_index))
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=child_visible_devices(device.gpu_index))
         try:
             if device.gpu_index not in refs:  # each worker measures its own GPU, in parallel with the others
                 refs[device.gpu_index] = measure_refs(device.gpu_index)

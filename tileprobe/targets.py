@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass, replace
@@ -166,6 +167,19 @@ def query_devices() -> list[Target]:
             )
         )
     return out
+
+
+def child_visible_devices(gpu_index: int, environ: dict | None = None) -> str:
+    """CUDA_VISIBLE_DEVICES for a child process that must run on device `gpu_index` of this process.
+
+    gpu_index counts the devices this process sees; when CUDA_VISIBLE_DEVICES already narrows them (a Ray task with
+    one GPU, a Slurm job with --gres, a container), device i is the i-th entry of that list, not physical device i:
+    passing the bare index would send every such child to the first physical GPU."""
+    env = os.environ if environ is None else environ
+    outer = [d.strip() for d in (env.get("CUDA_VISIBLE_DEVICES") or "").split(",") if d.strip()]
+    if outer and 0 <= gpu_index < len(outer):
+        return outer[gpu_index]
+    return str(gpu_index)
 
 
 def _driver_version(cuda_api: str) -> str:

@@ -1,0 +1,136 @@
+"""`tileprobe sweep --ray`: a local Ray cluster started here (2 CPUs, no GPU) runs a real static sweep as 4 shard
+tasks; the merged folder equals the same sweep without Ray; a task killed mid-sweep loses no finished row and
+`--resume` re-runs that shard alone. Without Ray installed, `--ray` is one line and exit 2."""
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tileprobe.families import FAMILIES
+from tileprobe.ray_sweep import SHARD_JSON, shard_dir
+from tileprobe.results import load_rows, row_key
+
+
+def tileprobe(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "tileprobe", *args], capture_output=True, text=True, timeout=1800,
+                          **kw)
+
+
+def ident(rows):
+    return [(row_key(r), r["config"], r["verdict"], r["smem_bytes"], r["stages"]) for r in rows]
+
+
+def test_ray_missing_is_one_line_and_exit_2(tmp_path):
+    # the package as it is, with `ray` made unimportable (sys.modules[name] = None: find_spec answers None)
+    code = ("import sys; sys.modules['ray'] = None; sys.argv = ['tileprobe'] + sys.argv[1:]; "
+            "from tileprobe.cli import main; main()")
+    p = subprocess.run([sys.executable, "-c", code, "sweep", "--ray", "local", "--predict-only", "--out",
+                        str(tmp_path / "o")], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().splitlines() == ["tileprobe: error: --ray needs Ray, an optional extra: pip install "
+                                             "'tileprobe[ray]'"]
+    assert not (tmp_path / "o" / "results.jsonl").exists()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A local Ray cluster of this test's own: 2 CPUs, no GPU. The CLI joins it by its address."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'tileprobe[ray]'; CI installs it)")
+    ctx = ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
+    yield ctx.address_info["gcs_address"]
+    ray.shutdown()
+
+
+def test_bad_input_with_ray_is_one_line(tmp_path, cluster):
+    for extra, word in ((["--gpus", "0"], "--gpus"), (["--shard", "0/2"], "--shard"), (["--tiles", "7x7"], "7x7"),
+                        (["--ray-shards", "0"], "--ray-shards")):
+        p = tileprobe("sweep", "--ray", cluster, "--static-only", "--target", "rtx-pro-6000", "--out",
+                      str(tmp_path / "o"), *extra)
+        assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and word in p.stderr, p.stderr
+    p = tileprobe("sweep", "--ray-shards", "2", "--predict-only", "--out", str(tmp_path / "o"))
+    assert p.returncode == 2 and "--ray-shards applies with --ray only" in p.stderr, p.stderr
+
+
+@pytest.mark.nvcc
+def test_ray_sweep_equals_the_plain_sweep_and_a_killed_task_resumes(tmp_path, cluster, toolchain, rng):
+    tiles = rng.sample(list(FAMILIES["sm120-nvfp4"].default_tiles), 2)
+    cache = tmp_path / "cold-cache"  # cold: the killed task is certainly compiling when it is killed
+    common = ["sweep", "--static-only", "--target", "rtx-pro-6000", "--family", "sm120-nvfp4", "--tiles",
+              ",".join(tiles), "--schedules", "cooperative,pingpong", "--jobs", "1", "--cache-dir", str(cache)]
+    out = tmp_path / "ray"
+    n = 4
+
+    # 1. four shard tasks on two CPUs; kill the first task that starts, while it compiles
+    drv = subprocess.Popen([sys.executable, "-m", "tileprobe", *common, "--ray", cluster, "--ray-shards", str(n),
+                            "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    victim = None
+    deadline = time.monotonic() + 900
+    while victim is None and time.monotonic() < deadline and drv.poll() is None:
+        for i in range(n):
+            f = shard_dir(out, i, n) / SHARD_JSON
+            if f.is_file():
+                info = json.loads(f.read_text())
+                if not info["complete"]:
+                    victim = (i, info["pid"])
+                    os.kill(info["pid"], signal.SIGKILL)
+                    break
+        time.sleep(0.05)
+    stdout, stderr = drv.communicate(timeout=1800)
+    assert victim is not None, stdout + stderr
+    k = victim[0]
+    assert drv.returncode == 1, stdout + stderr
+    assert f"shard {k}/{n} failed" in stdout and "--resume" in stdout, stdout
+    killed = shard_dir(out, k, n)
+    assert not json.loads((killed / SHARD_JSON).read_text())["complete"]
+    assert not (killed / "results.jsonl").is_file() or load_rows(killed) == []  # it died before writing a row
+    finished = {i: (shard_dir(out, i, n) / "results.jsonl").read_text() for i in range(n) if i != k}
+    stamps = {i: (shard_dir(out, i, n) / SHARD_JSON).read_text() for i in finished}
+    partial = load_rows(out)  # the three finished shards, merged
+    assert len(partial) == 3
+
+    # 2. --resume: only the killed shard runs again; the set is complete, no duplicate anywhere
+    p = tileprobe(*common, "--ray", cluster, "--out", str(out), "--resume")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "3 complete from the earlier run" in p.stdout, p.stdout
+    for i, text in finished.items():  # the finished shards were not run again: their files are as they were
+        assert (shard_dir(out, i, n) / "results.jsonl").read_text() == text
+        assert (shard_dir(out, i, n) / SHARD_JSON).read_text() == stamps[i]
+    assert json.loads((killed / SHARD_JSON).read_text())["complete"]
+    resumed = load_rows(out)
+    keys = [row_key(r) for r in resumed]
+    assert len(keys) == len(set(keys)) == 4
+
+    # 3. the same sweep without Ray (warm cache now) holds the same rows, in the same order
+    p = tileprobe(*common, "--out", str(tmp_path / "plain"))
+    assert p.returncode == 0, p.stderr
+    plain = load_rows(tmp_path / "plain")
+    assert len(plain) == 4
+    assert ident(resumed) == ident(plain)
+    assert ident(partial) == ident(plain[:k] + plain[k + 1:])  # the rows merged after the kill were the final ones
+
+    # 4. an uninterrupted --ray sweep over 4 shards, likewise; each shard folder holds its quarter
+    p = tileprobe(*common, "--ray", cluster, "--ray-shards", str(n), "--out", str(tmp_path / "ray2"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert ident(load_rows(tmp_path / "ray2")) == ident(plain)
+    for i in range(n):
+        assert [r["config"] for r in load_rows(shard_dir(tmp_path / "ray2", i, n))] == [plain[i]["config"]]
+    # each shard's run.json records the plain command of that shard; run as recorded, it gives the shard's rows
+    shard0 = shard_dir(tmp_path / "ray2", 0, n)
+    cmd = json.loads((shard0 / "run.json").read_text())["command"]
+    words = shlex.split(cmd)
+    assert words[:2] == ["tileprobe", "sweep"] and "--ray" not in words and "--ray-shards" not in words, cmd
+    assert words[words.index("--shard") + 1] == f"0/{n}" and words[words.index("--out") + 1] == str(shard0), cmd
+    again = tmp_path / "again"
+    words[words.index("--out") + 1] = str(again)
+    p = tileprobe(*words[1:])
+    assert p.returncode == 0, p.stderr
+    assert ident(load_rows(again)) == ident(load_rows(shard0))
+    meta = json.loads((tmp_path / "ray2" / "run.json").read_text())
+    assert len(meta["merged_from"]) == n and meta["configs"] == 4
+    assert json.loads((tmp_path / "ray2" / "ray.json").read_text())["shards"] == n
