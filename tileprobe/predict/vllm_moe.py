@@ -26,7 +26,8 @@ VERSIONS = {"4.5": ("4.5.0",)}
 ARCHS = ("sm_120a", "sm_121a", "sm_100a")
 EPILOGUES = ("linear-combination",)
 # The engines' SM120 schedules (tileprobe.families.vllm_moe.COMPOSITIONS) and the sm120-nvfp4 schedule they build.
-SM120_SCHEDULES = {"auto": "auto", "cooperative": "cooperative", "pingpong": "pingpong"}
+# Rows spell the family's auto schedule as the builder resolves it ('auto->cooperative').
+SM120_SCHEDULES = {"auto": "auto", "auto->cooperative": "auto", "cooperative": "cooperative", "pingpong": "pingpong"}
 
 
 def predict(m: int, n: int, k: int, schedule: str, stages: int, epilogue: str, swap_ab: bool, arch: str,
