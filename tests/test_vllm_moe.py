@@ -22,6 +22,7 @@ import pytest
 from tileprobe.errors import UsageError
 from tileprobe.families import expand_configs, family
 from tileprobe.families import vllm_moe as vm
+from tileprobe.predict import CannotPredict, Unbuildable, predict
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "engine_symbols"
@@ -181,3 +182,40 @@ def test_kernel_symbols_identical_to_the_wheels(arch, nvcc_path, toolchain, tmp_
         if arch == "sm_120a":  # and they are all the SM120 grouped FP4 kernels the release ships
             assert {n for n in names if tool.describe(n)["mainloop_arch"] == "Sm120"} == set(mine)
     assert all(any(e in names for _, names in shipped.values()) for e in entries)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Predictions against the committed compiled sizes
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _committed_rows() -> list[dict]:
+    rows = []
+    for path in sorted(ROOT.glob("results/static/*__vllm-moe/results.jsonl")):
+        rows += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return rows
+
+
+def test_predictions_byte_exact_on_committed_rows():
+    """Every SM120/SM121 row (both releases, three targets) is predicted to the byte, stage count included; the
+    sm_100a rows, which have no rules, are refused rather than guessed; sm_90a rows are unbuildable."""
+    rows = _committed_rows()
+    sm120 = [r for r in rows if r["arch"] in ("sm_120a", "sm_121a")]
+    assert len(sm120) >= 6 and {r["engine"] for r in sm120} == set(vm.RELEASES)
+    for r in rows:
+        args = dict(tile=r["tile"], schedule=r["schedule"], epilogue=r["epilogue"], arch=r["arch"],
+                    cutlass_version=r["cutlass_version"])
+        if r["arch"] == "sm_100a":
+            assert r["smem_bytes"] and r["prediction"].startswith("cannot predict")
+            with pytest.raises(CannotPredict):
+                predict("vllm-moe", **args)
+        elif r["arch"] == "sm_90a":
+            assert r["smem_bytes"] is None and r["verdict"] == "unsupported"
+            with pytest.raises(Unbuildable):
+                predict("vllm-moe", **args)
+        else:
+            p = predict("vllm-moe", **args)
+            assert (p.stages, p.smem_bytes) == (r["stages"], r["smem_bytes"]), r["config"]
+            assert (p.smem_mainloop_bytes, p.smem_epilogue_bytes) == (r["smem_mainloop_bytes"],
+                                                                      r["smem_epilogue_bytes"])
+            assert r["prediction"] == "exact" and p.fits(r["smem_limit_bytes"]) == (r["verdict"] == "fits")
