@@ -1,12 +1,12 @@
 """Compile FlashInfer's CuTe-DSL SM12x MoE kernels ("b12x") for sm_120a on a machine without a GPU and record the
 shared memory each one allocates, as the DSL's own allocator sizes it.
 
-usage: python tools/b12x_smem.py OUT_DIR [--presets qwen3-30b-a3b,...] [--arch sm_120a]
+usage: python tools/b12x_smem.py OUT_DIR [--presets qwen3-30b-a3b,...] [--target rtx-pro-6000]
 Writes OUT_DIR/results.jsonl (one row per kernel x tile M x preset) and OUT_DIR/run.json (the command).
 
 How: flashinfer.fused_moe.cute_dsl.blackwell_sm12x.moe_dispatch compiles each kernel with `cute.compile` on fake
 tensors (no device memory), for CUTE_DSL_ARCH. Four things need a GPU only to *pick* a launch, not to compile, and
-are given fixed values here: the SM count (get_num_sm -> 188, an RTX PRO 6000), the persistent grid size
+are given fixed values here: the SM count (get_num_sm -> the target profile's SMs), the persistent grid size
 (mac_override, get_max_active_clusters -> the SM count) and torch's CUDA-graph capture query (False). triton (imported by unrelated W4A16 helpers) is replaced by an empty
 stand-in module when it is not installed. Each kernel allocates its storage with one `SmemAllocator.allocate(Storage)`
 (a @cute.struct); the struct's `size_in_bytes()` at that call is the dynamic shared memory its launch requests
@@ -28,8 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-LIMIT = 101376  # SM120/SM121 opt-in shared memory per block (cudaDevAttrMaxSharedMemoryPerBlockOptin)
-SMS = 188  # RTX PRO 6000; the SM count sizes the persistent grid only
+from tileprobe.targets import Target, profile
+
 CHILD_TIMEOUT_S = 900
 # (hidden H, intermediate I, experts E, top-k) from tileprobe.workloads presets (public model configs)
 PRESETS = {"qwen3-30b-a3b": (2048, 768, 128, 8), "qwen3-235b-a22b": (4096, 1536, 128, 8),
@@ -90,12 +90,12 @@ print(json.dumps({"storage": seen, "kernel_class": type(k).__name__ if k else No
 '''
 
 
-def probe(kind: str, tile_m: int, preset: str, arch: str, cache: Path) -> dict:
+def probe(kind: str, tile_m: int, preset: str, target: Target, cache: Path) -> dict:
     h, i, e, topk = PRESETS[preset]
-    env = dict(os.environ, CUTE_DSL_ARCH=arch, FLASHINFER_WORKSPACE_BASE=str(cache))
+    env = dict(os.environ, CUTE_DSL_ARCH=target.arch, FLASHINFER_WORKSPACE_BASE=str(cache))
     start = time.monotonic()
     try:
-        proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps([kind, tile_m, h, i, e, topk, SMS])],
+        proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps([kind, tile_m, h, i, e, topk, target.sms])],
                               capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, env=env)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {CHILD_TIMEOUT_S} s"}
@@ -109,24 +109,26 @@ def probe(kind: str, tile_m: int, preset: str, arch: str, cache: Path) -> dict:
     return out
 
 
-def row(kind: str, tile_m: int, preset: str, arch: str, got: dict) -> dict:
+def row(kind: str, tile_m: int, preset: str, target: Target, got: dict) -> dict:
     h, i, e, topk = PRESETS[preset]
-    base = {"family": "flashinfer-b12x", "engine": f"flashinfer {got.get('flashinfer', '?')}", "arch": arch,
+    arch, limit = target.arch, target.smem_optin
+    base = {"family": "flashinfer-b12x", "engine": f"flashinfer {got.get('flashinfer', '?')}", "target": target.name,
+            "arch": arch,
             "kernel": kind, "tile_m": got.get("tile_shape_mnk", [tile_m])[0] if got.get("tile_shape_mnk") else
             (tile_m or None), "workload": preset, "hidden": h, "intermediate": i, "experts": e, "top_k": topk,
-            "smem_limit_bytes": LIMIT, "compile_seconds": got.get("seconds")}
+            "smem_limit_bytes": limit, "compile_seconds": got.get("seconds")}
     if "error" in got:
         return base | {"verdict": "compile-error", "evidence": None, "reason": got["error"], "smem_bytes": None}
     sizes = [s for _, s in got["storage"]]
     smem = max(sizes) if sizes else None
-    head = LIMIT - smem if smem is not None else None
+    head = limit - smem if smem is not None else None
     verdict = "fits" if head is not None and head >= 0 else "smem-over-limit"
     return base | {"tile_shape_mnk": got["tile_shape_mnk"], "kernel_class": got["kernel_class"],
                    "stages": got["ab_stage"], "epi_stages": got["epi_stage"], "stage_cap_capacity": got["smem_capacity"],
                    "storage": got["storage"], "smem_bytes": smem, "headroom_bytes": head, "verdict": verdict,
                    "evidence": "compiled",
                    "reason": (f"compiled for {arch} by the CuTe DSL; SharedStorage {smem} B "
-                              f"{'<=' if verdict == 'fits' else '>'} opt-in {LIMIT} B ({got['ab_stage']} A/B stages); "
+                              f"{'<=' if verdict == 'fits' else '>'} opt-in {limit} B ({got['ab_stage']} A/B stages); "
                               "not launched")}
 
 
@@ -134,8 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--presets", default="qwen3-30b-a3b")
-    ap.add_argument("--arch", default="sm_120a")
+    ap.add_argument("--target", default="rtx-pro-6000", help="an SM12x profile: its arch, SM count and opt-in limit")
     args = ap.parse_args(argv)
+    target = profile(args.target)
     presets = [p.strip() for p in args.presets.split(",") if p.strip()]
     bad = [p for p in presets if p not in PRESETS]
     if bad:
@@ -147,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         for kind, tile_m in KERNELS:
             # a fresh flashinfer cache each time: a cached kernel object is loaded without compiling (nothing sized)
             with tempfile.TemporaryDirectory(prefix="tp-b12x-") as cache:
-                r = row(kind, tile_m, preset, args.arch, probe(kind, tile_m, preset, args.arch, Path(cache)))
+                r = row(kind, tile_m, preset, target, probe(kind, tile_m, preset, target, Path(cache)))
             print(json.dumps({k: r.get(k) for k in ("workload", "kernel", "tile_m", "stages", "smem_bytes",
                                                      "verdict", "reason")}), flush=True)
             rows.append(r)
