@@ -33,7 +33,8 @@ from tileprobe.targets import Target, profile
 CHILD_TIMEOUT_S = 900
 # (hidden H, intermediate I, experts E, top-k) from tileprobe.workloads presets (public model configs)
 PRESETS = {"qwen3-30b-a3b": (2048, 768, 128, 8), "qwen3-235b-a22b": (4096, 1536, 128, 8),
-           "deepseek-v3": (7168, 2048, 256, 8), "gpt-oss-120b": (2880, 2880, 128, 4)}
+           "deepseek-v3": (7168, 2048, 256, 8), "gpt-oss-120b": (2880, 2880, 128, 4),
+           "qwen3-next-80b-a3b": (2048, 512, 512, 10)}  # I <= 512: the branch-paired gated dynamic kernel
 KERNELS = [("static", 32), ("micro", 0), ("dynamic", 16), ("dynamic", 32), ("dynamic", 64), ("dynamic", 128)]
 
 _CHILD = r'''
