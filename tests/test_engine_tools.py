@@ -32,7 +32,8 @@ def test_ptxas_report_parsed_per_entry(rng):
     for name, smem, regs in want:
         log += f"ptxas info    : Compiling entry function '{name}' for 'sm_120a'\n"
         log += "ptxas info    : Function properties for " + name + "\n    0 bytes stack frame, 0 bytes spill stores\n"
-        log += f"ptxas info    : Used {regs} registers, used 1 barriers" + (f", {smem} bytes smem" if smem else "") + "\n"
+        tail = f", {smem} bytes smem" if smem else ""
+        log += f"ptxas info    : Used {regs} registers, used 1 barriers{tail}\n"
     got = [(e, int(mtp._SMEM.search(rest).group(1)) if mtp._SMEM.search(rest) else 0, int(r))
            for e, a, r, rest in mtp._PTXAS.findall(log)]
     assert got == want
@@ -55,8 +56,8 @@ def test_b12x_row_verdict_from_the_allocator_size(rng, over):
 
 def test_committed_engine_tool_rows_are_consistent():
     """Every committed row of these tools judges its own bytes against its own limit."""
-    paths = sorted(ROOT.glob("results/static/*__sglang-moe/results.jsonl")) + sorted(
-        ROOT.glob("results/static/*__flashinfer-b12x/results.jsonl"))
+    paths = sorted(ROOT.glob("results/static/*__sglang-moe/engine_rows.jsonl")) + sorted(
+        ROOT.glob("results/static/*__flashinfer-b12x/engine_rows.jsonl"))
     assert paths
     for path in paths:
         for line in path.read_text().splitlines():

@@ -153,7 +153,8 @@ def _compiled_entries(nvcc: str, toolchain, arch: str, cfgs, tmp_path: Path) -> 
     lines = ['#include "families/vllm_moe.cuh"']
     for i, c in enumerate(cfgs):
         args = ", ".join(str(a) for a in fam.template_args(c))
-        lines.append(f"void* tp_entry{i} = (void*)&cutlass::device_kernel<tileprobe::VllmMoeKernel<{args}>::GemmKernel>;")
+        kernel = f"tileprobe::VllmMoeKernel<{args}>::GemmKernel"
+        lines.append(f"void* tp_entry{i} = (void*)&cutlass::device_kernel<{kernel}>;")
     src.write_text("\n".join(lines) + "\n")
     num = arch.removeprefix("sm_").removesuffix("a")
     cmd = [nvcc, "-std=c++17", "-DNDEBUG", "--expt-relaxed-constexpr", f"-gencode=arch=compute_{num}a,code=sm_{num}a",

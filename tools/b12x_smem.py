@@ -2,14 +2,15 @@
 shared memory each one allocates, as the DSL's own allocator sizes it.
 
 usage: python tools/b12x_smem.py OUT_DIR [--presets qwen3-30b-a3b,...] [--target rtx-pro-6000]
-Writes OUT_DIR/results.jsonl (one row per kernel x tile M x preset) and OUT_DIR/run.json (the command).
+Writes OUT_DIR/engine_rows.jsonl (one row per kernel x tile M x preset) and OUT_DIR/command.json (the command).
+These are not tileprobe result rows (no CUTLASS config; the row schema does not apply).
 
 How: flashinfer.fused_moe.cute_dsl.blackwell_sm12x.moe_dispatch compiles each kernel with `cute.compile` on fake
 tensors (no device memory), for CUTE_DSL_ARCH. Four things need a GPU only to *pick* a launch, not to compile, and
 are given fixed values here: the SM count (get_num_sm -> the target profile's SMs), the persistent grid size
-(mac_override, get_max_active_clusters -> the SM count) and torch's CUDA-graph capture query (False). triton (imported by unrelated W4A16 helpers) is replaced by an empty
-stand-in module when it is not installed. Each kernel allocates its storage with one `SmemAllocator.allocate(Storage)`
-(a @cute.struct); the struct's `size_in_bytes()` at that call is the dynamic shared memory its launch requests
+(mac_override, get_max_active_clusters -> the SM count) and torch's CUDA-graph capture query (False). triton
+(imported by unrelated W4A16 helpers) is replaced by an empty stand-in module when it is not installed. Each kernel
+allocates its storage with one `SmemAllocator.allocate(Storage)` (a @cute.struct); the struct's `size_in_bytes()` at that call is the dynamic shared memory its launch requests
 (the DSL's `cute.kernel_smem_size` of the kernel). Kernels: the static kernel (tile M 32), the micro kernel, and the
 dynamic kernel at each tile M its `_select_dynamic_tile_m` can return (16, 32, 64, 128), gated SiLU NVFP4 W4A4.
 
@@ -125,7 +126,8 @@ def row(kind: str, tile_m: int, preset: str, target: Target, got: dict) -> dict:
     head = limit - smem if smem is not None else None
     verdict = "fits" if head is not None and head >= 0 else "smem-over-limit"
     return base | {"tile_shape_mnk": got["tile_shape_mnk"], "kernel_class": got["kernel_class"],
-                   "stages": got["ab_stage"], "epi_stages": got["epi_stage"], "stage_cap_capacity": got["smem_capacity"],
+                   "stages": got["ab_stage"], "epi_stages": got["epi_stage"],
+                   "stage_cap_capacity": got["smem_capacity"],
                    "storage": got["storage"], "smem_bytes": smem, "headroom_bytes": head, "verdict": verdict,
                    "evidence": "compiled",
                    "reason": (f"compiled for {arch} by the CuTe DSL; SharedStorage {smem} B "
@@ -155,8 +157,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({k: r.get(k) for k in ("workload", "kernel", "tile_m", "stages", "smem_bytes",
                                                      "verdict", "reason")}), flush=True)
             rows.append(r)
-    (args.out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (args.out / "run.json").write_text(json.dumps({"command": shlex.join(["python", "tools/b12x_smem.py",
+    (args.out / "engine_rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (args.out / "command.json").write_text(json.dumps({"command": shlex.join(["python", "tools/b12x_smem.py",
                                                                           *(argv or sys.argv[1:])]),
                                                    "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
                                                   indent=1) + "\n")

@@ -2,7 +2,8 @@
 each entry's shared memory as ptxas reports it.
 
 usage: python tools/sglang_mtp_smem.py OUT_DIR --target rtx-pro-6000 [--wheel PATH] [--version 0.5.23]
-Writes OUT_DIR/results.jsonl (one row per kernel entry and weight layout) and OUT_DIR/run.json (the command).
+Writes OUT_DIR/engine_rows.jsonl (one row per kernel entry and weight layout) and OUT_DIR/command.json (the
+command). These are not tileprobe result rows (no CUTLASS config; the row schema does not apply).
 
 What SGLang 0.5.23 runs for NVFP4 MoE on SM120 (read from its python package): `--moe-runner-backend cutlass` is
 refused for NVFP4 ("not supported for NVFP4 MoE. Use --moe-runner-backend flashinfer_cutlass"); the flashinfer_cutlass
@@ -106,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                      "reason": f"compiled for {arch}; ptxas: {e['smem_bytes']} B static smem; not launched",
                      "compile_seconds": secs})
     a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (a.out / "run.json").write_text(json.dumps({
+    (a.out / "engine_rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (a.out / "command.json").write_text(json.dumps({
         "command": shlex.join(["python", "tools/sglang_mtp_smem.py", *(argv or sys.argv[1:])]),
         "wheel": wheel.name, "nvcc": nvcc_cmd.replace(str(Path(tempfile.gettempdir())), "$TMP"),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1) + "\n")

@@ -63,7 +63,7 @@ NO_FP4 = {"sm_90a": "sm_90 has no FP4 tensor-core MMA, so no NVFP4 grouped GEMM 
 
 
 def releases_wanted() -> tuple[str, ...]:
-    """The releases TILEPROBE_MOE_ENGINE names (all known ones when unset); UsageError for one tileprobe has not read."""
+    """The releases TILEPROBE_MOE_ENGINE names (all known ones when unset); UsageError for one not read."""
     text = os.environ.get(ENV)
     if text is None:
         return RELEASES
