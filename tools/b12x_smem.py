@@ -10,9 +10,10 @@ tensors (no device memory), for CUTE_DSL_ARCH. Four things need a GPU only to *p
 are given fixed values here: the SM count (get_num_sm -> the target profile's SMs), the persistent grid size
 (mac_override, get_max_active_clusters -> the SM count) and torch's CUDA-graph capture query (False). triton
 (imported by unrelated W4A16 helpers) is replaced by an empty stand-in module when it is not installed. Each kernel
-allocates its storage with one `SmemAllocator.allocate(Storage)` (a @cute.struct); the struct's `size_in_bytes()` at that call is the dynamic shared memory its launch requests
-(the DSL's `cute.kernel_smem_size` of the kernel). Kernels: the static kernel (tile M 32), the micro kernel, and the
-dynamic kernel at each tile M its `_select_dynamic_tile_m` can return (16, 32, 64, 128), gated SiLU NVFP4 W4A4.
+allocates its storage with one `SmemAllocator.allocate(Storage)` (a @cute.struct); the struct's `size_in_bytes()`
+at that call is the dynamic shared memory its launch requests (the DSL's `cute.kernel_smem_size` of the kernel).
+Kernels: the static kernel (tile M 32), the micro kernel, and the dynamic kernel at each tile M its
+`_select_dynamic_tile_m` can return (16, 32, 64, 128), gated SiLU NVFP4 W4A4.
 
 This runs in a child process per kernel (the DSL and flashinfer are imported only there), with a timeout.
 """
