@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from tileprobe.predict import flashinfer_moe, sm90_fp8, sm120_nvfp4
+from tileprobe.predict import flashinfer_moe, sm90_fp8, sm120_nvfp4, vllm_moe
 from tileprobe.predict._common import CannotPredict, Prediction, Unbuildable, version_key
 
 __all__ = ["CannotPredict", "Prediction", "Unbuildable", "FAMILIES", "predict", "smem_bytes", "stages", "fits",
@@ -25,7 +25,7 @@ __all__ = ["CannotPredict", "Prediction", "Unbuildable", "FAMILIES", "predict", 
 # family name -> rule module: VERSIONS (rule-set key -> verified releases) and
 # predict(m, n, k, schedule, stages, epilogue, swap_ab, arch, version_key) -> Prediction. A module with its own
 # EPILOGUES takes those instead of no-c/with-c; one with TAKES_DTYPES also gets dtypes= and cluster= keywords.
-FAMILIES = {m.FAMILY: m for m in (sm120_nvfp4, sm90_fp8, flashinfer_moe)}
+FAMILIES = {m.FAMILY: m for m in (sm120_nvfp4, sm90_fp8, flashinfer_moe, vllm_moe)}
 EPILOGUES = ("no-c", "with-c")
 
 
