@@ -39,7 +39,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
                   help="Which CUTLASS grouped-GEMM tiles fit, launch, are correct and are fastest on a GPU.")
 console = Console(width=None if sys.stdout.isatty() else WIDTH)
 
-FamilyOpt = Annotated[Optional[str], typer.Option("--family", help="sm120-nvfp4, sm90-fp8 or flashinfer-moe (default: by device)")]
+FamilyOpt = Annotated[Optional[str], typer.Option("--family", help="sm120-nvfp4, sm90-fp8, flashinfer-moe or vllm-moe (default: by device)")]
 TargetOpt = Annotated[Optional[str], typer.Option(
     "--target", help="offline profile (rtx-pro-6000, rtx-5090, dgx-spark-gb10, b200, h100, h200); a real GPU wins "
                      "when present unless this is given")]
