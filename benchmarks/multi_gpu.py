@@ -27,15 +27,16 @@ def cmd(gpus: str, out: Path, seed: int, *extra: str) -> list[str]:
 
 
 def env() -> dict:
-    return dict(os.environ, PYTHONPATH=f"{ROOT}:{os.environ.get('PYTHONPATH', '')}")
+    return dict(os.environ, PYTHONPATH=f"{ROOT}:{os.environ.get('PYTHONPATH', '')}", PYTHONUNBUFFERED="1")
 
 
-def timed(c: list[str], log: Path) -> float:
+def timed(c: list[str], log: Path, ok=(0,)) -> float:
+    """Run `c`, its output to `log`; exit unless its code is in `ok`. Seconds it took."""
     start = time.perf_counter()
     p = subprocess.run(c, capture_output=True, text=True, env=env(), timeout=1800)
     log.write_text(p.stdout + p.stderr)
-    if p.returncode != 0:
-        sys.exit(f"{' '.join(c)} failed: {p.stderr[-500:]}")
+    if p.returncode not in ok:
+        sys.exit(f"{' '.join(c)} failed ({p.returncode}): {(p.stdout + p.stderr)[-1500:]}")
     return time.perf_counter() - start
 
 

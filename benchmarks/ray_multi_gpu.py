@@ -22,32 +22,13 @@ from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from multi_gpu import env, rows, timed  # noqa: E402  (the same runner and row reader as the --gpus benchmark)
 
 
 def cmd(out: Path, seed: int, *extra: str) -> list[str]:
     return [sys.executable, "-m", "tileprobe", "sweep", "--seed", str(seed), "--out", str(out), *extra]
-
-
-def env() -> dict:
-    return dict(os.environ, PYTHONPATH=f"{ROOT}:{os.environ.get('PYTHONPATH', '')}", PYTHONUNBUFFERED="1")
-
-
-def timed(c: list[str], log: Path, ok=(0,)) -> float:
-    start = time.perf_counter()
-    p = subprocess.run(c, capture_output=True, text=True, env=env(), timeout=1800)
-    log.write_text(p.stdout + p.stderr)
-    if p.returncode not in ok:
-        sys.exit(f"{' '.join(c)} failed ({p.returncode}): {(p.stdout + p.stderr)[-1500:]}")
-    return time.perf_counter() - start
-
-
-def rows(out: Path) -> dict:
-    got = {}
-    for line in (out / "results.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        if r.get("workload"):
-            got[(r["config"], r["gemm"], r["batch"])] = r
-    return got
 
 
 def shard_infos(out: Path) -> list[dict]:
