@@ -178,12 +178,12 @@ def test_flashinfer_moe_predict_only_uses_the_engines_own_cutlass(tmp_path, rng,
     assert p.returncode == 0, p.stderr
     rows = [json.loads(l) for l in (tmp_path / "o" / "results.jsonl").read_text().splitlines()]
     meta = json.loads((tmp_path / "o" / "run.json").read_text())["toolchain"]
-    assert meta["engine"] == tree.label() and meta["cutlass_dir"].startswith(str(tree.root))
+    assert rows and all(r["engine"] == tree.label() and r["cutlass_source"] == f"{tree.label()}'s bundled copy"
+                        and r["cutlass_hash"] == meta["cutlass_hash"] and r["cutlass_version"] == "4.5.0"
+                        for r in rows), {r["cutlass_source"] for r in rows}
     assert meta["cutlass_source"] == f"{tree.label()}'s bundled copy"
     assert meta["cutlass_hash"] != find_cutlass(other).tree_hash
-    assert rows and all(r["engine"] == tree.label() and r["cutlass_source"] == meta["cutlass_source"]
-                        and r["cutlass_hash"] == meta["cutlass_hash"] and r["cutlass_version"] == "4.5.0"
-                        for r in rows)
+    assert meta.get("engine") == tree.label() and meta["cutlass_dir"].startswith(str(tree.root))
     measured = _committed_measured(tree.label())
     if not measured:
         pytest.skip(f"no committed rtx-pro-6000 rows measured with {tree.label()}")

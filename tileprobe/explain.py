@@ -81,7 +81,10 @@ def explain_tactic(fam, arch: str, target, tactic: str, epilogue: str, predict_o
     cfgs = [c for c in fam.expand(arch, [tactic], None, None, None)]
     if not cfgs:
         raise UsageError(f"no {fam.name} tactic {tactic!r} on {arch}")
-    cutlass = family_cutlass(fam, cutlass_dir)  # an engine family: its own bundled CUTLASS, whatever else is given
+    if fam.cutlass_root is not None and cutlass_dir:
+        raise UsageError(f"{fam.name} compiles against its engine's own CUTLASS; --cutlass-dir does not apply "
+                         "(point --flashinfer-dir at another flashinfer instead)")
+    cutlass = family_cutlass(fam, cutlass_dir)  # an engine family: its own bundled CUTLASS, not TILEPROBE_CUTLASS_DIR
     if predict_only:
         outs = [modeled.outcome(c, target, cutlass) for c in cfgs]
         if any(o is None for o in outs):
