@@ -21,7 +21,7 @@ from tileprobe.rows import Outcome, make_row, now
 from tileprobe.runtime import RuntimeJob, runtime_rows
 from tileprobe.static_probe import probe_static
 from tileprobe.targets import Target, profile, resolve_target
-from tileprobe.toolchain import CutlassTree, Nvcc, family_cutlass, find_nvcc
+from tileprobe.toolchain import CutlassTree, Nvcc, family_cutlass, find_cutlass, find_nvcc
 from tileprobe.verdict import Verdict
 from tileprobe.workloads import Point, points_for
 
@@ -74,7 +74,13 @@ def make_toolchain(cutlass_dir: str | None, nvcc: str | None, cache_dir: str | N
                    fam: Family | None = None) -> Toolchain:
     """nvcc, the build cache and the CUTLASS `fam` compiles against (tileprobe.toolchain.family_cutlass: an engine
     family's own bundled copy, whatever cutlass_dir says)."""
-    return Toolchain(family_cutlass(fam, cutlass_dir), find_nvcc(nvcc), cache_root(cache_dir))
+    return Toolchain(cutlass_for(fam, cutlass_dir), find_nvcc(nvcc), cache_root(cache_dir))
+
+
+def cutlass_for(fam: Family | None, cutlass_dir: str | None) -> CutlassTree:
+    """The CUTLASS tree `fam` compiles against and its predictions are keyed by: an engine family's own bundled copy
+    (tileprobe.toolchain.family_cutlass), else --cutlass-dir / TILEPROBE_CUTLASS_DIR / the defaults."""
+    return family_cutlass(fam) if fam is not None and fam.cutlass_root is not None else find_cutlass(cutlass_dir)
 
 
 @dataclass
@@ -196,7 +202,7 @@ def predict_only(opts: SweepOptions, console) -> list[dict]:
     """Rows from the model alone: no nvcc, nothing compiled (evidence `predicted`). A config the model cannot
     predict (unknown family, CUTLASS version or engine release) stops the sweep with one line: never a guess.
     The prediction stands for the tree a compile would use: an engine family's own bundled CUTLASS."""
-    cutlass = family_cutlass(family(opts.family) if opts.family else None, opts.cutlass_dir)
+    cutlass = cutlass_for(family(opts.family) if opts.family else None, opts.cutlass_dir)
     p = plan(replace(opts, static_only=True, gpus=None), cutlass.version)
     tc_cols = {"cutlass_version": cutlass.version, "cutlass_source": cutlass.source, "cutlass_hash": cutlass.tree_hash,
                "nvcc_version": None, "host_compiler": None}
