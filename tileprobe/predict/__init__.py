@@ -5,8 +5,9 @@ the collective builders choose (stage count under StageCountAutoCarveout<sizeof 
 C/D stages) and lays out the mainloop, epilogue and kernel SharedStorage structs member by member. Every rule names
 its header and the CUTLASS versions it was verified on; a family that mirrors an engine's own kernels (compiled
 against the CUTLASS the engine bundles) is keyed by the engine releases it was checked against instead (its module's
-ENGINES), so predict() takes engine= and cutlass_hash=. An unknown family, version or release raises CannotPredict; a config
-CUTLASS rejects at compile time raises Unbuildable (with .kind and, for too few stages, the 2-stage prediction).
+ENGINES), so predict() takes engine= and cutlass_hash=. An unknown family, version or release raises CannotPredict;
+a config CUTLASS rejects at compile time raises Unbuildable (with .kind and, for too few stages, the 2-stage
+prediction).
 
     >>> from tileprobe.predict import predict
     >>> p = predict("sm120-nvfp4", (128, 128, 128), "cooperative")

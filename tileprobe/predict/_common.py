@@ -98,8 +98,8 @@ def engine_key(family: str, engine: str | None, cutlass_version: str, cutlass_ha
         raise CannotPredict(f"{family} predictions are keyed by the engine release whose tree is compiled, and none "
                             f"was named; the rules were checked against {checked}")
     if engine not in engines:
-        raise CannotPredict(f"no verified {family} rules for {engine}: they were checked (compiled, byte-exact) against "
-                            f"{checked} only")
+        raise CannotPredict(f"no verified {family} rules for {engine}: they were checked (compiled, byte-exact) "
+                            f"against {checked} only")
     key, tree = engines[engine]
     if cutlass_hash is not None and cutlass_hash != tree:
         raise CannotPredict(f"{engine}'s bundled CUTLASS tree is {cutlass_hash}, not the {tree} the {family} rules "
