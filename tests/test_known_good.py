@@ -88,6 +88,37 @@ def test_a_broken_copy_fails_check_with_the_bytes(tmp_path, toolchain, rng):
     assert p.returncode == 0 and "0 regression(s) in 2 tiles" in p.stdout, p.stdout + p.stderr
 
 
+@pytest.mark.nvcc
+def test_check_compiles_an_engine_family_against_the_engines_own_cutlass(tmp_path, toolchain, rng):
+    """`check --cutlass-dir OTHER` on a flashinfer-moe file: the tiles compile against (and the output names) the
+    engine's bundled CUTLASS, the tree they were measured with, not OTHER (another CUTLASS version); the flag is said
+    not to apply. One random tile of the committed file, re-sized by nvcc to its recorded bytes."""
+    from tileprobe.engine_flashinfer import find_flashinfer
+
+    src = REPO_KG / "rtx-pro-6000__flashinfer-moe.json"
+    doc = known_good.load_file(src)
+    label = find_flashinfer().label()
+    tiles = [e for e in doc["tiles"] if e.get("engine") == label]
+    if not tiles:
+        pytest.skip(f"{src.name} holds no tiles measured with the installed {label}")
+    tile = rng.choice(tiles)
+    print("tile", tile["config"])
+    doc["tiles"] = [tile]
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(doc))
+    other = tmp_path / "cutlass"
+    (other / "include" / "cutlass").mkdir(parents=True)
+    (other / "include" / "cutlass" / "version.h").write_text(
+        "#define CUTLASS_MAJOR 4\n#define CUTLASS_MINOR 2\n#define CUTLASS_PATCH 0\n")
+    p = tileprobe("check", str(path), "--jobs", "1", "--cutlass-dir", str(other), "--cache-dir", str(toolchain.cache))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "0 regression(s) in 1 tiles" in p.stdout, p.stdout
+    assert "another toolchain" not in p.stdout and "4.2.0" not in p.stdout.splitlines()[-1], p.stdout
+    own = doc["toolchain"]
+    assert f"CUTLASS {own['cutlass_version']} ({label}'s bundled copy, tree {own['cutlass_hash']})" in p.stdout
+    assert "does not apply to flashinfer-moe" in p.stdout and "still fits; SharedStorage" not in p.stdout, p.stdout
+
+
 def test_check_bad_input_is_one_line(tmp_path):
     bad = tmp_path / "x.json"
     bad.write_text("{}")

@@ -11,6 +11,7 @@ import pytest
 from tileprobe import modeled
 from tileprobe.families import FAMILIES, expand_configs
 from tileprobe.rows import StaticInfo
+from tileprobe.toolchain import find_cutlass
 
 
 def tileprobe(*args):
@@ -125,3 +126,108 @@ def test_columns_compare_only_what_was_measured(rng):
     assert modeled.columns(cfg, "4.5.0", StaticInfo(**same, predicted=True))["prediction"] == "not measured"
     off = dict(stages=m.stages, smem_bytes=m.smem_bytes + 1024 * rng.randint(1, 8))
     assert modeled.columns(cfg, "4.5.0", StaticInfo(**off))["prediction"].startswith("MODEL ERROR")
+
+
+# flashinfer-moe: predictions stand for the engine's own tree -------------------------------------------------------
+
+def _engine_tree():
+    from tileprobe.engine_flashinfer import find_flashinfer
+    from tileprobe.errors import UsageError
+
+    try:
+        return find_flashinfer()
+    except UsageError as exc:
+        pytest.skip(str(exc))
+
+
+def _cutlass_stand_in(path, version: str, rng):
+    """A headers-only CUTLASS tree that says `version` (another tree than any engine bundles)."""
+    major, minor, patch = version.split(".")
+    inc = path / "include" / "cutlass"
+    inc.mkdir(parents=True)
+    (inc / "version.h").write_text(f"#define CUTLASS_MAJOR {major}\n#define CUTLASS_MINOR {minor}\n"
+                                   f"#define CUTLASS_PATCH {patch}\n// {rng.getrandbits(64):x}\n")
+    (path / "tools" / "util" / "include" / "cutlass" / "util").mkdir(parents=True)
+    return path
+
+
+def _committed_measured(label: str) -> dict:
+    """config key -> the committed rtx-pro-6000 flashinfer-moe row nvcc measured for release `label`."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = {}
+    for path in root.glob("results/static/rtx-pro-6000__flashinfer-moe*/results.jsonl"):
+        for line in path.read_text().splitlines():
+            r = json.loads(line)
+            if r["engine"] == label and r["evidence"] == "sized":
+                out[r["config"]] = r
+    return out
+
+
+@pytest.mark.parametrize("global_version", ["4.2.0", "4.5.0"])
+def test_flashinfer_moe_predict_only_uses_the_engines_own_cutlass(tmp_path, rng, global_version):
+    """A global CUTLASS (TILEPROBE_CUTLASS_DIR) of another version, or another 4.5.0 tree, is not what flashinfer-moe
+    compiles: --predict-only predicts for, and its rows and run.json name, the engine's bundled CUTLASS; the predicted
+    sizes are the ones nvcc measured for that release (committed rows)."""
+    tree = _engine_tree()
+    other = _cutlass_stand_in(tmp_path / "cutlass", global_version, rng)
+    p = subprocess.run([sys.executable, "-m", "tileprobe", "sweep", "--family", "flashinfer-moe", "--target",
+                        "rtx-pro-6000", "--predict-only", "--out", str(tmp_path / "o")], capture_output=True, text=True,
+                       timeout=600, env=dict(os.environ, PATH="/usr/bin:/bin", TILEPROBE_CUTLASS_DIR=str(other)))
+    assert p.returncode == 0, p.stderr
+    rows = [json.loads(l) for l in (tmp_path / "o" / "results.jsonl").read_text().splitlines()]
+    meta = json.loads((tmp_path / "o" / "run.json").read_text())["toolchain"]
+    assert rows and all(r["engine"] == tree.label() and r["cutlass_source"] == f"{tree.label()}'s bundled copy"
+                        and r["cutlass_hash"] == meta["cutlass_hash"] and r["cutlass_version"] == "4.5.0"
+                        for r in rows), {r["cutlass_source"] for r in rows}
+    assert meta["cutlass_source"] == f"{tree.label()}'s bundled copy"
+    assert meta["cutlass_hash"] != find_cutlass(other).tree_hash
+    assert meta.get("engine") == tree.label() and meta["cutlass_dir"].startswith(str(tree.root))
+    measured = _committed_measured(tree.label())
+    if not measured:
+        pytest.skip(f"no committed rtx-pro-6000 rows measured with {tree.label()}")
+    both = [r for r in rows if r["config"] in measured and r["predicted_smem_bytes"] is not None]
+    assert both and all(r["cutlass_hash"] == measured[r["config"]]["cutlass_hash"] for r in both)
+    assert all((r["predicted_stages"], r["predicted_smem_bytes"]) == (measured[r["config"]]["stages"],
+               measured[r["config"]]["smem_bytes"]) for r in both)
+
+
+def _fake_flashinfer(tmp_path, version: str, cutlass) -> "Path":
+    """A flashinfer-shaped folder: the real MoE sources tileprobe reads, `cutlass` as its bundled CUTLASS."""
+    import shutil
+
+    from tileprobe import engine_flashinfer as ef
+
+    real = _engine_tree().root
+    root = tmp_path / "site" / "flashinfer"
+    for rel in (ef.HEURISTIC, ef.DISPATCH, ef.TRAITS):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(real / rel, root / rel)
+    (root / "data" / "csrc" / "nv_internal" / "tensorrt_llm" / "cutlass_extensions" / "include").mkdir(parents=True)
+    (root / "data" / "cutlass").symlink_to(cutlass, target_is_directory=True)
+    meta = tmp_path / "site" / f"flashinfer_python-{version}.dist-info" / "METADATA"
+    meta.parent.mkdir()
+    meta.write_text(f"Metadata-Version: 2.1\nName: flashinfer-python\nVersion: {version}\n")
+    return root
+
+
+@pytest.mark.parametrize("what", ["unchecked release", "checked release, other CUTLASS tree"])
+def test_flashinfer_moe_predict_only_refuses_a_tree_it_was_not_checked_against(tmp_path, rng, what):
+    """The rules are keyed by the engine release (and its bundled CUTLASS tree) they were checked against: an
+    unchecked release with the very same CUTLASS, or a checked release whose CUTLASS is another tree, is
+    CannotPredict: one line, exit 2, never a guess from the CUTLASS version."""
+    real = _engine_tree()
+    if what == "unchecked release":
+        version = f"0.{rng.randrange(8, 40)}.{rng.randrange(10)}"
+        fake = _fake_flashinfer(tmp_path, version, real.root / "data" / "cutlass")
+        needle = f"flashinfer {version}"
+    else:
+        fake = _fake_flashinfer(tmp_path, real.version, _cutlass_stand_in(tmp_path / "cutlass", "4.5.0", rng))
+        needle = "bundled CUTLASS tree"
+    p = subprocess.run([sys.executable, "-m", "tileprobe", "sweep", "--family", "flashinfer-moe", "--target",
+                        "rtx-pro-6000", "--predict-only", "--flashinfer-dir", str(fake), "--out", str(tmp_path / "o")],
+                       capture_output=True, text=True, timeout=600, env=dict(os.environ, PATH="/usr/bin:/bin"))
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "cannot predict" in p.stderr and needle in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr

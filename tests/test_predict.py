@@ -53,7 +53,7 @@ def test_committed_static_row(row):
     """Byte-exact on every committed row that has sizes; rows tileprobe marked unsupported are Unbuildable."""
     args = dict(family=row["family"], tile=row["tile"], schedule=row["schedule"], stages=_stages_of(row),
                 epilogue=row["epilogue"], swap_ab=row["swap_ab"], arch=row["arch"],
-                cutlass_version=row["cutlass_version"])
+                cutlass_version=row["cutlass_version"], engine=row.get("engine"), cutlass_hash=row.get("cutlass_hash"))
     if row["family"] == "flashinfer-moe":
         args.update(dtypes=row["dtypes"], cluster=tuple(int(c) for c in row["cluster"].split("x")))
     if row["family"] == "vllm-moe" and row["arch"] == "sm_100a":  # no SM100 rules: refused, never guessed
@@ -187,18 +187,43 @@ def test_flashinfer_moe():
         row = _measured(**{"cluster": "1x1x1", **case})
         p = predict("flashinfer-moe", row["tile"], row["schedule"], epilogue=row["epilogue"], swap_ab=row["swap_ab"],
                     arch=row["arch"], dtypes=row["dtypes"], cluster=tuple(int(c) for c in row["cluster"].split("x")),
-                    cutlass_version=row["cutlass_version"])
+                    cutlass_version=row["cutlass_version"], engine=row["engine"], cutlass_hash=row["cutlass_hash"])
         assert {c: getattr(p, c) for c in COLUMNS} == {c: row[c] for c in COLUMNS}, case
+    fi = "flashinfer 0.7.4"
     with pytest.raises(Unbuildable) as exc:
-        predict("flashinfer-moe", "128x64x64", dtypes="mxfp8xmxfp4")
+        predict("flashinfer-moe", "128x64x64", dtypes="mxfp8xmxfp4", engine=fi)
     assert exc.value.kind == "unsupported"
     with pytest.raises(Unbuildable) as exc:
-        predict("flashinfer-moe", "128x128x512", dtypes="nvfp4xnvfp4")
+        predict("flashinfer-moe", "128x128x512", dtypes="nvfp4xnvfp4", engine=fi)
     assert exc.value.kind == "too-few-stages"
     with pytest.raises(CannotPredict):  # not compiled: refused, not extrapolated
-        predict("flashinfer-moe", "128x256x128", "cooperative", arch="sm_90a")
+        predict("flashinfer-moe", "128x256x128", "cooperative", arch="sm_90a", engine=fi)
     with pytest.raises(Unbuildable):
-        predict("flashinfer-moe", "128x128x128", arch="sm_90a", dtypes="nvfp4xnvfp4")
+        predict("flashinfer-moe", "128x128x128", arch="sm_90a", dtypes="nvfp4xnvfp4", engine=fi)
+
+
+def test_flashinfer_moe_is_keyed_by_the_engine_release_and_its_tree(rng):
+    """flashinfer-moe's rules stand for the releases whose own trees were compiled (the committed rows' engine and
+    cutlass_hash): any other release, a checked release with another CUTLASS tree, or no release is refused, whatever
+    CUTLASS version is named."""
+    rows = [p.values[0] for p in ROWS if p.values[0]["family"] == "flashinfer-moe" and p.values[0].get("smem_bytes")]
+    checked = sorted({r["engine"] for r in rows})
+    assert {"flashinfer 0.7.4", "flashinfer 0.7.2.post1"} <= set(checked)
+    row = rng.choice(rows)
+    print("row", row["engine"], row["config"])
+    args = dict(family="flashinfer-moe", tile=row["tile"], schedule=row["schedule"], epilogue=row["epilogue"],
+                swap_ab=row["swap_ab"], arch=row["arch"], dtypes=row["dtypes"],
+                cluster=tuple(int(c) for c in row["cluster"].split("x")), cutlass_version=row["cutlass_version"])
+    assert predict(**args, engine=row["engine"], cutlass_hash=row["cutlass_hash"]).smem_bytes == row["smem_bytes"]
+    other = f"flashinfer 0.{rng.randrange(8, 40)}.{rng.randrange(10)}"
+    for engine, tree, word in ((None, row["cutlass_hash"], "none was named"), (other, row["cutlass_hash"], other),
+                               (row["engine"], f"{rng.getrandbits(64):016x}", "bundled CUTLASS tree")):
+        with pytest.raises(CannotPredict, match=word):
+            predict(**args, engine=engine, cutlass_hash=tree)
+    with pytest.raises(CannotPredict, match="4.2.0"):  # the release's own CUTLASS, not another version
+        predict(**{**args, "cutlass_version": "4.2.0"}, engine=row["engine"])
+    with pytest.raises(CannotPredict):
+        rule_set("flashinfer-moe", "4.5.0")  # a CUTLASS version alone keys nothing for an engine family
 
 
 def test_version_aliases():
@@ -259,7 +284,7 @@ def _random_engine_config(rng: random.Random):
     for c in cfgs:
         try:
             predict("flashinfer-moe", (c.tile.m, c.tile.n, c.tile.k), c.schedule, 0, c.epilogue, c.swap_ab, c.arch,
-                    dtypes=c.get("dtypes"), cluster=c.cluster)
+                    dtypes=c.get("dtypes"), cluster=c.cluster, engine=fam.engine()[0])
         except (Unbuildable, CannotPredict):  # not buildable, or a shape the model was never checked on
             continue
         return c
@@ -286,10 +311,11 @@ def test_random_configs_against_nvcc(toolchain, rng):
         jobs.append((configs, toolchain, [dict(pick=p, args=p, kw={}) for p in mine]))
     engine = _random_engine_config(rng)
     print("engine config", engine.name)
-    etc = make_toolchain(FAMS["flashinfer-moe"].cutlass_root(), None, str(toolchain.cache))
+    etc = make_toolchain(None, None, str(toolchain.cache), FAMS["flashinfer-moe"])  # the engine's own CUTLASS
     jobs.append(([engine], etc, [dict(pick=engine.name, args=("flashinfer-moe", (engine.tile.m, engine.tile.n,
                  engine.tile.k), engine.schedule, 0, engine.epilogue, engine.swap_ab, engine.arch),
-                 kw=dict(dtypes=engine.get("dtypes"), cluster=engine.cluster))]))
+                 kw=dict(dtypes=engine.get("dtypes"), cluster=engine.cluster,
+                         engine=FAMS["flashinfer-moe"].engine()[0], cutlass_hash=etc.cutlass.tree_hash))]))
     for configs, tc, wants in jobs:
         target = profile("h200" if configs[0].arch == "sm_90a" else "rtx-pro-6000")
         outs = probe_static(configs, target, tc.cutlass, tc.nvcc, tc.cache, jobs=1, timeout_s=1800)

@@ -246,8 +246,9 @@ def check(
     for line in bad:
         sys.stdout.write(f"REGRESSION {line}\n")
     checked = sum(r.checked for r in results)
+    trees = "; ".join(dict.fromkeys(r.tree for r in results))  # per file: an engine family compiles its own CUTLASS
     sys.stdout.write(f"{len(bad)} regression(s) in {checked} tiles of {len(results)} file(s) (static re-probe, "
-                     f"CUTLASS {tc.cutlass.version}, nvcc {tc.nvcc.version_text})\n")
+                     f"{trees}, nvcc {tc.nvcc.version_text})\n")
     if bad:
         raise typer.Exit(1)
 

@@ -10,7 +10,7 @@ from tileprobe.families import arch_for, expand_configs, family, family_for_cc
 from tileprobe.static_probe import probe_static
 from tileprobe.sweep import make_toolchain
 from tileprobe.targets import resolve_target
-from tileprobe.toolchain import find_cutlass
+from tileprobe.toolchain import family_cutlass, find_cutlass
 from tileprobe.verdict import Verdict
 
 
@@ -30,7 +30,7 @@ def explain(tile: str, family_name: str | None, target_name: str | None, schedul
                                 cutlass_version=cutlass.version)
         if cfg.unsupported_reason:
             raise UsageError(f"{cfg.tile} {schedule} on {fam.name}: unsupported: {cfg.unsupported_reason}")
-        return explain_from_model(cfg, target, cutlass.version)
+        return explain_from_model(cfg, target, cutlass)
     tc = make_toolchain(cutlass_dir, nvcc, cache_dir)
     (cfg,) = expand_configs(fam, arch, [tile], [schedule], [stages], [epilogue], [False],
                             cutlass_version=tc.cutlass.version)
@@ -81,15 +81,18 @@ def explain_tactic(fam, arch: str, target, tactic: str, epilogue: str, predict_o
     cfgs = [c for c in fam.expand(arch, [tactic], None, None, None)]
     if not cfgs:
         raise UsageError(f"no {fam.name} tactic {tactic!r} on {arch}")
-    fixed = fam.cutlass_root() if fam.cutlass_root else None
+    if fam.cutlass_root is not None and cutlass_dir:
+        raise UsageError(f"{fam.name} compiles against its engine's own CUTLASS; --cutlass-dir does not apply "
+                         "(point --flashinfer-dir at another flashinfer instead)")
+    cutlass = family_cutlass(fam, cutlass_dir)  # an engine family: its own bundled CUTLASS, not TILEPROBE_CUTLASS_DIR
     if predict_only:
-        version = find_cutlass(fixed or cutlass_dir).version
-        outs = [modeled.outcome(c, target, version) for c in cfgs]
+        outs = [modeled.outcome(c, target, cutlass) for c in cfgs]
         if any(o is None for o in outs):
-            raise UsageError(f"{fam.name}: {modeled.model(cfgs[0], version).status}")
-        how = "predicted (tileprobe's model; nothing compiled)"
+            raise UsageError(f"{fam.name}: {modeled.model(cfgs[0], cutlass).status}")
+        how = (f"predicted (tileprobe's model of CUTLASS {cutlass.version}, {cutlass.source}, tree "
+               f"{cutlass.tree_hash}; nothing compiled)")
     else:
-        tc = make_toolchain(fixed or cutlass_dir, nvcc, cache_dir)
+        tc = make_toolchain(cutlass_dir, nvcc, cache_dir, fam)
         outs = probe_static(cfgs, target, tc.cutlass, tc.nvcc, tc.cache, jobs=2, timeout_s=1200)
         how = f"sized (kernel types instantiated for {arch}, sizes read); not launched"
     lines = [f"{fam.name} tactic {cfgs[0].get('tactic')} on {target.name} (opt-in limit {target.smem_optin} B):"]
@@ -111,13 +114,14 @@ def explain_tactic(fam, arch: str, target, tactic: str, epilogue: str, predict_o
     return "\n".join(lines)
 
 
-def explain_from_model(cfg, target, cutlass_version: str) -> str:
-    """The same budget from tileprobe's model of the CUTLASS builders: instant, nothing compiled, and said so."""
+def explain_from_model(cfg, target, cutlass) -> str:
+    """The same budget from tileprobe's model of the CUTLASS builders: instant, nothing compiled, and said so.
+    cutlass: the CutlassTree the config would compile against."""
     fam = family(cfg.family)
-    m = modeled.model(cfg, cutlass_version)
+    m = modeled.model(cfg, cutlass)
     head = f"{cfg.tile} ({cfg.tile.bytes_k(fam.ab_bits)}), {cfg.schedule}, epilogue {cfg.epilogue}, stages " \
            f"{cfg.stages_label} on {target.name} (opt-in limit {target.smem_optin} B), predicted for CUTLASS " \
-           f"{cutlass_version}:"
+           f"{cutlass.version}:"
     if m.prediction is None:
         raise UsageError(f"{cfg.name}: {m.status}")
     p = m.prediction

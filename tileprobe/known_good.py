@@ -2,14 +2,16 @@
 
 A file holds the target's numbers, the toolchain it was made with, every config that worked (with its full
 identity, evidence level, SharedStorage and headroom) and, when the sweep was launched, the recommended tile per
-workload and batch-size bucket. `check` re-probes the tiles statically against the file's target on any machine.
+workload and batch-size bucket. `check` re-probes the tiles statically against the file's target on any machine;
+a family that mirrors an engine (flashinfer-moe) is re-probed against that engine's own bundled CUTLASS (the tree its
+kernels compile with), never a --cutlass-dir.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import tempfile
@@ -17,12 +19,14 @@ import tempfile
 from rich.console import Console
 
 from tileprobe.errors import UsageError
+from tileprobe.families import family as family_named
 from tileprobe.recommend import recommendations
 from tileprobe.results import TOOLCHAIN_COLUMNS, ResultsWriter, now
 from tileprobe.resultset import ResultSet, config_from_entry, config_from_row, target_from_dict
 from tileprobe.runtime import RuntimeJob, runtime_rows
 from tileprobe.static_probe import probe_static
 from tileprobe.targets import NoDevice, query_devices
+from tileprobe.toolchain import family_cutlass
 from tileprobe.verdict import Evidence, Verdict
 from tileprobe.workloads import points_for
 
@@ -242,6 +246,7 @@ class CheckResult:
     checked: int = 0
     regressions: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    tree: str = ""  # the CUTLASS tree the tiles were compiled against, in words
 
 
 def files_in(paths: list[str | Path] | None, default: Path = DEFAULT_DIR) -> list[Path]:
@@ -266,6 +271,7 @@ def check_file(path: Path, tc, jobs: int = 1, timeout_s: float = 1200) -> CheckR
     doc = load_file(path)
     target = target_from_dict(doc["target"])
     res = CheckResult(Path(path))
+    tc = _file_toolchain(doc, tc, res)
     configs = []
     for e in doc["tiles"]:
         cfg = config_from_entry(e)
@@ -295,6 +301,29 @@ def check_file(path: Path, tc, jobs: int = 1, timeout_s: float = 1200) -> CheckR
     if working:
         _runtime_recheck(doc, target, working, tc, jobs, res)
     return res
+
+
+def _file_toolchain(doc: dict, tc, res: CheckResult):
+    """The toolchain a file's tiles are re-probed with: `tc`, except that a family mirroring an engine compiles (and
+    is named) with that engine's own bundled CUTLASS. A --cutlass-dir / TILEPROBE_CUTLASS_DIR that does not apply,
+    and an engine release other than the file's, are noted."""
+    try:
+        fam = family_named(str(doc.get("family")))
+    except UsageError:
+        fam = None  # an unknown family fails where its tiles are read, with its own line
+    if fam is not None and fam.cutlass_root is not None:
+        own = family_cutlass(fam)
+        if tc.cutlass.source in ("flag", "env") and tc.cutlass.tree_hash != own.tree_hash:
+            res.notes.append(f"--cutlass-dir / TILEPROBE_CUTLASS_DIR (CUTLASS {tc.cutlass.version}, tree "
+                             f"{tc.cutlass.tree_hash}) does not apply to {fam.name}: its kernels compile against "
+                             f"{own.source}")
+        label = fam.engine()[0]
+        was = sorted({str(e["engine"]) for e in doc["tiles"] if e.get("engine")})
+        if was and was != [label]:
+            res.notes.append(f"the file's tiles were measured with {', '.join(was)}; re-probed with {label}")
+        tc = replace(tc, cutlass=own)
+    res.tree = f"CUTLASS {tc.cutlass.version} ({tc.cutlass.source}, tree {tc.cutlass.tree_hash})"
+    return tc
 
 
 def _runtime_recheck(doc: dict, target, ok: list, tc, jobs: int, res: CheckResult) -> None:

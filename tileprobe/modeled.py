@@ -5,7 +5,8 @@ model's own verdict for --predict-only, and which configs a large sweep need not
 'MODEL ERROR: ...' (they differ: a bug in the model, flagged in rows and reports), 'not measured' (nothing was
 measured to compare with: --predict-only, a config the model skipped, a build that failed; '; model: unbuildable ...'
 follows where the model says CUTLASS rejects it), or 'cannot predict: ...' (no verified rules for this family or
-CUTLASS version; never a guess). A row's own sizes are never compared with themselves: when they are the model's
+CUTLASS version, or, for a family that mirrors an engine (flashinfer-moe), for this engine release and its bundled
+CUTLASS tree; never a guess). A row's own sizes are never compared with themselves: when they are the model's
 (evidence `predicted`), the row is 'not measured'.
 """
 
@@ -15,9 +16,10 @@ from dataclasses import dataclass
 
 from tileprobe import predict
 from tileprobe.errors import OutOfResources
-from tileprobe.families import Config
+from tileprobe.families import Config, family
 from tileprobe.rows import Outcome, StaticInfo
 from tileprobe.targets import Target
+from tileprobe.toolchain import CutlassTree
 from tileprobe.verdict import Verdict
 
 
@@ -33,13 +35,24 @@ class Modeled:
     unbuildable: bool = False
 
 
-def model(cfg: Config, cutlass_version: str | None) -> Modeled:
+def tree_keys(cfg: Config, cutlass: CutlassTree | str | None) -> dict:
+    """What a prediction for cfg is keyed by: the CUTLASS tree compiled (its version and, given a CutlassTree, its
+    content hash) and, for a family that mirrors an engine, the engine release whose tree that is (the family's
+    engine label, as its rows carry it; else the config's own `engine` field)."""
+    version, tree_hash = (cutlass.version, cutlass.tree_hash) if isinstance(cutlass, CutlassTree) else (cutlass, None)
+    fam = family(cfg.family)
+    engine = fam.engine()[0] if fam.engine is not None else cfg.get("engine")
+    return {"cutlass_version": version or "", "engine": engine, "cutlass_hash": tree_hash}
+
+
+def model(cfg: Config, cutlass: CutlassTree | str | None) -> Modeled:
+    """cutlass: the tree the config compiles against (tileprobe.toolchain.family_cutlass), or a CUTLASS version."""
     if cfg.family not in predict.FAMILIES:
         return Modeled(None, None, f"cannot predict: no rules for family {cfg.family}")
     try:
         p = predict.predict(cfg.family, (cfg.tile.m, cfg.tile.n, cfg.tile.k), cfg.schedule, cfg.stages, cfg.epilogue,
-                            cfg.swap_ab, cfg.arch, cutlass_version or "", dtypes=cfg.get("dtypes"),
-                            cluster=cfg.cluster)  # dtypes/cluster: used by flashinfer-moe only
+                            cfg.swap_ab, cfg.arch, dtypes=cfg.get("dtypes"), cluster=cfg.cluster,
+                            **tree_keys(cfg, cutlass))  # dtypes/cluster/engine: used by flashinfer-moe only
     except predict.Unbuildable as exc:
         two = exc.at_two_stages
         return Modeled(2 if two else None, two.smem_bytes if two else None, f"unbuildable ({exc.kind}): {exc.reason}",
@@ -49,9 +62,9 @@ def model(cfg: Config, cutlass_version: str | None) -> Modeled:
     return Modeled(p.stages, p.smem_bytes, "predicted", p)
 
 
-def columns(cfg: Config, cutlass_version: str | None, info: StaticInfo) -> dict:
+def columns(cfg: Config, cutlass: CutlassTree | str | None, info: StaticInfo) -> dict:
     """predicted_stages, predicted_smem_bytes and the `prediction` status against what was measured."""
-    m = model(cfg, cutlass_version)
+    m = model(cfg, cutlass)
     out = {"predicted_stages": m.stages, "predicted_smem_bytes": m.smem_bytes, "prediction": m.status}
     if m.status.startswith("cannot"):
         return out
@@ -66,11 +79,11 @@ def columns(cfg: Config, cutlass_version: str | None, info: StaticInfo) -> dict:
     return out
 
 
-def outcome(cfg: Config, target: Target, cutlass_version: str | None) -> Outcome | None:
+def outcome(cfg: Config, target: Target, cutlass: CutlassTree | str | None) -> Outcome | None:
     """The model's verdict for a config, not compiled (evidence `predicted`); None when it cannot predict."""
     if cfg.unsupported_reason:
         return Outcome(cfg, Verdict.UNSUPPORTED, cfg.unsupported_reason)
-    m = model(cfg, cutlass_version)
+    m = model(cfg, cutlass)
     if m.status.startswith("cannot"):
         return None
     if m.smem_bytes is None:  # CUTLASS rejects the tile itself (a builder static_assert): nothing to size

@@ -34,7 +34,7 @@ from tileprobe.merge import merge
 from tileprobe.results import load_rows, row_key
 from tileprobe.rows import now
 from tileprobe.terminal import WIDTH
-from tileprobe.toolchain import find_cutlass
+from tileprobe.toolchain import family_cutlass
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 ray = LazyModule("ray")
@@ -83,7 +83,7 @@ def validate(opts: sw.SweepOptions) -> None:
     fixed = family(opts.family).cutlass_root if opts.family else None
     if fixed and opts.cutlass_dir:
         raise UsageError(f"{opts.family} compiles against its engine's own CUTLASS; --cutlass-dir does not apply")
-    cutlass = find_cutlass(fixed() if fixed else opts.cutlass_dir)
+    cutlass = family_cutlass(family(opts.family) if opts.family else None, opts.cutlass_dir)
     sw.plan(replace(opts, static_only=True, gpus=None), cutlass.version)
 
 

@@ -21,7 +21,7 @@ from tileprobe.rows import Outcome, make_row, now
 from tileprobe.runtime import RuntimeJob, runtime_rows
 from tileprobe.static_probe import probe_static
 from tileprobe.targets import Target, profile, resolve_target
-from tileprobe.toolchain import CutlassTree, Nvcc, find_cutlass, find_nvcc
+from tileprobe.toolchain import CutlassTree, Nvcc, family_cutlass, find_cutlass, find_nvcc
 from tileprobe.verdict import Verdict
 from tileprobe.workloads import Point, points_for
 
@@ -70,8 +70,17 @@ class SweepOptions:
     workload: dict = field(default_factory=dict)  # options for the runtime workloads
 
 
-def make_toolchain(cutlass_dir: str | None, nvcc: str | None, cache_dir: str | None) -> Toolchain:
-    return Toolchain(find_cutlass(cutlass_dir), find_nvcc(nvcc), cache_root(cache_dir))
+def make_toolchain(cutlass_dir: str | None, nvcc: str | None, cache_dir: str | None,
+                   fam: Family | None = None) -> Toolchain:
+    """nvcc, the build cache and the CUTLASS `fam` compiles against (tileprobe.toolchain.family_cutlass: an engine
+    family's own bundled copy, whatever cutlass_dir says)."""
+    return Toolchain(cutlass_for(fam, cutlass_dir), find_nvcc(nvcc), cache_root(cache_dir))
+
+
+def cutlass_for(fam: Family | None, cutlass_dir: str | None) -> CutlassTree:
+    """The CUTLASS tree `fam` compiles against and its predictions are keyed by: an engine family's own bundled copy
+    (tileprobe.toolchain.family_cutlass), else --cutlass-dir / TILEPROBE_CUTLASS_DIR / the defaults."""
+    return family_cutlass(fam) if fam is not None and fam.cutlass_root is not None else find_cutlass(cutlass_dir)
 
 
 @dataclass
@@ -135,7 +144,7 @@ def static_rows(opts: SweepOptions, tc: Toolchain, target: Target, configs: list
     modeled_out: dict[str, Outcome] = {}
     if skip:
         for c in configs:
-            o = modeled.outcome(c, target, tc.cutlass.version)
+            o = modeled.outcome(c, target, tc.cutlass)
             if o is not None and o.verdict is Verdict.SMEM_OVER_LIMIT:
                 modeled_out[c.key] = o
     todo = [c for c in configs if c.key not in modeled_out]
@@ -144,7 +153,7 @@ def static_rows(opts: SweepOptions, tc: Toolchain, target: Target, configs: list
     outcomes = [probed.get(c.key) or modeled_out[c.key] for c in configs]
     rows = []
     for o in outcomes:
-        row = make_row(o.config, target, tc.columns(), o, extra=modeled.columns(o.config, tc.cutlass.version, o.info))
+        row = make_row(o.config, target, tc.columns(), o, extra=modeled.columns(o.config, tc.cutlass, o.info))
         if not writer.has(row_key(row)):
             writer.write(row)
             rows.append(row)
@@ -173,25 +182,35 @@ def foreign_rows(plan_: Plan, tc: Toolchain, outcomes: list[Outcome], writer: Re
             row = make_row(o.config, plan_.target, tc.columns(), out,
                            {"gpu_index": dev.gpu_index, "launch_status": "not-runnable-here", "launch_reason": reason},
                            {"workload": f"on-{dev.name}",
-                            **modeled.columns(o.config, tc.cutlass.version, o.info)})
+                            **modeled.columns(o.config, tc.cutlass, o.info)})
             if not writer.has(row_key(row)):
                 writer.write(row)
                 rows.append(row)
     return rows
 
 
+def engine_meta(fam: Family) -> dict:
+    """run.json's toolchain record of the engine whose own tree a family compiles (label, header-tree hash): the
+    cutlass_* fields beside it are that engine's bundled CUTLASS. {} for a family that mirrors no engine."""
+    if fam.engine is None:
+        return {}
+    label, tree_hash = fam.engine()
+    return {"engine": label, "engine_hash": tree_hash}
+
+
 def predict_only(opts: SweepOptions, console) -> list[dict]:
     """Rows from the model alone: no nvcc, nothing compiled (evidence `predicted`). A config the model cannot
-    predict (unknown family or CUTLASS version) stops the sweep with one line: never a guess."""
-    cutlass = find_cutlass(opts.cutlass_dir)
+    predict (unknown family, CUTLASS version or engine release) stops the sweep with one line: never a guess.
+    The prediction stands for the tree a compile would use: an engine family's own bundled CUTLASS."""
+    cutlass = cutlass_for(family(opts.family) if opts.family else None, opts.cutlass_dir)
     p = plan(replace(opts, static_only=True, gpus=None), cutlass.version)
     tc_cols = {"cutlass_version": cutlass.version, "cutlass_source": cutlass.source, "cutlass_hash": cutlass.tree_hash,
                "nvcc_version": None, "host_compiler": None}
     outs = []
     for c in p.configs:
-        o = modeled.outcome(c, p.target, cutlass.version)
+        o = modeled.outcome(c, p.target, cutlass)
         if o is None:
-            raise UsageError(f"--predict-only: {modeled.model(c, cutlass.version).status} ({c.name}); run without "
+            raise UsageError(f"--predict-only: {modeled.model(c, cutlass).status} ({c.name}); run without "
                              "--predict-only to compile instead")
         outs.append(o)
     rows = []
@@ -199,11 +218,13 @@ def predict_only(opts: SweepOptions, console) -> list[dict]:
         (opts.out / "run.json").write_text(json.dumps({
             "command": command_line(), "date": now(), "seed": None, "family": p.family.name,
             "target": p.target.as_dict(), "devices": [], "configs": len(p.configs), "shard": opts.shard,
-            "toolchain": tc_cols | {"cutlass_dir": str(cutlass.root), "nvcc": None}, "predict_only": True}, indent=1))
+            "toolchain": tc_cols | {"cutlass_dir": str(cutlass.root), "nvcc": None} | engine_meta(p.family),
+            "predict_only": True}, indent=1))
         console.print(f"[bold]{p.family.name}[/] on [bold]{p.target.name}[/]: {len(p.configs)} configs predicted "
-                      f"by tileprobe's model of CUTLASS {cutlass.version} (nothing compiled)")
+                      f"by tileprobe's model of CUTLASS {cutlass.version} ({cutlass.source}, tree {cutlass.tree_hash}; "
+                      "nothing compiled)")
         for o in outs:
-            row = make_row(o.config, p.target, tc_cols, o, extra=modeled.columns(o.config, cutlass.version, o.info))
+            row = make_row(o.config, p.target, tc_cols, o, extra=modeled.columns(o.config, cutlass, o.info))
             if not writer.has(row_key(row)):
                 writer.write(row)
                 rows.append(row)
@@ -232,9 +253,8 @@ def run(opts: SweepOptions, console) -> list[dict]:
                          "(point --flashinfer-dir at another flashinfer instead)")
     if opts.predict_only:
         return predict_only(opts, console)
-    tc = make_toolchain(fixed() if fixed else opts.cutlass_dir, opts.nvcc, opts.cache_dir)
-    if fixed:  # the engine's own CUTLASS, found through the family, not a --cutlass-dir the user gave
-        tc.cutlass = replace(tc.cutlass, source=f"{family(fam_name).engine()[0]}'s bundled copy")
+    # an engine family's own bundled CUTLASS, found through the family, not a --cutlass-dir or TILEPROBE_CUTLASS_DIR
+    tc = make_toolchain(opts.cutlass_dir, opts.nvcc, opts.cache_dir, family(fam_name) if fam_name else None)
     p = plan(opts, tc.cutlass.version)
     fam, target, devices, configs = p.family, p.target, p.devices, p.configs
     seed = opts.workload.get("seed", -1)
@@ -250,8 +270,8 @@ def run(opts: SweepOptions, console) -> list[dict]:
         (opts.out / "run.json").write_text(json.dumps({
             "command": command_line(), "date": now(), "seed": seed, "family": fam.name, "target": target.as_dict(),
             "devices": [d.as_dict() for d in devices + p.foreign], "configs": len(configs), "shard": opts.shard,
-            "toolchain": tc.columns() | {"cutlass_dir": str(tc.cutlass.root), "nvcc": str(tc.nvcc.path)},
-        }, indent=1))
+            "toolchain": tc.columns() | {"cutlass_dir": str(tc.cutlass.root), "nvcc": str(tc.nvcc.path)}
+            | engine_meta(fam)}, indent=1))
         where = f"{len(devices)} GPU(s)" if devices else "static only (no GPU of this arch here)"
         console.print(f"[bold]{fam.name}[/] on [bold]{target.name}[/] ({target.device_name}, sm_{target.cc_int}, "
                       f"opt-in {target.smem_optin} B): {len(configs)} configs, {where}; CUTLASS "

@@ -109,6 +109,19 @@ def find_cutlass(explicit: str | os.PathLike | None = None) -> CutlassTree:
     )
 
 
+def family_cutlass(fam, explicit: str | os.PathLike | None = None) -> CutlassTree:
+    """The CUTLASS tree a family's kernels compile against, and so the tree its predictions are keyed by.
+
+    A family that mirrors an engine's kernels (fam.cutlass_root: flashinfer-moe) always gets the engine's own bundled
+    copy, named as such (source "flashinfer 0.7.4's bundled copy"); `explicit` (--cutlass-dir) does not apply to it,
+    and neither does TILEPROBE_CUTLASS_DIR. Any other family: find_cutlass(explicit)."""
+    if fam is None or getattr(fam, "cutlass_root", None) is None:
+        return find_cutlass(explicit)
+    tree = _tree_from_root(Path(fam.cutlass_root()), "engine")
+    label = fam.engine()[0] if getattr(fam, "engine", None) else fam.name
+    return CutlassTree(tree.include_dirs, tree.version, f"{label}'s bundled copy", tree.tree_hash)
+
+
 def find_nvcc(explicit: str | os.PathLike | None = None) -> Nvcc:
     """--nvcc, then $CUDA_HOME/bin/nvcc or $CUDA_PATH/bin/nvcc, then PATH."""
     candidates: list[Path] = []

@@ -78,3 +78,36 @@ def version_key(version: str, known: dict[str, tuple[str, ...]]) -> str:
                             f"{', '.join(known[key])} only, and patch releases have changed them before; compile it "
                             "(tileprobe sweep --static-only) instead")
     return key
+
+
+def engine_key(family: str, engine: str | None, cutlass_version: str, cutlass_hash: str | None,
+               engines: dict[str, tuple[str, str]], versions: dict[str, tuple[str, ...]]) -> str:
+    """The rule-set key for a family whose kernels are an engine's own, compiled against the CUTLASS the engine bundles:
+    keyed by the engine release they were checked against, never by a CUTLASS version alone.
+
+    engines (a rule module's ENGINES) maps an engine release label as rows carry it ('flashinfer 0.7.4') to (rule-set
+    key, content hash of the bundled CUTLASS tree that release was compiled with: the rows' cutlass_hash,
+    tileprobe.toolchain). Any other release is CannotPredict (its launcher or its CUTLASS may differ), and so is the
+    named release with another CUTLASS tree (cutlass_hash, when given, must be the checked one) or version.
+    """
+    trees: dict[str, list[str]] = {}
+    for e, (_, h) in engines.items():
+        trees.setdefault(h, []).append(e)
+    checked = "; ".join(f"{', '.join(es)} (bundled CUTLASS tree {h})" for h, es in trees.items())
+    if not engine:
+        raise CannotPredict(f"{family} predictions are keyed by the engine release whose tree is compiled, and none "
+                            f"was named; the rules were checked against {checked}")
+    if engine not in engines:
+        raise CannotPredict(f"no verified {family} rules for {engine}: they were checked (compiled, byte-exact) "
+                            f"against {checked} only")
+    key, tree = engines[engine]
+    if cutlass_hash is not None and cutlass_hash != tree:
+        raise CannotPredict(f"{engine}'s bundled CUTLASS tree is {cutlass_hash}, not the {tree} the {family} rules "
+                            "were checked against (a modified or different copy)")
+    if cutlass_version:
+        try:
+            version_key(cutlass_version, {key: versions[key]})
+        except CannotPredict:
+            raise CannotPredict(f"{engine}'s rules are for its bundled CUTLASS {', '.join(versions[key])}, not "
+                                f"{cutlass_version}") from None
+    return key

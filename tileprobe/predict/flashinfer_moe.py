@@ -28,8 +28,19 @@ from tileprobe.predict._common import CannotPredict, Prediction, Unbuildable
 from tileprobe.predict._layout import Struct, up
 
 FAMILY = "flashinfer-moe"
-# Verified by compiling: the committed static sweeps of flashinfer 0.7.4 (bundled CUTLASS 4.5.0).
-VERSIONS = {"4.5": ("4.5.0",)}
+VERSIONS = {"4.5": ("4.5.0",)}  # the CUTLASS the releases below bundle
+# Keyed by the engine release, not by a CUTLASS version: the kernels are flashinfer's own (its launcher, dispatch and
+# cutlass_extensions) compiled against the CUTLASS it bundles, so a prediction stands for one release's tree. Each
+# release here was checked by compiling every tactic of it (static sweeps, --jobs 1): every measured size equal to the
+# model's (prediction 'exact' on 44 configs of 80, the rest unbuildable as the model says). The hash is the bundled
+# CUTLASS tree's content hash as those rows record it (cutlass_hash, tileprobe.toolchain). Evidence:
+#   flashinfer 0.7.4: results/static/{rtx-pro-6000,rtx-5090,dgx-spark-gb10}__flashinfer-moe
+#   flashinfer 0.7.2.post1 (vLLM 0.33.0's pin): results/static/rtx-pro-6000__flashinfer-moe__flashinfer-0.7.2.post1
+#   flashinfer 0.7.2 (SGLang 0.5.23's pin): results/static/rtx-pro-6000__flashinfer-moe__flashinfer-0.7.2
+# Any other release is CannotPredict (compile it), and so is one of these whose CUTLASS tree hashes differently.
+ENGINES = {"flashinfer 0.7.4": ("4.5", "c5d864a34465695d"),
+           "flashinfer 0.7.2.post1": ("4.5", "c5d864a34465695d"),
+           "flashinfer 0.7.2": ("4.5", "c5d864a34465695d")}
 ARCHS = ("sm_120a", "sm_121a", "sm_90a")
 EPILOGUES = ("default", "finalize")
 TAKES_DTYPES = True  # predict() passes dtypes= and cluster= to this module
