@@ -46,6 +46,9 @@ def _fake_tree(tmp_path: Path, version: str = "9.9.9") -> Path:
     for rel in ("data/cutlass/include", "data/cutlass/tools/util/include",
                 "data/csrc/nv_internal/tensorrt_llm/cutlass_extensions/include"):
         (root / rel).mkdir(parents=True, exist_ok=True)
+    version_h = Path("data/cutlass/include/cutlass/version.h")  # the engine's CUTLASS is found (and named) by it
+    (root / version_h).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(real / version_h, root / version_h)
     meta = site / f"flashinfer_python-{version}.dist-info" / "METADATA"
     meta.parent.mkdir()
     meta.write_text(f"Metadata-Version: 2.1\nName: flashinfer-python\nVersion: {version}\n")
