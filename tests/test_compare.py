@@ -1,7 +1,9 @@
 """`tileprobe diff`: exactly the verdicts that changed, the sizes that moved and the timings beyond noise."""
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 from _synth import TC, add_runtime, make_static, meta_for, write_set
 
@@ -68,3 +70,29 @@ def test_diff_across_targets_matches_configs(tmp_path, rng):
     assert "0 only in A, 0 only in B" in p.stdout
     d = compare.diff(resultset.load(a), resultset.load(b))
     assert len(d.smem) == sum(1 for x, y in zip(resultset.load(a).rows, rows_b) if x["smem_bytes"] != y["smem_bytes"])
+
+
+def test_diff_across_engines_sets_each_sides_variants_of_a_shared_tile(rng):
+    """vllm-moe vs flashinfer-moe on one target: no config matches by name, so the diff lists, per tile both engines
+    size, every static row of each side (read here straight from the committed files), and nothing for a tile only
+    one side has. Two folders of the same engine get no such section."""
+    root = Path(__file__).resolve().parent.parent / "results" / "static"
+    target = rng.choice(["rtx-pro-6000", "rtx-5090", "dgx-spark-gb10"])
+    fa, fb = root / f"{target}__vllm-moe", root / f"{target}__flashinfer-moe"
+    rows = {f: [json.loads(x) for x in (f / "results.jsonl").read_text().splitlines() if x.strip()] for f in (fa, fb)}
+    tiles = {f: {r["tile"] for r in rs if not r.get("workload")} for f, rs in rows.items()}
+    shared = tiles[fa] & tiles[fb]
+    assert shared, tiles  # the committed folders share 128x128x128
+    d = compare.diff(resultset.load(fa), resultset.load(fb))
+    assert {t.split(" on ")[0] for t, _, _ in d.engines} == shared
+    for t, ra, rb in d.engines:
+        tile = t.split(" on ")[0]
+        for f, side in ((fa, ra), (fb, rb)):
+            want = sorted(r["config"] for r in rows[f] if r["tile"] == tile and not r.get("workload"))
+            assert sorted(r["config"] for r in side) == want
+    text = compare.render(d)
+    assert "Across engines" in text
+    for r in rows[fa]:
+        assert str(r["smem_bytes"]) in text and r["engine"] in text
+    same = compare.diff(resultset.load(fb), resultset.load(fb))
+    assert same.engines == [] and "Across engines" not in compare.render(same)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from tileprobe.lazy import LazyModule
 from tileprobe.results import row_key
+from tileprobe.families import SCHEDULE_SHORT
 from tileprobe.resultset import ResultSet, evidence_statement, kind_of, label, stages_text
 
 pd = LazyModule("pandas")  # loaded at first use: --help and bad-input errors never wait for it
@@ -35,6 +36,7 @@ class Diff:
     only_a: list[dict] = field(default_factory=list)
     only_b: list[dict] = field(default_factory=list)
     same: int = 0
+    engines: list[tuple[str, list[dict], list[dict]]] = field(default_factory=list)  # tile, A's rows, B's rows
 
     @property
     def changed(self) -> bool:
@@ -74,7 +76,29 @@ def diff(a: ResultSet, b: ResultSet) -> Diff:
                 d.timing.append((ra, rb, band))
                 moved = True
         d.same += not moved
+    d.engines = across_engines(a, b)
     return d
+
+
+def _engine(r: dict) -> str:
+    return r.get("engine") or r.get("family") or "?"
+
+
+def across_engines(a: ResultSet, b: ResultSet) -> list[tuple[str, list[dict], list[dict]]]:
+    """When A and B hold other families or engines (vllm-moe vs flashinfer-moe), no config matches by name; compare
+    what each engine builds for the same tile (in elements) on the same target instead: every sized row of each
+    side, per tile both sides have. Empty when both sides are the same family and engine."""
+    def static(rs: ResultSet) -> dict[tuple, list[dict]]:
+        by: dict[tuple, list[dict]] = {}
+        for r in rs.rows:
+            if kind_of(r) == "static":
+                by.setdefault((r.get("target"), r.get("tile")), []).append(r)
+        return by
+
+    if {(r.get("family"), r.get("engine")) for r in a.rows} == {(r.get("family"), r.get("engine")) for r in b.rows}:
+        return []
+    sa, sb = static(a), static(b)
+    return [(f"{k[1]} on {k[0]}", sa[k], sb[k]) for k in sa if k in sb]
 
 
 def _point(r: dict) -> str:
@@ -97,6 +121,13 @@ def _side(rs: ResultSet) -> dict:
             "rows": str(len(rs.rows)),
             "command": f"`{rs.meta.get('command')}`" if rs.meta.get("command") else "–",
             "evidence": evidence_statement(rs)}
+
+
+def _variant(r: dict) -> str:
+    """What distinguishes an engine's variants of one tile: tactic, dtypes, schedule, epilogue, swap."""
+    parts = [r.get("tactic"), r.get("dtypes"), SCHEDULE_SHORT.get(r.get("schedule") or "", r.get("schedule")),
+             r.get("epilogue"), "swap" if r.get("swap_ab") else None]
+    return " ".join(str(p) for p in parts if p)
 
 
 def render(d: Diff) -> str:
@@ -130,8 +161,18 @@ def render(d: Diff) -> str:
                    "µs B": b["us_median"], "± B": b.get("us_spread"), "band µs": round(band, 3),
                    "Δ %": f"{100 * (float(b['us_median']) / float(a['us_median']) - 1):+.1f}",
                    "GB/s A": a.get("gbps"), "GB/s B": b.get("gbps")} for a, b, band in d.timing]), ""]
+    if d.engines:
+        lines += ["## Across engines: the same tile, what each side builds", "",
+                  "A and B hold other families or engines, so configs do not match by name; per tile (in elements) and "
+                  "target that both sides size, each side's variants.", "", _table([
+                      {"tile": tile, "side": side, "engine": _engine(r), "variant": _variant(r),
+                       "stages": stages_text(r), "SharedStorage (bytes)": r.get("smem_bytes"),
+                       "headroom (bytes)": r.get("headroom_bytes"), "verdict": r.get("verdict"),
+                       "evidence": r.get("evidence")}
+                      for tile, ra, rb in d.engines for side, rows in (("A", ra), ("B", rb)) for r in rows]), ""]
     for name, rows in (("Only in A", d.only_a), ("Only in B", d.only_b)):
         if rows:
-            lines += [f"## {name}", "", _table([{"config": label(r), "point": _point(r), "verdict": r.get("verdict"),
+            lines += [f"## {name}", "", _table([{"engine": _engine(r), "config": label(r), "point": _point(r),
+                                                 "verdict": r.get("verdict"),
                                                  "SharedStorage (bytes)": r.get("smem_bytes")} for r in rows]), ""]
     return "\n".join(lines).rstrip() + "\n"
