@@ -19,9 +19,9 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tileprobe import build
+from tileprobe.backends.cutlass import build
 from tileprobe.families import FAMILIES, expand_configs
-from tileprobe.toolchain import find_cutlass, find_nvcc
+from tileprobe.backends.cutlass.toolchain import find_cutlass, find_nvcc
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -14,9 +14,10 @@ import sys
 from pathlib import Path
 
 import tileprobe
-from tileprobe import build, sweep
+from tileprobe import sweep
+from tileprobe.backends.cutlass import build
 from tileprobe.families import FAMILIES, arch_for, expand_configs
-from tileprobe.results import ResultsWriter
+from tileprobe.results.writer import ResultsWriter
 from tileprobe.targets import PROFILES
 
 

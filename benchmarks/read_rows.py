@@ -17,8 +17,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tileprobe import schema
-from tileprobe.resultset import load
+from tileprobe.results import schema
+from tileprobe.results.resultset import load
 
 ROOT = Path(__file__).resolve().parent.parent
 

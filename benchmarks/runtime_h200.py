@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tileprobe.peer import time_torch  # noqa: E402
+from tileprobe.backends.cutlass.peer import time_torch  # noqa: E402
 
 
 def sweep(workdir: Path, cache: Path, extra: list[str] | None = None) -> tuple[float, Path]:
@@ -67,7 +67,7 @@ def best_tiles(results: Path) -> dict:
 
 def torch_grouped(problems: list[tuple[int, int, int]], rotate: int) -> float:
     """Median µs of torch._scaled_grouped_mm (fp8 e4m3, rowwise scales, bf16 out, fast accum) on these problems: the
-    same measurement as `tileprobe sweep --peer torch` (tileprobe.peer.time_torch)."""
+    same measurement as `tileprobe sweep --peer torch` (tileprobe.backends.cutlass.peer.time_torch)."""
     return time_torch([list(p) for p in problems], rotate)
 
 
@@ -95,7 +95,7 @@ def main() -> None:
         v["tie"] = v["first"] != v["second"] and first_in_2 is not None and \
             (first_in_2 - best2) <= max(0.01 * best2, spread)
 
-    from tileprobe.runner import rotation_sets
+    from tileprobe.backends.cutlass.runner import rotation_sets
     from tileprobe.targets import query_devices
     from tileprobe.workloads import points_for
     from tileprobe.families import Config, parse_tile

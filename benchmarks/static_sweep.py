@@ -44,7 +44,7 @@ def main() -> None:
             warms.append(sweep(cache, out))
             rows = [json.loads(l) for l in (out / "results.jsonl").read_text().splitlines()]
     sys.path.insert(0, str(ROOT))
-    from tileprobe.toolchain import find_cutlass, find_nvcc
+    from tileprobe.backends.cutlass.toolchain import find_cutlass, find_nvcc
 
     cut, nvcc = find_cutlass(), find_nvcc()
     rec = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cores": os.cpu_count(),

@@ -11,7 +11,7 @@ import random
 from pathlib import Path
 
 from tileprobe.families import FAMILIES, expand_configs
-from tileprobe.results import ResultsWriter
+from tileprobe.results.writer import ResultsWriter
 from tileprobe.targets import profile
 from tileprobe.workloads import points_for
 

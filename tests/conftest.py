@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tileprobe.toolchain import find_cutlass, find_nvcc
+from tileprobe.backends.cutlass.toolchain import find_cutlass, find_nvcc
 
 
 def pytest_addoption(parser):

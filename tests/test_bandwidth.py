@@ -1,4 +1,4 @@
-"""tileprobe.bandwidth: the child-process path and its JSON without a GPU; the measurement itself on a GPU."""
+"""tileprobe.backends.cutlass.bandwidth: the child-process path and its JSON without a GPU; the measurement itself on a GPU."""
 
 import ctypes
 import json
@@ -8,11 +8,12 @@ import sys
 
 import pytest
 
-from tileprobe import bandwidth, bandwidth_probe
+from tileprobe.backends.cutlass import bandwidth
+from tileprobe.backends.cutlass import bandwidth_probe
 
 
 def test_import_does_no_work():
-    code = ("import sys, tileprobe.bandwidth; "
+    code = ("import sys, tileprobe.backends.cutlass.bandwidth; "
             "print(any(m.startswith('cuda') or m == 'torch' for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
@@ -49,7 +50,7 @@ def test_measure_calls_the_module_with_an_argument_list(monkeypatch):
 
     monkeypatch.setattr(bandwidth.subprocess, "run", fake)
     assert bandwidth.measure(3)["read_gbps"] == 2.5
-    assert seen["cmd"] == [sys.executable, "-m", "tileprobe.bandwidth_probe", "--gpu", "3"] and seen["timeout"] > 0
+    assert seen["cmd"] == [sys.executable, "-m", "tileprobe.backends.cutlass.bandwidth_probe", "--gpu", "3"] and seen["timeout"] > 0
 
 
 def _has_gpu() -> bool:
@@ -65,7 +66,7 @@ def test_measure_without_a_gpu_returns_the_error_text():
 
 
 def test_child_prints_one_json_line_even_on_failure():
-    p = subprocess.run([sys.executable, "-m", "tileprobe.bandwidth_probe", "--gpu", "999"], capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "tileprobe.backends.cutlass.bandwidth_probe", "--gpu", "999"], capture_output=True,
                        text=True, timeout=120)
     lines = [ln for ln in p.stdout.splitlines() if ln.strip()]
     assert len(lines) == 1

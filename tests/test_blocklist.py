@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tileprobe import blocklist, resultset
-from tileprobe import engine_flashinfer as ef
-from tileprobe import engine_tactic_ids as tid
+from tileprobe.engines import flashinfer_blocklist as blocklist
+from tileprobe.results import resultset
+from tileprobe.engines import flashinfer as ef
+from tileprobe.engines import flashinfer_tactic_ids as tid
 from tileprobe.errors import UsageError
 from tileprobe.targets import device_names
 

@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from tileprobe import build
+from tileprobe.backends.cutlass import build
 from tileprobe.families import FAMILIES, Config, parse_tile
-from tileprobe.toolchain import find_cutlass, find_nvcc
+from tileprobe.backends.cutlass.toolchain import find_cutlass, find_nvcc
 
 pytestmark = pytest.mark.nvcc
 

@@ -1,6 +1,6 @@
 """Correctness policy: element-wise per group; a launch without a check is never `ok`."""
 
-from tileprobe.classify import classify
+from tileprobe.results.classify import classify
 from tileprobe.verdict import Evidence, Verdict, evidence_for
 
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from _synth import TC, add_runtime, make_static, meta_for, write_set
 
-from tileprobe import compare, resultset
-from tileprobe.results import row_key
+from tileprobe.reports import compare
+from tileprobe.results import resultset
+from tileprobe.results.writer import row_key
 
 
 def test_diff_finds_exactly_what_moved(tmp_path, rng):

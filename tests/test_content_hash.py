@@ -4,7 +4,7 @@ in-place change."""
 import os
 import shutil
 
-from tileprobe import content_hash
+from tileprobe.backends.cutlass import content_hash
 
 
 def _tree(root, rng):

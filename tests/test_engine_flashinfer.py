@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tileprobe import engine_flashinfer as ef
+from tileprobe.engines import flashinfer as ef
 from tileprobe.errors import UsageError
 
 HARNESS = Path(__file__).resolve().parent.parent / "cutlass_harness"

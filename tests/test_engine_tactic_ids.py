@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from tileprobe import engine_flashinfer as ef
-from tileprobe import engine_native_ids as native
-from tileprobe import engine_tactic_ids as tid
+from tileprobe.engines import flashinfer as ef
+from tileprobe.engines import flashinfer_native_ids as native
+from tileprobe.engines import flashinfer_tactic_ids as tid
 from tileprobe.errors import UsageError
 
 

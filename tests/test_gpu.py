@@ -9,9 +9,9 @@ import pytest
 import os
 import subprocess
 
-from tileprobe.build import BuildRequest, build_many
-from tileprobe.classify import ProbeResult, classify
-from tileprobe.runner import Answer, run_points
+from tileprobe.backends.cutlass.build import BuildRequest, build_many
+from tileprobe.results.classify import ProbeResult, classify
+from tileprobe.backends.cutlass.runner import Answer, run_points
 from tileprobe.families import FAMILIES, Config, parse_tile
 from tileprobe.verdict import Verdict
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tileprobe.build import BuildRequest, build_many
+from tileprobe.backends.cutlass.build import BuildRequest, build_many
 from tileprobe.families import FAMILIES, Config, Tile
 from tileprobe.sweep import make_toolchain
 

@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 from _synth import TC, add_runtime, make_static, meta_for, write_set
 
-from tileprobe import known_good, resultset, schema
+from tileprobe.results import known_good
+from tileprobe.results import resultset
+from tileprobe.results import schema
 from tileprobe.errors import UsageError
 
 REPO_KG = Path(__file__).resolve().parent.parent / "results" / "known_good"
@@ -93,7 +95,7 @@ def test_check_compiles_an_engine_family_against_the_engines_own_cutlass(tmp_pat
     """`check --cutlass-dir OTHER` on a flashinfer-moe file: the tiles compile against (and the output names) the
     engine's bundled CUTLASS, the tree they were measured with, not OTHER (another CUTLASS version); the flag is said
     not to apply. One random tile of the committed file, re-sized by nvcc to its recorded bytes."""
-    from tileprobe.engine_flashinfer import find_flashinfer
+    from tileprobe.engines.flashinfer import find_flashinfer
 
     src = REPO_KG / "rtx-pro-6000__flashinfer-moe.json"
     doc = known_good.load_file(src)
@@ -223,10 +225,12 @@ def test_check_launches_every_working_tile_static_ones_too(tmp_path, monkeypatch
 
     from _fakes import fake_harness
 
-    from tileprobe import known_good as kg, runtime, targets
-    from tileprobe.build import BuildResult
-    from tileprobe.known_good import check_file
-    from tileprobe.rows import Outcome, StaticInfo
+    from tileprobe import targets
+    from tileprobe.results import known_good as kg
+    from tileprobe.backends.cutlass import runtime
+    from tileprobe.backends.cutlass.build import BuildResult
+    from tileprobe.results.known_good import check_file
+    from tileprobe.results.rows import Outcome, StaticInfo
     from tileprobe.verdict import Verdict
 
     doc = _json.loads((REPO_KG / "h200__sm90-fp8.json").read_text())

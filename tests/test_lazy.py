@@ -25,4 +25,4 @@ def test_missing_module_says_why_and_tileprobe_modules_are_refused():
     with pytest.raises(ModuleNotFoundError):
         m.anything  # noqa: B018
     with pytest.raises(ValueError):
-        LazyModule("tileprobe.report")
+        LazyModule("tileprobe.reports.report")

@@ -9,7 +9,7 @@ import pytest
 from _synth import TC, add_runtime, make_static, meta_for, write_set
 
 from tileprobe.families import FAMILIES
-from tileprobe.results import load_rows, row_key
+from tileprobe.results.writer import load_rows, row_key
 
 
 def tileprobe(*args):

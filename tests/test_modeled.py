@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from tileprobe import modeled
+from tileprobe.predict import modeled
 from tileprobe.families import FAMILIES, expand_configs
-from tileprobe.rows import StaticInfo
-from tileprobe.toolchain import find_cutlass
+from tileprobe.results.rows import StaticInfo
+from tileprobe.backends.cutlass.toolchain import find_cutlass
 
 
 def tileprobe(*args):
@@ -131,7 +131,7 @@ def test_columns_compare_only_what_was_measured(rng):
 # flashinfer-moe: predictions stand for the engine's own tree -------------------------------------------------------
 
 def _engine_tree():
-    from tileprobe.engine_flashinfer import find_flashinfer
+    from tileprobe.engines.flashinfer import find_flashinfer
     from tileprobe.errors import UsageError
 
     try:
@@ -197,7 +197,7 @@ def _fake_flashinfer(tmp_path, version: str, cutlass) -> "Path":
     """A flashinfer-shaped folder: the real MoE sources tileprobe reads, `cutlass` as its bundled CUTLASS."""
     import shutil
 
-    from tileprobe import engine_flashinfer as ef
+    from tileprobe.engines import flashinfer as ef
 
     real = _engine_tree().root
     root = tmp_path / "site" / "flashinfer"

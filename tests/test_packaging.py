@@ -53,7 +53,7 @@ def test_wheel_carries_every_module_harness_source_and_schema(tmp_path):
         assert f.relative_to(ROOT).as_posix() in names, f
     for f in (ROOT / "tileprobe" / "schemas").glob("*.json"):
         assert f"tileprobe/schemas/{f.name}" in names
-    assert "tileprobe/bandwidth.py" in names and "tileprobe/schema.py" in names
+    assert "tileprobe/backends/cutlass/bandwidth.py" in names and "tileprobe/results/schema.py" in names
     meta = zipfile.ZipFile(whl).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     requires = [ln for ln in meta.splitlines() if ln.startswith("Requires-Dist:")]
     assert not [r for r in requires if "==" in r.split(";")[0]], requires  # floors only; constraints.txt pins CI's
@@ -61,7 +61,7 @@ def test_wheel_carries_every_module_harness_source_and_schema(tmp_path):
 
 
 def test_harness_dir_prefers_the_checkout(monkeypatch, tmp_path):
-    from tileprobe import build
+    from tileprobe.backends.cutlass import build
 
     monkeypatch.delenv("TILEPROBE_HARNESS_DIR", raising=False)
     assert build._harness_dir() == ROOT / "cutlass_harness"

@@ -2,7 +2,7 @@
 
 import importlib.util
 
-from tileprobe import peer
+from tileprobe.backends.cutlass import peer
 
 
 def test_without_torch_the_option_says_so(monkeypatch):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tileprobe.predict import FAMILIES, CannotPredict, Unbuildable, fits, predict, rule_set, smem_bytes, stages
-from tileprobe.resultset import legacy_config_key
+from tileprobe.results.resultset import legacy_config_key
 
 ROOT = Path(__file__).resolve().parent.parent
 COLUMNS = ("stages", "smem_bytes", "smem_mainloop_bytes", "smem_epilogue_bytes")
@@ -21,7 +21,7 @@ COLUMNS = ("stages", "smem_bytes", "smem_mainloop_bytes", "smem_epilogue_bytes")
 
 def _stages_of(row: dict) -> int:
     """The stage count the row's config asked for, from its field; files written before the field existed go through
-    the one legacy reader (tileprobe.resultset.legacy_config_key), as every other reader of old files does."""
+    the one legacy reader (tileprobe.results.resultset.legacy_config_key), as every other reader of old files does."""
     st = row.get("stages_configured") or legacy_config_key(row["config"])["stages"]
     return 0 if st == "auto" else int(st)
 
@@ -237,7 +237,7 @@ def test_importable_without_nvcc_torch_or_gpu():
     import sys
 
     code = ("import sys; import tileprobe.predict as p; p.predict('sm90-fp8', '128x128x128', 'pingpong'); "
-            "bad = [m for m in ('torch', 'cuda', 'pandas', 'tileprobe.build', 'tileprobe.toolchain') if m in sys.modules];"
+            "bad = [m for m in ('torch', 'cuda', 'pandas', 'tileprobe.backends.cutlass.build', 'tileprobe.backends.cutlass.toolchain') if m in sys.modules];"
             "print(bad); sys.exit(1 if bad else 0)")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": "/nonexistent"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
@@ -296,7 +296,7 @@ def test_random_configs_against_nvcc(toolchain, rng):
     """Random configs of every family (the rng fixture's seed, printed, new each run), compiled and sized by nvcc,
     against the model."""
     from tileprobe.families import FAMILIES as FAMS, Config, Tile
-    from tileprobe.static_probe import probe_static
+    from tileprobe.backends.cutlass.static_probe import probe_static
     from tileprobe.sweep import make_toolchain
     from tileprobe.targets import profile
     from tileprobe.verdict import Verdict

@@ -14,7 +14,7 @@ import pytest
 
 from tileprobe.families import FAMILIES
 from tileprobe.ray_sweep import SHARD_JSON, shard_dir
-from tileprobe.results import load_rows, row_key
+from tileprobe.results.writer import load_rows, row_key
 
 
 def tileprobe(*args, **kw):

@@ -8,10 +8,10 @@ from dataclasses import replace
 
 from _synth import TC, add_runtime, make_static, meta_for, write_set
 
-from tileprobe import resultset
+from tileprobe.results import resultset
 from tileprobe.families import FAMILIES, expand_configs
-from tileprobe.recommend import FORMAT, buckets, lookup, recommend_document
-from tileprobe.rows import Outcome, StaticInfo, make_row
+from tileprobe.reports.recommend import FORMAT, buckets, lookup, recommend_document
+from tileprobe.results.rows import Outcome, StaticInfo, make_row
 from tileprobe.targets import profile
 from tileprobe.verdict import Verdict
 from tileprobe.workloads import points_for
@@ -81,7 +81,7 @@ def test_static_only_results_are_refused_in_one_line(tmp_path, rng):
 def test_ties_are_broken_by_the_stated_rule_whatever_the_measured_order(rng):
     """Two tiles whose medians lie within each other's spread are a tie: the smaller SharedStorage wins in every
     sweep, whichever was measured faster this time."""
-    from tileprobe.resultset import rank
+    from tileprobe.results.resultset import rank
 
     base = rng.uniform(50, 500)
     small = {"config": "b_small", "us_median": base, "us_spread": base * 0.02, "smem_bytes": 60000}

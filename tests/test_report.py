@@ -10,9 +10,9 @@ import sys
 
 from _synth import add_runtime, make_static, meta_for, write_set
 
-from tileprobe.markdown import render_report
-from tileprobe.results import COLUMNS, load_rows
-from tileprobe.resultset import best_by_point, label
+from tileprobe.reports.markdown import render_report
+from tileprobe.results.writer import COLUMNS, load_rows
+from tileprobe.results.resultset import best_by_point, label
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -76,7 +76,7 @@ def test_missing_run_json_is_tolerated(tmp_path, rng):
 def test_without_matplotlib_charts_are_skipped_with_a_note(tmp_path, rng):
     write_set(tmp_path, make_static(rng, tiles=["128x128x128"]), meta_for())
     code = ("import sys; sys.modules['matplotlib'] = None\n"
-            "from tileprobe.markdown import render_report\n"
+            "from tileprobe.reports.markdown import render_report\n"
             f"print(render_report({str(tmp_path)!r}))\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        cwd=os.path.dirname(__file__))

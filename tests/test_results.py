@@ -1,7 +1,7 @@
 import csv
 import json
 
-from tileprobe.results import COLUMNS, ResultsWriter, check_csv, csv_row, load_rows, row_key
+from tileprobe.results.writer import COLUMNS, ResultsWriter, check_csv, csv_row, load_rows, row_key
 
 
 def _row(rng, i):
@@ -54,7 +54,7 @@ def test_torn_last_line_is_skipped(tmp_path, rng):
 
 
 def test_a_points_identity_includes_its_problem_list_and_seed():
-    from tileprobe.results import row_key
+    from tileprobe.results.writer import row_key
 
     base = {"config": "c", "target": "h200", "workload": "deepseek-v3", "gemm": "down", "batch": 8,
             "routing": "uniform", "problem": "E=59 M=1..3 N=7168 K=2048", "problems_hash": "abc", "seed": 1}

@@ -4,10 +4,10 @@ import pytest
 
 from tileprobe.errors import UsageError
 from tileprobe.families import FAMILIES, expand_configs
-from tileprobe.rows import Outcome, StaticInfo, make_row
+from tileprobe.results.rows import Outcome, StaticInfo, make_row
 from tileprobe.targets import profile
 from tileprobe.verdict import Verdict
-from tileprobe.resultset import config_from_entry, config_from_row, legacy_config_key, stages_text
+from tileprobe.results.resultset import config_from_entry, config_from_row, legacy_config_key, stages_text
 
 
 def test_config_round_trips_through_its_row_fields(rng):

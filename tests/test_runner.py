@@ -5,7 +5,7 @@ from pathlib import Path
 
 from _fakes import fake_harness, problems
 
-from tileprobe.runner import Answer, Died, Ended, run_points
+from tileprobe.backends.cutlass.runner import Answer, Died, Ended, run_points
 from tileprobe.verdict import Verdict
 
 

@@ -9,11 +9,11 @@ import pytest
 from _fakes import fake_harness
 from rich.console import Console
 
-from tileprobe import runtime
-from tileprobe.build import BuildResult
+from tileprobe.backends.cutlass import runtime
+from tileprobe.backends.cutlass.build import BuildResult
 from tileprobe.families import FAMILIES, expand_configs
-from tileprobe.results import ResultsWriter, load_rows, settled
-from tileprobe.rows import Outcome, StaticInfo
+from tileprobe.results.writer import ResultsWriter, load_rows, settled
+from tileprobe.results.rows import Outcome, StaticInfo
 from tileprobe.targets import profile
 from tileprobe.verdict import Verdict
 from tileprobe.workloads import points_for

@@ -12,11 +12,11 @@ pytest.importorskip("jsonschema", reason="tileprobe depends on jsonschema>=4.18;
 from _synth import add_runtime, make_static, meta_for, write_set  # noqa: E402
 from jsonschema import Draft202012Validator  # noqa: E402
 
-from tileprobe import schema  # noqa: E402
+from tileprobe.results import schema  # noqa: E402
 from tileprobe.errors import UsageError  # noqa: E402
-from tileprobe.recommend import recommend_document  # noqa: E402
-from tileprobe.results import COLUMNS  # noqa: E402
-from tileprobe.resultset import load  # noqa: E402
+from tileprobe.reports.recommend import recommend_document  # noqa: E402
+from tileprobe.results.writer import COLUMNS  # noqa: E402
+from tileprobe.results.resultset import load  # noqa: E402
 from tileprobe.verdict import Evidence, Verdict, evidence_for  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from tileprobe.families import FAMILIES
-from tileprobe.results import load_rows, row_key
+from tileprobe.results.writer import load_rows, row_key
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

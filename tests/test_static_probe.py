@@ -6,8 +6,8 @@ from dataclasses import replace
 import pytest
 
 from tileprobe.families import FAMILIES, Config, parse_tile
-from tileprobe.rows import StaticInfo, occupancy
-from tileprobe.static_probe import judge, probe_static
+from tileprobe.results.rows import StaticInfo, occupancy
+from tileprobe.backends.cutlass.static_probe import judge, probe_static
 from tileprobe.targets import profile
 from tileprobe.verdict import Verdict
 
@@ -171,8 +171,8 @@ def test_a_batched_build_gives_each_config_its_share_of_the_time(toolchain, tmp_
 def test_no_two_stage_retry_for_a_family_that_builds_the_engines_stage_rule_only(monkeypatch, rng):
     """flashinfer-moe renders no stage count (the engine's StageCountAutoCarveout): after the 'Stages set to value 2
     or more' assert, a "2-stage" rebuild would be the same kernel. Only families with explicit stages retry."""
-    from tileprobe import static_probe
-    from tileprobe.build import BuildResult
+    from tileprobe.backends.cutlass import static_probe
+    from tileprobe.backends.cutlass.build import BuildResult
     from tileprobe.families.base import Tile
 
     cfgs = {"flashinfer-moe": Config("flashinfer-moe", Tile(256, 128, 256), "auto", 0, "finalize", rng.choice([False, True]),

@@ -8,13 +8,15 @@ from pathlib import Path
 from _fakes import fake_harness
 from rich.console import Console
 
-from tileprobe import modeled, predict, runtime, sweep
-from tileprobe.build import BuildResult
+from tileprobe import predict, sweep
+from tileprobe.predict import modeled
+from tileprobe.backends.cutlass import runtime
+from tileprobe.backends.cutlass.build import BuildResult
 from tileprobe.families import FAMILIES, expand_configs
-from tileprobe.results import ResultsWriter, load_rows
-from tileprobe.rows import Outcome, StaticInfo
+from tileprobe.results.writer import ResultsWriter, load_rows
+from tileprobe.results.rows import Outcome, StaticInfo
 from tileprobe.targets import profile
-from tileprobe.toolchain import CutlassTree
+from tileprobe.backends.cutlass.toolchain import CutlassTree
 from tileprobe.verdict import Verdict
 
 

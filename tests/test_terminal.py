@@ -2,7 +2,7 @@
 
 from rich.console import Console
 
-from tileprobe.terminal import WIDTH, static_table
+from tileprobe.reports.terminal import WIDTH, static_table
 
 
 def _engine_row(rng, cluster):

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 from tileprobe.families import FAMILIES, expand_configs
 from tileprobe.targets import profile
-from tileprobe.timing import L2_SPAN, rotation_sets, set_bytes
+from tileprobe.backends.cutlass.timing import L2_SPAN, rotation_sets, set_bytes
 from tileprobe.workloads import points_for
 
 

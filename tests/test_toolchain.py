@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from tileprobe.errors import ToolchainError
-from tileprobe.toolchain import Nvcc, find_cutlass, find_nvcc
+from tileprobe.backends.cutlass.toolchain import Nvcc, find_cutlass, find_nvcc
 
 
 def fake_cutlass(root: Path, major: int, minor: int, patch: int) -> Path:
@@ -43,7 +43,7 @@ def test_tree_hash_follows_content(tmp_path):
 
 
 def test_flashinfer_is_found_without_being_imported():
-    code = ("import sys; from tileprobe.toolchain import find_cutlass; t = find_cutlass(); "
+    code = ("import sys; from tileprobe.backends.cutlass.toolchain import find_cutlass; t = find_cutlass(); "
             "print(t.source, 'flashinfer' in sys.modules)")
     env = {k: v for k, v in os.environ.items() if k != "TILEPROBE_CUTLASS_DIR"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120).stdout

@@ -11,15 +11,20 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from tileprobe import blocklist, compare, families, known_good, ray_sweep, resultset, schema as schemas
-from tileprobe import recommend as rec
+from tileprobe import families, ray_sweep
+from tileprobe.engines import flashinfer_blocklist as blocklist
+from tileprobe.reports import compare
+from tileprobe.results import known_good
+from tileprobe.results import resultset
+from tileprobe.results import schema as schemas
+from tileprobe.reports import recommend as rec
 from tileprobe import sweep as sw
 from tileprobe.errors import UsageError
-from tileprobe.explain import explain as run_explain
-from tileprobe.merge import merge as run_merge
-from tileprobe.report import _write, devices_table, export, write_reports
-from tileprobe.terminal import WIDTH, print_rows
-from tileprobe.toolchain import find_nvcc
+from tileprobe.reports.explain import explain as run_explain
+from tileprobe.results.merge import merge as run_merge
+from tileprobe.reports.report import _write, devices_table, export, write_reports
+from tileprobe.reports.terminal import WIDTH, print_rows
+from tileprobe.backends.cutlass.toolchain import find_nvcc
 
 EXAMPLES = """\b
 Examples:

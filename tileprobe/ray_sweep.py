@@ -30,11 +30,11 @@ from tileprobe import sweep as sw
 from tileprobe.errors import UsageError
 from tileprobe.families import family
 from tileprobe.lazy import LazyModule
-from tileprobe.merge import merge
-from tileprobe.results import load_rows, row_key
-from tileprobe.rows import now
-from tileprobe.terminal import WIDTH
-from tileprobe.toolchain import family_cutlass
+from tileprobe.results.merge import merge
+from tileprobe.results.writer import load_rows, row_key
+from tileprobe.results.rows import now
+from tileprobe.reports.terminal import WIDTH
+from tileprobe.backends.cutlass.toolchain import family_cutlass
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 ray = LazyModule("ray")

@@ -12,16 +12,17 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tileprobe import modeled, peer
-from tileprobe.build import cache_root
+from tileprobe.predict import modeled
+from tileprobe.backends.cutlass import peer
+from tileprobe.backends.cutlass.build import cache_root
 from tileprobe.errors import UsageError
 from tileprobe.families import Config, Family, arch_for, expand_configs, family, family_for_cc
-from tileprobe.results import ResultsWriter, row_key
-from tileprobe.rows import Outcome, make_row, now
-from tileprobe.runtime import RuntimeJob, runtime_rows
-from tileprobe.static_probe import probe_static
+from tileprobe.results.writer import ResultsWriter, row_key
+from tileprobe.results.rows import Outcome, make_row, now
+from tileprobe.backends.cutlass.runtime import RuntimeJob, runtime_rows
+from tileprobe.backends.cutlass.static_probe import probe_static
 from tileprobe.targets import Target, profile, resolve_target
-from tileprobe.toolchain import CutlassTree, Nvcc, family_cutlass, find_cutlass, find_nvcc
+from tileprobe.backends.cutlass.toolchain import CutlassTree, Nvcc, family_cutlass, find_cutlass, find_nvcc
 from tileprobe.verdict import Verdict
 from tileprobe.workloads import Point, points_for
 
@@ -72,14 +73,14 @@ class SweepOptions:
 
 def make_toolchain(cutlass_dir: str | None, nvcc: str | None, cache_dir: str | None,
                    fam: Family | None = None) -> Toolchain:
-    """nvcc, the build cache and the CUTLASS `fam` compiles against (tileprobe.toolchain.family_cutlass: an engine
+    """nvcc, the build cache and the CUTLASS `fam` compiles against (tileprobe.backends.cutlass.toolchain.family_cutlass: an engine
     family's own bundled copy, whatever cutlass_dir says)."""
     return Toolchain(cutlass_for(fam, cutlass_dir), find_nvcc(nvcc), cache_root(cache_dir))
 
 
 def cutlass_for(fam: Family | None, cutlass_dir: str | None) -> CutlassTree:
     """The CUTLASS tree `fam` compiles against and its predictions are keyed by: an engine family's own bundled copy
-    (tileprobe.toolchain.family_cutlass), else --cutlass-dir / TILEPROBE_CUTLASS_DIR / the defaults."""
+    (tileprobe.backends.cutlass.toolchain.family_cutlass), else --cutlass-dir / TILEPROBE_CUTLASS_DIR / the defaults."""
     return family_cutlass(fam) if fam is not None and fam.cutlass_root is not None else find_cutlass(cutlass_dir)
 
 

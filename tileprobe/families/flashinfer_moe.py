@@ -1,7 +1,7 @@
 """Family flashinfer-moe: the MoE grouped-GEMM kernels FlashInfer builds (TensorRT-LLM's TMA warp-specialized MoE
 launcher inside flashinfer-python), one config per engine tactic, both GEMMs, both swaps, every dtype pair the
 dispatch admits. Tactics, pruning rules and dtype pairs are read from the installed flashinfer's sources
-(tileprobe.engine_flashinfer); the kernel types are composed in cutlass_harness/families/flashinfer_moe.cuh and are
+(tileprobe.engines.flashinfer); the kernel types are composed in cutlass_harness/families/flashinfer_moe.cuh and are
 the engine's own (tests/test_engine_flashinfer.py compares mangled kernel symbols with flashinfer's generator's).
 
 Which flashinfer: the installed one, or TILEPROBE_FLASHINFER_DIR (the CLI's --flashinfer-dir) for another tree.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from tileprobe import engine_flashinfer as engine
+from tileprobe.engines import flashinfer as engine
 from tileprobe.dtypes import ACT_BITS, SF_VECTOR, WEIGHT_BITS
 from tileprobe.errors import UsageError
 from tileprobe.families.base import Config, Family, Tile

@@ -87,7 +87,7 @@ def engine_key(family: str, engine: str | None, cutlass_version: str, cutlass_ha
 
     engines (a rule module's ENGINES) maps an engine release label as rows carry it ('flashinfer 0.7.4') to (rule-set
     key, content hash of the bundled CUTLASS tree that release was compiled with: the rows' cutlass_hash,
-    tileprobe.toolchain). Any other release is CannotPredict (its launcher or its CUTLASS may differ), and so is the
+    tileprobe.backends.cutlass.toolchain). Any other release is CannotPredict (its launcher or its CUTLASS may differ), and so is the
     named release with another CUTLASS tree (cutlass_hash, when given, must be the checked one) or version.
     """
     trees: dict[str, list[str]] = {}

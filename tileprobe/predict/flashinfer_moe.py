@@ -33,7 +33,7 @@ VERSIONS = {"4.5": ("4.5.0",)}  # the CUTLASS the releases below bundle
 # cutlass_extensions) compiled against the CUTLASS it bundles, so a prediction stands for one release's tree. Each
 # release here was checked by compiling every tactic of it (static sweeps, --jobs 1): every measured size equal to the
 # model's (prediction 'exact' on 44 configs of 80, the rest unbuildable as the model says). The hash is the bundled
-# CUTLASS tree's content hash as those rows record it (cutlass_hash, tileprobe.toolchain). Evidence:
+# CUTLASS tree's content hash as those rows record it (cutlass_hash, tileprobe.backends.cutlass.toolchain). Evidence:
 #   flashinfer 0.7.4: results/static/{rtx-pro-6000,rtx-5090,dgx-spark-gb10}__flashinfer-moe
 #   flashinfer 0.7.2.post1 (vLLM 0.33.0's pin): results/static/rtx-pro-6000__flashinfer-moe__flashinfer-0.7.2.post1
 #   flashinfer 0.7.2 (SGLang 0.5.23's pin): results/static/rtx-pro-6000__flashinfer-moe__flashinfer-0.7.2

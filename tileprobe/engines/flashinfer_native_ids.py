@@ -6,7 +6,7 @@ with FlashInfer's `cutlass_heuristic.cpp` and its common logger/exception source
 those .cpp files need the CUDA math headers), with the -D flags of FlashInfer's SM120 fused-MoE JIT module (read
 from its `jit/fused_moe.py`) for `compute_120a`, so the host code takes the same preprocessor branches FlashInfer's
 module does (FAST_BUILD off, as the default JIT build). No kernel is instantiated; nothing is launched.
-This is the ground truth `tileprobe.engine_tactic_ids` is checked against.
+This is the ground truth `tileprobe.engines.flashinfer_tactic_ids` is checked against.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from tileprobe import engine_flashinfer as engine
-from tileprobe.build import _harness_dir
+from tileprobe.engines import flashinfer as engine
+from tileprobe.backends.cutlass.build import _harness_dir
 from tileprobe.errors import CompileError, UsageError
 
 DRIVER_NAME = "flashinfer_moe_tactics.cu"  # in cutlass_harness/engine/
@@ -111,7 +111,7 @@ def native_tactics(tree: engine.FlashinferTree, nvcc: str, workdir: Path) -> lis
 
 
 def mismatches(lines: list[NativeTactic], ours) -> list[str]:
-    """Where `ours(dtypes, finalize, arch)` (tileprobe.engine_tactic_ids.tactic_ids) numbers differently from the
+    """Where `ours(dtypes, finalize, arch)` (tileprobe.engines.flashinfer_tactic_ids.tactic_ids) numbers differently from the
     engine's own lines: one line per differing ID; empty when the whole map agrees."""
     runners = {n.dtypes: n.dtypes.split("-")[0] for n in lines}  # runner type -> its dtype pair
     out = []

@@ -20,13 +20,13 @@ from rich.console import Console
 
 from tileprobe.errors import UsageError
 from tileprobe.families import family as family_named
-from tileprobe.recommend import recommendations
-from tileprobe.results import TOOLCHAIN_COLUMNS, ResultsWriter, now
-from tileprobe.resultset import ResultSet, config_from_entry, config_from_row, target_from_dict
-from tileprobe.runtime import RuntimeJob, runtime_rows
-from tileprobe.static_probe import probe_static
+from tileprobe.reports.recommend import recommendations
+from tileprobe.results.writer import TOOLCHAIN_COLUMNS, ResultsWriter, now
+from tileprobe.results.resultset import ResultSet, config_from_entry, config_from_row, target_from_dict
+from tileprobe.backends.cutlass.runtime import RuntimeJob, runtime_rows
+from tileprobe.backends.cutlass.static_probe import probe_static
 from tileprobe.targets import NoDevice, query_devices
-from tileprobe.toolchain import family_cutlass
+from tileprobe.backends.cutlass.toolchain import family_cutlass
 from tileprobe.verdict import Evidence, Verdict
 from tileprobe.workloads import points_for
 

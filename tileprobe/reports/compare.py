@@ -7,9 +7,9 @@ import re
 from dataclasses import dataclass, field
 
 from tileprobe.lazy import LazyModule
-from tileprobe.results import row_key
+from tileprobe.results.writer import row_key
 from tileprobe.families import SCHEDULE_SHORT
-from tileprobe.resultset import ResultSet, evidence_statement, kind_of, label, stages_text
+from tileprobe.results.resultset import ResultSet, evidence_statement, kind_of, label, stages_text
 
 pd = LazyModule("pandas")  # loaded at first use: --help and bad-input errors never wait for it
 

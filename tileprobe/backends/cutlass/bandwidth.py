@@ -1,6 +1,6 @@
 """Reference memory bandwidths of one GPU through cuda-python (no torch), measured in a child process.
 
-`measure(i)` runs `python -m tileprobe.bandwidth_probe --gpu i`, which prints one JSON line: device-to-device copy GB/s
+`measure(i)` runs `python -m tileprobe.backends.cutlass.bandwidth_probe --gpu i`, which prints one JSON line: device-to-device copy GB/s
 (cuMemcpyDtoDAsync, bytes read + written) and read GB/s of a streaming kernel compiled with NVRTC (bytes read), each
 the median of CUDA-event timings. Any failure comes back as error text in the dict, never as a made-up number."""
 
@@ -36,7 +36,7 @@ def parse_output(stdout: str, stderr: str = "", returncode: int | None = 0) -> d
 
 def measure(gpu_index: int, timeout_s: float = 180.0) -> dict:
     """copy_gbps, read_gbps (median GB/s; None on failure), l2_bytes, method and error (None, or what failed)."""
-    cmd = [sys.executable, "-m", "tileprobe.bandwidth_probe", "--gpu", str(int(gpu_index))]
+    cmd = [sys.executable, "-m", "tileprobe.backends.cutlass.bandwidth_probe", "--gpu", str(int(gpu_index))]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
                            env=_child_env())

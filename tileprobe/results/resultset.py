@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tileprobe.errors import UnsupportedConfig, UsageError
 from tileprobe.families import EPILOGUES, FAMILIES, SCHEDULE_SHORT, Config, parse_cluster, parse_tile
-from tileprobe.results import JSONL_NAME, TOOLCHAIN_COLUMNS, check_csv, read_rows, settled
+from tileprobe.results.writer import JSONL_NAME, TOOLCHAIN_COLUMNS, check_csv, read_rows, settled
 from tileprobe.targets import PROFILES, Target
 
 RUN_JSON = "run.json"

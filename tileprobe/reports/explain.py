@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tileprobe import modeled
+from tileprobe.predict import modeled
 from tileprobe.errors import UsageError
 from tileprobe.families import arch_for, expand_configs, family, family_for_cc
-from tileprobe.static_probe import probe_static
+from tileprobe.backends.cutlass.static_probe import probe_static
 from tileprobe.sweep import make_toolchain
 from tileprobe.targets import resolve_target
-from tileprobe.toolchain import family_cutlass, find_cutlass
+from tileprobe.backends.cutlass.toolchain import family_cutlass, find_cutlass
 from tileprobe.verdict import Verdict
 
 

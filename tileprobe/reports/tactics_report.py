@@ -3,7 +3,7 @@ of each GEMM, swap and dtype pair, with its verdict, stages, SharedStorage, head
 
 from __future__ import annotations
 
-from tileprobe.resultset import ResultSet, stages_text
+from tileprobe.results.resultset import ResultSet, stages_text
 
 GEMM_OF = {"default": "gemm1 (gate_up)", "finalize": "gemm2 (down, finalize)"}
 

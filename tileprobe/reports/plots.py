@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tileprobe.lazy import LazyModule
-from tileprobe.resultset import best_by_point, label
+from tileprobe.results.resultset import best_by_point, label
 
 # Loaded at first use (charts are drawn by `report` and after a sweep, never for --help), with the Agg backend.
 matplotlib = LazyModule("matplotlib", after=lambda m: m.use("Agg", force=True))

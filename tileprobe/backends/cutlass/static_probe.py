@@ -7,12 +7,12 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
-from tileprobe.build import BuildRequest, BuildResult, build_many, first_error, smem_static_assert, too_few_stages
+from tileprobe.backends.cutlass.build import BuildRequest, BuildResult, build_many, first_error, smem_static_assert, too_few_stages
 from tileprobe.errors import OutOfResources
 from tileprobe.families import Config, family
-from tileprobe.rows import Outcome, StaticInfo
+from tileprobe.results.rows import Outcome, StaticInfo
 from tileprobe.targets import Target
-from tileprobe.toolchain import CutlassTree, Nvcc
+from tileprobe.backends.cutlass.toolchain import CutlassTree, Nvcc
 from tileprobe.verdict import Verdict
 
 StaticOutcome = Outcome  # the static probe's outcomes are rows.Outcome records

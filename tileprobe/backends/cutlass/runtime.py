@@ -18,14 +18,14 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from tileprobe.build import BuildRequest, BuildResult, build_many, first_error
-from tileprobe.classify import ProbeResult, classify
+from tileprobe.backends.cutlass.build import BuildRequest, BuildResult, build_many, first_error
+from tileprobe.results.classify import ProbeResult, classify
 from tileprobe.families import Config, family
-from tileprobe import peer
-from tileprobe.rows import Outcome, make_row, row_key
-from tileprobe.runner import Answer, Died, Ended, Stopped, run_points
+from tileprobe.backends.cutlass import peer
+from tileprobe.results.rows import Outcome, make_row, row_key
+from tileprobe.backends.cutlass.runner import Answer, Died, Ended, Stopped, run_points
 from tileprobe.targets import Target, child_visible_devices
-from tileprobe.timing import harness_command, measure_refs, point_timeout, rotation_sets, timing_columns
+from tileprobe.backends.cutlass.timing import harness_command, measure_refs, point_timeout, rotation_sets, timing_columns
 from tileprobe.verdict import Verdict
 from tileprobe.workloads import Point
 

@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 
 from tileprobe.errors import UsageError
-from tileprobe.rows import COLUMNS, TOOLCHAIN_COLUMNS, now, row_key
-from tileprobe.schema import row_problems
+from tileprobe.results.rows import COLUMNS, TOOLCHAIN_COLUMNS, now, row_key
+from tileprobe.results.schema import row_problems
 from tileprobe.verdict import Verdict
 
 __all__ = ["COLUMNS", "CSV_NAME", "JSONL_NAME", "TOOLCHAIN_COLUMNS", "ResultsWriter", "check_csv", "csv_row",

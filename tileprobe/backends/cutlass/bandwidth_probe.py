@@ -1,5 +1,5 @@
-"""The child process of tileprobe.bandwidth: measures one GPU's reference bandwidths through cuda-python and prints
-one JSON line. Run as `python -m tileprobe.bandwidth_probe --gpu N` (tileprobe.bandwidth.measure does); its job is
+"""The child process of tileprobe.backends.cutlass.bandwidth: measures one GPU's reference bandwidths through cuda-python and prints
+one JSON line. Run as `python -m tileprobe.backends.cutlass.bandwidth_probe --gpu N` (tileprobe.backends.cutlass.bandwidth.measure does); its job is
 to touch the GPU, so it imports cuda-python at the top."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import cuda.bindings
 from cuda.bindings import driver, nvrtc
 from cuda.bindings import runtime as cudart
 
-from tileprobe.bandwidth import GiB, failed as _failed
+from tileprobe.backends.cutlass.bandwidth import GiB, failed as _failed
 
 REPEATS = 5  # timings per measurement; the median is reported, the best beside it
 ITERS = 10  # copies / kernel launches per timing
@@ -183,7 +183,7 @@ def _measure_here(gpu_index: int, buffer_bytes: int = GiB) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tileprobe.bandwidth_probe", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m tileprobe.backends.cutlass.bandwidth_probe", description=__doc__.splitlines()[0])
     ap.add_argument("--gpu", type=int, default=0, help="visible GPU index (as cuda-python counts them)")
     ap.add_argument("--bytes", type=int, default=GiB, help="buffer size in bytes (default 1 GiB)")
     a = ap.parse_args(argv)

@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from tileprobe.errors import UsageError
-from tileprobe.toolchain import _hash_tree, _package_dir
+from tileprobe.backends.cutlass.toolchain import _hash_tree, _package_dir
 
 _CSRC = Path("data") / "csrc" / "nv_internal"
 _KERNELS = _CSRC / "tensorrt_llm" / "kernels" / "cutlass_kernels"

@@ -26,17 +26,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from platformdirs import user_cache_dir
 
-from tileprobe.content_hash import folder_hash
+from tileprobe.backends.cutlass.content_hash import folder_hash
 from tileprobe.errors import UsageError
 from tileprobe.families import Config, family
-from tileprobe.toolchain import CutlassTree, Nvcc
+from tileprobe.backends.cutlass.toolchain import CutlassTree, Nvcc
 
 
 def _harness_dir() -> Path:
     """TILEPROBE_HARNESS_DIR, else the checkout's cutlass_harness/ (editable install), else the installed copy."""
     if os.environ.get("TILEPROBE_HARNESS_DIR"):
         return Path(os.environ["TILEPROBE_HARNESS_DIR"])
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[2]  # the tileprobe package folder
     checkout = here.parent / "cutlass_harness"
     return checkout if (checkout / "kernels.cuh").is_file() else here / "cutlass_harness"
 

@@ -2,7 +2,7 @@
 per-expert problems as tileprobe's points, in a child process per GPU (torch is never imported by tileprobe
 itself). Rows gain `peer_us` (median µs) and `speedup` (peer_us / us_median: > 1 means the probed tile is faster).
 
-Child: python -m tileprobe.peer --gpu N --points FILE   (FILE: JSON [[point_id, rotate, [[m, n, k], ...]], ...])
+Child: python -m tileprobe.backends.cutlass.peer --gpu N --points FILE   (FILE: JSON [[point_id, rotate, [[m, n, k], ...]], ...])
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def measure(gpu_index: int, points: list[tuple[int, int, list[tuple[int, int, in
         f.write_text(json.dumps(points))
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=child_visible_devices(gpu_index))
         try:
-            p = subprocess.run([sys.executable, "-m", "tileprobe.peer", "--points", str(f)], capture_output=True,
+            p = subprocess.run([sys.executable, "-m", "tileprobe.backends.cutlass.peer", "--points", str(f)], capture_output=True,
                                text=True, timeout=timeout_s, env=env)
         except subprocess.TimeoutExpired:
             return {"error": f"torch peer timed out after {timeout_s:.0f} s"}

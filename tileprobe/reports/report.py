@@ -10,9 +10,9 @@ from pathlib import Path
 from rich.table import Table
 
 from tileprobe.errors import UsageError
-from tileprobe.markdown import render_report
-from tileprobe.results import COLUMNS, csv_row
-from tileprobe.resultset import load
+from tileprobe.reports.markdown import render_report
+from tileprobe.results.writer import COLUMNS, csv_row
+from tileprobe.results.resultset import load
 
 from tileprobe.targets import PROFILES, NoDevice, query_devices
 
@@ -34,7 +34,7 @@ def devices_table() -> Table:
 
 
 def write_reports(out: Path, console) -> None:
-    """Write report.md next to the results (the full report lives in tileprobe.markdown)."""
+    """Write report.md next to the results (the full report lives in tileprobe.reports.markdown)."""
     path = render_report(Path(out))
     console.print(f"results: {Path(out) / 'results.csv'}; report: {path}")
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tileprobe import plots
+from tileprobe.reports import plots
 from tileprobe.lazy import LazyModule
-from tileprobe.tactics_report import tactics_section
-from tileprobe.resultset import (TIE_RULE, ResultSet, best_by_point, evidence_statement, evidence_words, label, load,
+from tileprobe.reports.tactics_report import tactics_section
+from tileprobe.results.resultset import (TIE_RULE, ResultSet, best_by_point, evidence_statement, evidence_words, label, load,
                                 stages_text)
 
 pd = LazyModule("pandas")  # loaded at first use: --help and bad-input errors never wait for it

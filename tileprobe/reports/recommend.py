@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tileprobe.errors import UsageError
 from tileprobe.families import FAMILIES
-from tileprobe.resultset import TIE_RULE, ResultSet, best_by_point, legacy_config_key
+from tileprobe.results.resultset import TIE_RULE, ResultSet, best_by_point, legacy_config_key
 
 FORMAT = "tileprobe-recommend/1"
 

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tileprobe import engine_flashinfer as engine
+from tileprobe.engines import flashinfer as engine
 from tileprobe.errors import UsageError
 from tileprobe.families import flashinfer_moe as fam
 from tileprobe.families.base import Config

@@ -4,7 +4,7 @@ FlashInfer's autotuner loads the JSON file named by FLASHINFER_TACTICS_BLOCKLIST
 `TacticsBlocklist.load`): `_metadata` must match the running environment key by key (`"*"` matches anything; a
 mismatch skips the whole file), and `invalid_tactics["<custom_op>::<RunnerClass>"]` lists tactics its `filter()`
 removes after `get_valid_tactics`. For the CUTLASS fused MoE the keys are OP_KEYS and a tactic is an integer
-(tileprobe.engine_tactic_ids). The integers depend on the dtype pair and on finalize fusion, which the key does not
+(tileprobe.engines.flashinfer_tactic_ids). The integers depend on the dtype pair and on finalize fusion, which the key does not
 carry: one file per (GPU name, dtype pair, finalize mode).
 
 Everything tileprobe adds lives under the top-level key "tileprobe", which FlashInfer's loader never reads.
@@ -18,10 +18,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tileprobe import __version__, resultset
-from tileprobe import engine_flashinfer as engine
-from tileprobe import engine_native_ids as native
-from tileprobe import engine_tactic_ids as tid
+from tileprobe import __version__
+from tileprobe.results import resultset
+from tileprobe.engines import flashinfer as engine
+from tileprobe.engines import flashinfer_native_ids as native
+from tileprobe.engines import flashinfer_tactic_ids as tid
 from tileprobe.errors import CompileError, UsageError
 from tileprobe.targets import device_names, profile
 
@@ -99,7 +100,7 @@ def metadata_keys(tree: engine.FlashinferTree) -> list[str]:
 
 
 def verify_numbering(nvcc: str, flashinfer_dir: str | Path | None = None) -> int:
-    """Compile the engine's own tactic enumeration (tileprobe.engine_native_ids) and compare it whole with
+    """Compile the engine's own tactic enumeration (tileprobe.engines.flashinfer_native_ids) and compare it whole with
     tileprobe's numbering; returns how many IDs were compared. UsageError when they differ anywhere: tileprobe
     then cannot number this flashinfer and writes nothing."""
     tree = engine.find_flashinfer(flashinfer_dir)

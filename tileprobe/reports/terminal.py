@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from tileprobe.resultset import best_by_point, label, stages_text
+from tileprobe.results.resultset import best_by_point, label, stages_text
 
 WIDTH = 120
 VERDICT_STYLE = {"fits": "green", "ok": "bold green", "smem-over-limit": "red", "compile-error": "magenta",

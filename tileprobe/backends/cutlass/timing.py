@@ -14,7 +14,7 @@ import math
 import statistics
 from pathlib import Path
 
-from tileprobe import bandwidth
+from tileprobe.backends.cutlass import bandwidth
 from tileprobe.families import Config, family
 from tileprobe.targets import Target
 from tileprobe.workloads import Point
@@ -81,7 +81,7 @@ def timing_columns(data: dict, point: Point, config: Config, device: Target, ref
 
 
 def measure_refs(gpu_index: int) -> dict:
-    """The device's own reference bandwidths (tileprobe.bandwidth, through cuda-python in a child process; no
+    """The device's own reference bandwidths (tileprobe.backends.cutlass.bandwidth, through cuda-python in a child process; no
     torch): copy_gbps (bytes read + written by a device-to-device copy) and read_gbps (a read-only streaming kernel:
     a decode GEMM mostly reads, so reading is its honest roofline). Failures come back as `error`, never raised."""
     return bandwidth.measure(gpu_index)

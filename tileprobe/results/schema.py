@@ -19,7 +19,7 @@ from tileprobe.lazy import LazyModule
 # A dependency (pyproject), loaded at the first validation: reading a schema never needs it, --help never waits for it
 jsonschema = LazyModule("jsonschema")
 
-SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
+SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
 _FILE = re.compile(r"^(?P<name>[a-z][a-z0-9-]*)\.v(?P<version>\d+)\.json$")
 
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from tileprobe import predict
 from tileprobe.errors import OutOfResources
 from tileprobe.families import Config, family
-from tileprobe.rows import Outcome, StaticInfo
+from tileprobe.results.rows import Outcome, StaticInfo
 from tileprobe.targets import Target
-from tileprobe.toolchain import CutlassTree
+from tileprobe.backends.cutlass.toolchain import CutlassTree
 from tileprobe.verdict import Verdict
 
 
@@ -46,7 +46,7 @@ def tree_keys(cfg: Config, cutlass: CutlassTree | str | None) -> dict:
 
 
 def model(cfg: Config, cutlass: CutlassTree | str | None) -> Modeled:
-    """cutlass: the tree the config compiles against (tileprobe.toolchain.family_cutlass), or a CUTLASS version."""
+    """cutlass: the tree the config compiles against (tileprobe.backends.cutlass.toolchain.family_cutlass), or a CUTLASS version."""
     if cfg.family not in predict.FAMILIES:
         return Modeled(None, None, f"cannot predict: no rules for family {cfg.family}")
     try:

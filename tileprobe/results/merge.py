@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tileprobe.errors import UsageError
-from tileprobe.results import TOOLCHAIN_COLUMNS, ResultsWriter, now, row_key
-from tileprobe.resultset import RUN_JSON, ResultSet, kind_of, load
+from tileprobe.results.writer import TOOLCHAIN_COLUMNS, ResultsWriter, now, row_key
+from tileprobe.results.resultset import RUN_JSON, ResultSet, kind_of, load
 
 COMPARED = ("verdict", "smem_bytes", "stages", "us_median")
 

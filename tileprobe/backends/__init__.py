@@ -1,0 +1,1 @@
+"""How a config becomes bytes and a launch: one subpackage per backend."""

@@ -1,0 +1,1 @@
+"""What people read: terminal tables, markdown reports, charts, diffs, recommendations, explain."""
