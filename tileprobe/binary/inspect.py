@@ -1,0 +1,204 @@
+"""`tileprobe inspect BINARY`: every kernel's resources per arch, read from the binary, and per target (or the GPU
+present) whether the binary has code that runs there and the largest dynamic shared memory a launch may request.
+
+Evidence: the static bytes are `compiled` (ptxas's own numbers, read from the cubin); the limit is the device's
+opt-in (queried through cuda-python) or an offline profile's (tileprobe.targets). Nothing is launched.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+from tileprobe.binary import expr
+from tileprobe.binary.cubin import Kernel, kernels
+from tileprobe.binary.elf import Image, images_in
+from tileprobe.errors import UsageError
+from tileprobe.targets import PROFILES, NoDevice, Target, profile, query_devices
+
+
+def runs_on(kind: str, sm: int, suffix: str, cc: int) -> bool:
+    """Whether code for `sm` (with suffix '', 'a' or 'f') runs on a device of compute capability `cc` (major*10 +
+    minor). A cubin runs on its own major version at the same or a higher minor; sm_XYa only on X.Y exactly
+    (sm_120a does not run on 12.1); sm_XYf on its family (same major, same or higher minor). PTX is compiled at
+    load for any device at or above its version; compute_XYa PTX only for X.Y."""
+    if suffix == "a":
+        return cc == sm
+    same_major = cc // 10 == sm // 10 and cc % 10 >= sm % 10
+    if kind == "cubin" or suffix == "f":
+        return same_major
+    return cc >= sm
+
+
+@dataclass
+class Request:
+    """A --dynamic expression, with --set values and the --solve variable."""
+    text: str
+    env: dict[str, int]
+    solve: str | None
+    node: expr.Node = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.node = expr.parse(self.text)
+        if self.solve is None:
+            expr.evaluate(self.node, self.env, self.text)  # every name has a value: refuse now, not per target
+
+
+@dataclass
+class Answer:
+    """One kernel on one target."""
+    kernel: str
+    runs: bool
+    code: str  # "sm_120a cubin (fatbin container 1 entry 2)" or why nothing runs
+    static_smem: int | None = None
+    max_dynamic: int | None = None
+    registers: int | None = None
+    max_threads: int | None = None
+    request: str | None = None  # the --dynamic value, in bytes
+    fits: bool | None = None
+    solved: dict | None = None
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def targets_for(names: list[str] | None) -> list[Target]:
+    """The named offline profiles; with none named, every profile and every GPU present."""
+    if names:
+        return [profile(n) for n in names]
+    try:
+        devices = query_devices()
+    except NoDevice:
+        devices = []
+    return list(PROFILES.values()) + devices
+
+
+def _pick(cands: list[tuple[Image, Kernel]], cc: int) -> tuple[Image, Kernel] | None:
+    """The cubin the driver loads: the highest SM that runs here, an arch- or family-specific one before plain."""
+    ok = [(im, k) for im, k in cands if runs_on("cubin", im.sm, im.suffix, cc)]
+    if not ok:
+        return None
+    return max(ok, key=lambda c: (c[0].sm, {"a": 2, "f": 1}.get(c[0].suffix, 0)))
+
+
+def _solve(req: Request, budget: int) -> tuple[str, bool, dict | None]:
+    if req.solve is None:
+        value = expr.evaluate(req.node, req.env, req.text)
+        return expr.show(value), value <= budget, None
+    s = expr.solve(req.node, req.env, req.solve, budget, req.text)
+    out = {"var": s.var, "value": s.value, "unbounded": s.unbounded,
+           "request": None if s.request is None else expr.show(s.request),
+           "next_request": None if s.next_request is None else expr.show(s.next_request)}
+    return out["request"] or "", s.value is not None or s.unbounded, out
+
+
+def answer(images: list[Image], found: list[Kernel], target: Target, req: Request | None) -> list[Answer]:
+    by_name: dict[str, list[tuple[Image, Kernel]]] = {}
+    by_origin = {im.origin: im for im in images}
+    for k in found:
+        by_name.setdefault(k.name, []).append((by_origin[k.origin], k))
+    ptx = [im for im in images if im.kind == "ptx" and runs_on("ptx", im.sm, im.suffix, target.cc_int)]
+    out = []
+    for name, cands in by_name.items():
+        demangled = cands[0][1].demangled
+        chosen = _pick(cands, target.cc_int)
+        if chosen is None:
+            have = ", ".join(sorted({im.arch for im, _ in cands}))
+            if ptx:
+                out.append(Answer(demangled, True, f"PTX {ptx[0].arch} only: compiled for {target.arch[:-1]} at "
+                                                   f"load; its static bytes are not in the binary (cubins: {have})"))
+            else:
+                out.append(Answer(demangled, False, f"no code for compute capability {target.cc}: cubins {have} "
+                                                    "do not run there and no PTX can be compiled for it"))
+            continue
+        im, k = chosen
+        budget = target.smem_optin - k.static_smem
+        a = Answer(demangled, True, f"{im.arch} cubin ({im.origin})", k.static_smem, max(0, budget), k.registers,
+                   k.max_threads)
+        if req is not None:
+            a.request, a.fits, a.solved = _solve(req, budget)
+        out.append(a)
+    return out
+
+
+def _select(found: list[Kernel], pattern: str | None) -> list[Kernel]:
+    if not pattern:
+        return found
+    try:
+        rx = re.compile(pattern)
+    except re.error as exc:
+        raise UsageError(f"--kernel {pattern!r}: not a regular expression ({exc})") from None
+    chosen = [k for k in found if rx.search(k.demangled) or rx.search(k.name)]
+    if not chosen:
+        raise UsageError(f"--kernel {pattern!r} matches none of the {len({k.name for k in found})} kernel(s): "
+                         + ", ".join(sorted({k.demangled for k in found}))[:300])
+    return chosen
+
+
+def inspect(path: Path, kernel: str | None = None, target_names: list[str] | None = None,
+            req: Request | None = None) -> dict:
+    """The whole report as data (what `--json` prints)."""
+    images = images_in(path)
+    found = [k for im in images for k in kernels(im)]
+    if not found and not any(im.kind == "ptx" for im in images):
+        raise UsageError(f"{path}: its device code holds no kernels")
+    found = _select(found, kernel) if found else found
+    targets = targets_for(target_names)
+    return {
+        "file": str(path),
+        "images": [{"arch": im.arch, "kind": im.kind, "origin": im.origin, "note": im.note} for im in images],
+        "kernels": [k.as_dict() for k in found],
+        "dynamic": None if req is None else {"expr": req.text, "set": req.env, "solve": req.solve},
+        "targets": [{"target": t.name, "device_name": t.device_name, "cc": t.cc, "smem_optin": t.smem_optin,
+                     "limit_source": "device query" if t.is_device else f"offline profile ({t.source})",
+                     "kernels": [a.as_dict() for a in answer(images, found, t, req)]} for t in targets],
+    }
+
+
+def render(report: dict) -> str:
+    """Plain text: the per-arch table, then per target one line per kernel."""
+    lines = [f"{report['file']}: " + ", ".join(f"{i['arch']} {i['kind']}" + (f" ({i['note']})" if i["note"] else "")
+                                               for i in report["images"])]
+    lines.append("")
+    head = ("arch", "static smem B", "regs", "stack B", "max threads", "kernel")
+    rows = [(k["arch"], str(k["static_smem"]), str(k["registers"]), str(k["stack_frame"]),
+             str(k["max_threads"]) + (" (bound)" if k["launch_bounds"] or k["reqntid"] else ""), k["demangled"])
+            for k in report["kernels"]]
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head) - 1)]
+    for r in [head, *rows]:
+        lines.append("  ".join(c.rjust(w) if 0 < i < 5 and r is not head else c.ljust(w)
+                               for i, (c, w) in enumerate(zip(r[:-1], widths))) + "  " + r[-1])
+    dyn = report["dynamic"]
+    if dyn:
+        sets = ", ".join(f"{k}={v}" for k, v in dyn["set"].items())
+        lines += ["", f"dynamic request: {dyn['expr']} bytes" + (f" with {sets}" if sets else "")
+                  + (f"; solving for the largest {dyn['solve']}" if dyn["solve"] else "")]
+    for t in report["targets"]:
+        lines += ["", f"{t['target']} ({t['device_name']}, cc {t['cc']}): opt-in {t['smem_optin']} B per block "
+                      f"[{t['limit_source']}]"]
+        for a in t["kernels"]:
+            if not a["runs"] or a["static_smem"] is None:
+                lines.append(f"  {'runs' if a['runs'] else 'DOES NOT RUN'}: {a['kernel']}: {a['code']}")
+                continue
+            line = (f"  runs: {a['kernel']}: {a['code']}; static {a['static_smem']} B; largest dynamic request "
+                    f"{a['max_dynamic']} B (= {t['smem_optin']} - {a['static_smem']})")
+            lines.append(line)
+            if dyn:
+                lines.append("    " + _dynamic_line(a, dyn, t["smem_optin"]))
+    return "\n".join(lines) + "\n"
+
+
+def _dynamic_line(a: dict, dyn: dict, optin: int) -> str:
+    s = a["solved"]
+    if s is None:
+        need = Fraction(a["request"].split(" ")[0]) + a["static_smem"]
+        verdict = "fits" if a["fits"] else f"DOES NOT FIT, over by {expr.show(need - optin)} B"
+        return f"request {a['request']} B + static {a['static_smem']} B = {expr.show(need)} B: {verdict}"
+    if s["unbounded"]:
+        return f"any {s['var']} fits: the request does not grow with it"
+    if s["value"] is None:
+        return (f"no {s['var']} >= 0 fits: {s['var']}=0 already requests {s['request']} B > {a['max_dynamic']} B")
+    return (f"largest {s['var']} = {s['value']}: requests {s['request']} B <= {a['max_dynamic']} B; "
+            f"{s['var']}={s['value'] + 1} would request {s['next_request']} B")
