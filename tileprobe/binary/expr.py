@@ -112,8 +112,9 @@ class _Parser:
             return Var(text)
         if text == "(":
             node = self.expr(depth + 1)
-            if self.take() != ("op", ")"):
+            if self.peek() != ("op", ")"):
                 self.fail("missing ')'")
+            self.take()
             return node
         self.fail(f"unexpected {text!r}")
         raise AssertionError  # fail raises
@@ -197,9 +198,8 @@ class Solution:
 LIMIT = 1 << 62
 
 
-def solve(node: Node, env: dict[str, int], var: str, budget: int, text: str = "") -> Solution:
-    """The largest integer var >= 0 with request(var) <= budget, by doubling then bisection. The request must not
-    fall as var grows (bytes per element times a count): where a probe shows it falling, UsageError."""
+def check_solvable(node: Node, env: dict[str, int], var: str, text: str = "") -> None:
+    """UsageError unless `var` is in the expression, has no --set value, and every other name has one."""
     if var in env:
         raise UsageError(f"--solve {var}: it also has a value in --set")
     if var not in names(node):
@@ -207,6 +207,12 @@ def solve(node: Node, env: dict[str, int], var: str, budget: int, text: str = ""
     missing = names(node) - set(env) - {var}
     if missing:
         raise UsageError(f"--dynamic {text!r}: {', '.join(sorted(missing))} has no value (give it with --set)")
+
+
+def solve(node: Node, env: dict[str, int], var: str, budget: int, text: str = "") -> Solution:
+    """The largest integer var >= 0 with request(var) <= budget, by doubling then bisection. The request must not
+    fall as var grows (bytes per element times a count): where a probe shows it falling, UsageError."""
+    check_solvable(node, env, var, text)
 
     def f(v: int) -> Fraction:
         return evaluate(node, env | {var: v}, text)

@@ -42,8 +42,10 @@ class Request:
 
     def __post_init__(self) -> None:
         self.node = expr.parse(self.text)
-        if self.solve is None:
-            expr.evaluate(self.node, self.env, self.text)  # every name has a value: refuse now, not per target
+        if self.solve is None:  # every name has a value: refuse now, not per target
+            expr.evaluate(self.node, self.env, self.text)
+        else:
+            expr.check_solvable(self.node, self.env, self.solve, self.text)
 
 
 @dataclass
