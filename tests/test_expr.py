@@ -10,7 +10,7 @@ from tileprobe.errors import UsageError
 
 def brute(text: str, env: dict, var: str, budget: int) -> int | None:
     node, best = expr.parse(text), None
-    for v in range(0, budget + 2):
+    for v in range(0, 5 * budget + 2):
         if expr.evaluate(node, env | {var: v}) <= budget:
             best = v
         else:
@@ -28,12 +28,12 @@ def test_arithmetic_is_exact():
 
 
 def test_solve_equals_brute_force(rng):
-    for _ in range(60):
+    for _ in range(30):
         size = rng.choice([1, 2, 4, 8, 16])
         k, c, d = rng.randrange(1, 9), rng.randrange(0, 300), rng.randrange(1, 5)
         text = rng.choice([f"(D + n) * {size}", f"(D + n*{k}) * {size} + {c}", f"(n // {d} + D) * {size}",
                            f"(n + {c}) * {size} / {d} + D", f"{size} * (D - {c} + {k} * n)"])
-        env, budget = {"D": rng.randrange(0, 500)}, rng.randrange(0, 6000)
+        env, budget = {"D": rng.randrange(0, 500)}, rng.randrange(0, 3000)
         s = expr.solve(expr.parse(text), env, "n", budget, text)
         assert s.value == brute(text, env, "n", budget), (text, env, budget)
         if s.value is not None:
