@@ -75,7 +75,10 @@ def _call(name: str, *args):
     why = _driver.missing()
     if why:
         raise GuardError(f"cuda-python driver bindings unavailable: {why}")
-    err, *values = getattr(_driver, name)(*args)
+    try:
+        err, *values = getattr(_driver, name)(*args)
+    except Exception as exc:  # no driver library (cuda-python raises its own loader errors), a wrong handle type
+        raise GuardError(f"{name}: {type(exc).__name__}: {exc}") from None
     if int(err) != 0:
         raise GuardError(f"{name}: {getattr(err, 'name', err)}")
     return values[0] if len(values) == 1 else values
@@ -138,15 +141,18 @@ def _static(fn: Any, dev: Any, offline: bool) -> tuple[int, str]:
     why = _driver.missing()
     if why:
         raise GuardError(f"a {type(fn).__name__} needs the cuda-python driver bindings: {why}")
+    kind = "CUfunction" if isinstance(fn, _driver.CUfunction) else "CUkernel" if isinstance(fn, _driver.CUkernel) \
+        else None
+    if kind is None:
+        raise UsageError(f"cannot guard a {type(fn).__name__}: pass a cuda-python CUfunction or CUkernel, or a "
+                         "compiled Triton kernel")
     if offline:
-        raise UsageError(f"an offline target needs the kernel's cubin; a {type(fn).__name__} handle has none: pass a "
-                         "real device, or ask `tileprobe inspect BINARY --target NAME`")
-    if isinstance(fn, _driver.CUfunction):
-        return int(_call("cuFuncGetAttribute", getattr(_driver.CUfunction_attribute, attr), fn)), "CUfunction"
-    if isinstance(fn, _driver.CUkernel):
-        return int(_call("cuKernelGetAttribute", getattr(_driver.CUfunction_attribute, attr), fn, dev)), "CUkernel"
-    raise UsageError(f"cannot guard a {type(fn).__name__}: pass a cuda-python CUfunction or CUkernel, or a compiled "
-                     "Triton kernel")
+        raise UsageError(f"an offline target needs the kernel's cubin; a {kind} handle has none: pass a real device, "
+                         "or ask `tileprobe inspect BINARY --target NAME`")
+    a = getattr(_driver.CUfunction_attribute, attr)
+    if kind == "CUfunction":
+        return int(_call("cuFuncGetAttribute", a, fn)), kind
+    return int(_call("cuKernelGetAttribute", a, fn, dev)), kind
 
 
 def fits(fn: Any, dynamic_bytes: int | None = None, device: Any = None) -> Fit:
