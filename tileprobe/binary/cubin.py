@@ -8,8 +8,7 @@ returns, with no GPU and no cuobjdump.
 - registers: EIATTR_REGCOUNT in `.nv.info` (else the top byte of the `.text.<kernel>` section's sh_info);
 - stack frame (local memory per thread; ptxas's spill slots live in it): EIATTR_FRAME_SIZE;
 - launch bounds: EIATTR_MAX_THREADS / EIATTR_REQNTID in `.nv.info.<kernel>`; __maxnreg__: EIATTR_MAXREG_COUNT;
-- max threads per block: the launch bound, else what the register file allows (64 K registers per block, allocated
-  per warp in units of 256), at most 1024 — the rule `cudaFuncGetAttributes` applies.
+- max threads per block: the launch bound, else what the register file allows (`max_threads_for`), at most 1024.
 """
 
 from __future__ import annotations
@@ -35,8 +34,9 @@ RESERVE_SYMBOL = ".nv.reservedSmem.cap"
 RESERVE_MARKERS = (".nv.reservedSmem.offset0", "__nv_reservedSMEM_offset_0_alias")
 SYSTEM_RESERVE = 1024  # the driver's per-block reserve (cudaDevAttrReservedSharedMemoryPerBlock), sm_80 and later
 
-REGS_PER_BLOCK = 65536
-REG_ALLOC_UNIT = 256  # registers, per warp
+REG_ALLOC_UNIT = 256  # registers are allocated per warp in units of 256 (8 per thread)
+REGS_PER_PARTITION = 16384  # the 64 K register file is split over 4 schedulers; a warp's registers sit in one
+PARTITIONS = 4
 MAX_THREADS = 1024
 
 
@@ -113,11 +113,17 @@ def demangle(name: str) -> str:
 
 
 def max_threads_for(registers: int, bound: int | None) -> int:
-    """Threads per block a launch may use: the launch bound if any, else the register file's limit, at most 1024."""
+    """Threads per block a launch may use: the launch bound if any, else what the register file holds, at most 1024.
+
+    The register file is 4 partitions of 16 K registers and a warp's registers sit in one partition, so the limit is
+    4 x floor(16384 / registers per warp) warps (102 registers: 3328 per warp, 4 x 4 warps = 512 threads, not the
+    608 that 65536 / 3328 would give). Measured on the lent H200 (sm_90): cudaFuncGetAttributes's
+    maxThreadsPerBlock for 8 to 102 registers, results/guard/h200/proof.json. The same layout (64 K registers per
+    SM, 4 partitions) holds from sm_80 to sm_120 by NVIDIA's occupancy tables; not measured on SM120."""
     limit = MAX_THREADS
     if registers > 0:
         per_warp = -(-registers * 32 // REG_ALLOC_UNIT) * REG_ALLOC_UNIT
-        limit = min(limit, REGS_PER_BLOCK // per_warp * 32)
+        limit = min(limit, PARTITIONS * (REGS_PER_PARTITION // per_warp) * 32)
     return min(limit, bound) if bound else limit
 
 

@@ -110,7 +110,7 @@ def _device(device: Any) -> tuple[Any, str, int] | Target:
     optin = _call("cuDeviceGetAttribute",
                   _driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev)
     name = _call("cuDeviceGetName", 256, dev)
-    label = name.decode(errors="replace").rstrip("\x00") if isinstance(name, bytes) else str(name)
+    label = (name.decode(errors="replace") if isinstance(name, bytes) else str(name)).split("\x00")[0].strip()
     return dev, f"{label} (device {int(dev)})", int(optin)
 
 
