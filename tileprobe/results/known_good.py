@@ -27,7 +27,7 @@ from tileprobe.backends.cutlass.runtime import RuntimeJob, runtime_rows
 from tileprobe.backends.cutlass.static_probe import probe_static
 from tileprobe.targets import NoDevice, query_devices
 from tileprobe.backends.cutlass.toolchain import family_cutlass
-from tileprobe.verdict import Evidence, Verdict
+from tileprobe.verdict import Evidence, Verdict, evidence_for
 from tileprobe.workloads import points_for
 
 FORMAT = "tileprobe-known-good/1"
@@ -265,9 +265,19 @@ def files_in(paths: list[str | Path] | None, default: Path = DEFAULT_DIR) -> lis
     return out
 
 
-def check_file(path: Path, tc, jobs: int = 1, timeout_s: float = 1200) -> CheckResult:
-    """Re-probe a file's tiles statically against its target; every tile that no longer works is a regression.
-    When a GPU of the file's arch is present, the verified-correct tiles are also launched again (runtime re-probe)."""
+@dataclass
+class Prepared:
+    """A known-good file ready to re-probe: its document, target, toolchain and (entry, config) pairs."""
+    path: Path
+    doc: dict
+    target: object
+    tc: object
+    configs: list
+    res: CheckResult
+
+
+def prepare(path: Path, tc) -> Prepared:
+    """Read a file and pick the toolchain its tiles are re-probed with (notes on the file's CheckResult)."""
     doc = load_file(path)
     target = target_from_dict(doc["target"])
     res = CheckResult(Path(path))
@@ -283,23 +293,48 @@ def check_file(path: Path, tc, jobs: int = 1, timeout_s: float = 1200) -> CheckR
                                                   "nvcc_version": tc.nvcc.version_text}})
     if mism:
         res.notes.append(f"re-probed with another toolchain than the file's: {'; '.join(mism)}")
-    outcomes = probe_static([c for _, c in configs], target, tc.cutlass, tc.nvcc, tc.cache, jobs, timeout_s)
+    return Prepared(Path(path), doc, target, tc, configs, res)
+
+
+def tile_label(name: str, target, cfg) -> str:
+    return f"{name}: {target.name} {cfg.tile} {cfg.schedule} stages={cfg.stages_label} {cfg.epilogue}" + \
+        (" swap-ab" if cfg.swap_ab else "") + f" [{cfg.key}]"
+
+
+def static_finding(name: str, target, e: dict, cfg, o) -> tuple[str | None, str | None]:
+    """(regression line, note) for one re-probed tile: a regression when it no longer works, a note when it still
+    fits with other bytes or stages."""
+    was = (f"was {e.get('verdict')} ({e.get('evidence')}: SharedStorage {e.get('smem_bytes')} B, headroom "
+           f"{e.get('headroom_bytes')} B)")
+    what = tile_label(name, target, cfg)
+    if o.verdict.value not in GOOD:
+        now = evidence_for(o.verdict, compiled=o.info.compiled, predicted=o.info.predicted)
+        return f"{what}: {was}; now {o.verdict.value} ({now.value}): {o.reason}", None
+    if o.info.smem_bytes != e.get("smem_bytes") or o.info.stages != e.get("stages_resolved"):
+        return None, (f"{what}: still fits; SharedStorage {e.get('smem_bytes')} -> {o.info.smem_bytes} B, "
+                      f"stages {e.get('stages_resolved')} -> {o.info.stages}")
+    return None, None
+
+
+def check_file(path: Path, tc, jobs: int = 1, timeout_s: float = 1200) -> CheckResult:
+    """Re-probe a file's tiles statically against its target; every tile that no longer works is a regression.
+    When a GPU of the file's arch is present, the verified-correct tiles are also launched again (runtime re-probe)."""
+    prep = prepare(path, tc)
+    res, target, configs = prep.res, prep.target, prep.configs
+    outcomes = probe_static([c for _, c in configs], target, prep.tc.cutlass, prep.tc.nvcc, prep.tc.cache, jobs,
+                            timeout_s)
     res.checked = len(outcomes)
     for (e, cfg), o in zip(configs, outcomes):
-        was = (f"was {e.get('verdict')} ({e.get('evidence')}: SharedStorage {e.get('smem_bytes')} B, headroom "
-               f"{e.get('headroom_bytes')} B)")
-        what = f"{res.path.name}: {target.name} {cfg.tile} {cfg.schedule} stages={cfg.stages_label} {cfg.epilogue}" + \
-            (" swap-ab" if cfg.swap_ab else "") + f" [{cfg.key}]"
-        if o.verdict.value not in GOOD:
-            res.regressions.append(f"{what}: {was}; now {o.verdict.value}: {o.reason}")
-        elif o.info.smem_bytes != e.get("smem_bytes") or o.info.stages != e.get("stages_resolved"):
-            res.notes.append(f"{what}: still fits; SharedStorage {e.get('smem_bytes')} -> {o.info.smem_bytes} B, "
-                             f"stages {e.get('stages_resolved')} -> {o.info.stages}")
+        line, note = static_finding(res.path.name, target, e, cfg, o)
+        res.regressions += [line] if line else []
+        res.notes += [note] if note else []
     # Every tile recorded as working is launched where a GPU of the file's arch is present: verified tiles and
     # static (sized/compiled) ones alike, so an SM120 file is tested by an SM120 GPU, not only re-sized.
     working = [(e, cfg, o) for (e, cfg), o in zip(configs, outcomes) if o.verdict.value in GOOD]
     if working:
-        _runtime_recheck(doc, target, working, tc, jobs, res)
+        found, note = launch_findings(prep.doc, target, working, prep.tc, jobs, res.path.name)
+        res.regressions += list(found.values())
+        res.notes.append(note)
     return res
 
 
@@ -326,33 +361,38 @@ def _file_toolchain(doc: dict, tc, res: CheckResult):
     return tc
 
 
-def _runtime_recheck(doc: dict, target, ok: list, tc, jobs: int, res: CheckResult) -> None:
-    """Launch the working tiles (verified or static) on a GPU of the file's arch, on one decode point of the file's
-    first recommended workload (batch 8); anything but `ok` is a regression, and what each launch showed is noted.
-    Without such a GPU, say so."""
+def devices_for(target) -> list:
+    """The GPUs here of the target's arch (none without a driver)."""
     try:
-        devices = [d for d in query_devices() if d.arch == target.arch]
+        return [d for d in query_devices() if d.arch == target.arch]
     except NoDevice:
-        devices = []
+        return []
+
+
+def launch_findings(doc: dict, target, ok: list, tc, jobs: int, name: str) -> tuple[dict[str, str], str]:
+    """Launch the working tiles (verified or static) on a GPU of the file's arch, on one decode point of the file's
+    first recommended workload (batch 8): {config key: regression line} for anything but `ok`, and a note saying
+    what the launches showed. Without such a GPU, no launches and a note saying so."""
+    devices = devices_for(target)
     if not devices:
-        res.notes.append(f"{len(ok)} working tile(s) re-checked statically only (sized): no {target.arch} GPU here")
-        return
+        return {}, f"{len(ok)} working tile(s) re-checked statically only (sized): no {target.arch} GPU here"
     workloads = list(((doc.get("recommended") or {}).get("workloads") or {}).keys()) or ["deepseek-v3"]
     points = points_for(workloads[:1], None, [8], "uniform", 1, 1, 1)
     job = RuntimeJob(points, 1, devices, [o for _, _, o in ok], tc, jobs, 1200, 120)
     with tempfile.TemporaryDirectory(prefix="tileprobe-check-") as tmp, ResultsWriter(Path(tmp)) as writer:
         rows = runtime_rows(job, writer, Console(quiet=True))
     by_cfg = {cfg.key: (e, cfg) for e, cfg, _ in ok}
+    found: dict[str, str] = {}
     for r in rows:
-        if r["verdict"] != "ok" and r["config"] in by_cfg:
+        if r["verdict"] != "ok" and r["config"] in by_cfg and r["config"] not in found:
             e, cfg = by_cfg[r["config"]]
-            res.regressions.append(f"{res.path.name}: {target.name} {cfg.tile} {cfg.schedule} [{cfg.key}]: was "
-                                   f"{e.get('verdict')} ({e.get('evidence')}); now {r['verdict']} on GPU "
-                                   f"{r['gpu_index']} ({r['device_name']}) at {r['workload']} {r['gemm']} batch "
-                                   f"{r['batch']}: {r['reason']}")
+            found[r["config"]] = (f"{name}: {target.name} {cfg.tile} {cfg.schedule} [{cfg.key}]: was "
+                                  f"{e.get('verdict')} ({e.get('evidence')}); now {r['verdict']} on GPU "
+                                  f"{r['gpu_index']} ({r['device_name']}) at {r['workload']} {r['gemm']} batch "
+                                  f"{r['batch']}: {r['reason']}")
     shown = sum(1 for r in rows if r["verdict"] == "ok")
-    res.notes.append(f"{len(ok)} working tile(s) launched on {devices[0].device_name}: {shown} of {len(rows)} "
-                     f"point(s) verified")
+    return found, (f"{len(ok)} working tile(s) launched on {devices[0].device_name}: {shown} of {len(rows)} "
+                   f"point(s) verified")
 
 
 def check(paths: list[str | Path] | None, tc, jobs: int = 1, timeout_s: float = 1200) -> list[CheckResult]:

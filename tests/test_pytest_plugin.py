@@ -1,0 +1,93 @@
+"""tileprobe's pytest plugin, run the way a user's CI runs it (pytester: a throwaway project and pytest session):
+one item per known-good tile with readable ids and markers, a broken tile fails naming the tile, its bytes and the
+evidence, -m/-k select and deselect like any test, bad paths are one line."""
+
+import copy
+import json
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+from tileprobe.results import known_good
+
+REPO_KG = Path(__file__).resolve().parent.parent / "results" / "known_good"
+SRC = REPO_KG / "rtx-pro-6000__sm120-nvfp4.json"
+
+
+def plugin_args() -> list[str]:
+    """Installed tileprobe loads the plugin from its pytest11 entry point; a source checkout names it."""
+    if any(ep.name == "tileprobe" for ep in entry_points(group="pytest11")):
+        return []
+    return ["-p", "tileprobe.pytest_plugin"]
+
+
+def small_file(tmp: Path, rng, broken: bool) -> tuple[Path, dict, dict | None]:
+    doc = known_good.load_file(SRC)
+    victim = next(e for e in doc["tiles"] if e["tile"] == "128x256x128" and e["stages"] == "auto"
+                  and e["epilogue"] == "no-c" and not e["swap_ab"])
+    good = rng.choice([e for e in doc["tiles"] if e is not victim and e["stages"] == "auto"])
+    bad = None
+    tiles = [good]
+    if broken:
+        bad = copy.deepcopy(victim)
+        bad["stages"] = 4  # an explicit over-full pipeline: 4 stages of 128x256x128 cannot fit 101376 B
+        tiles.append(bad)
+    doc["tiles"] = tiles
+    path = tmp / "tiles__sm120-nvfp4.json"
+    path.write_text(json.dumps(doc))
+    return path, good, bad
+
+
+def test_collect_only_ids_and_markers(pytester, rng):
+    path, good, bad = small_file(pytester.path, rng, broken=True)
+    cfg = known_good.config_from_entry(good)
+    r = pytester.runpytest(*plugin_args(), "--tileprobe-known-good", str(path), "-m", "tileprobe", "--collect-only",
+                           "-q")
+    ids = [line for line in r.outlines if "::" in line]
+    assert len(ids) == 4, r.outlines  # two tiles, a static and a launch item each
+    assert f"{path.name}::{cfg.name}[static]" in ids and f"{path.name}::{cfg.name}[launch]" in ids, ids
+    r = pytester.runpytest(*plugin_args(), "--tileprobe-known-good", str(path), "-m", "tileprobe and not gpu",
+                           "--collect-only", "-q")
+    assert sorted(line.rsplit("[", 1)[1] for line in r.outlines if "::" in line) == ["static]", "static]"]
+    r = pytester.runpytest(*plugin_args(), "--tileprobe-known-good", str(path), "-m", "tileprobe and not nvcc",
+                           "--collect-only", "-q")
+    assert not [line for line in r.outlines if "::" in line], r.outlines
+    r = pytester.runpytest(*plugin_args(), "--tileprobe-known-good", str(path), "-k", "s4 and static",
+                           "--collect-only", "-q")
+    (only,) = [line for line in r.outlines if "::" in line]
+    assert "128x256x128" in only and "_s4_" in only and only.endswith("[static]"), only
+
+
+@pytest.mark.nvcc
+def test_a_good_tile_passes_and_a_broken_one_fails_with_the_bytes(pytester, rng, toolchain):
+    path, good, bad = small_file(pytester.path, rng, broken=True)
+    r = pytester.runpytest(*plugin_args(), "--tileprobe-known-good", str(path), "-m", "tileprobe",
+                           "--tileprobe-cache-dir", str(toolchain.cache), "--tileprobe-jobs", "1", "-rs", "-v")
+    out = r.stdout.str()
+    has_gpu = bool(known_good.devices_for(known_good.target_from_dict(known_good.load_file(path)["target"])))
+    outcomes = r.parseoutcomes()
+    assert outcomes.get("failed") == (2 if has_gpu else 1), out  # the broken tile's static (and launch) item
+    assert outcomes.get("passed") == (2 if has_gpu else 1), out
+    if not has_gpu:
+        assert outcomes.get("skipped") == 2 and "no sm_120a GPU here" in out, out
+    lines = [line for line in out.splitlines() if line.startswith("REGRESSION")]
+    assert lines, out
+    line = lines[0]
+    assert "128x256x128" in line and "stages=4" in line and "rtx-pro-6000" in line, line
+    assert f"was fits (sized: SharedStorage {bad['smem_bytes']} B, headroom {bad['headroom_bytes']} B)" in line, line
+    assert "now smem-over-limit (sized): SharedStorage " in line and "> opt-in 101376 B by" in line, line
+
+
+def test_bad_paths_and_the_triton_option_are_one_line(pytester):
+    r = pytester.runpytest(*plugin_args(), "--tileprobe-known-good", str(pytester.path / "none.json"))
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    assert any("no known-good file or folder at" in line for line in r.errlines), r.errlines
+    bad = pytester.path / "x.json"
+    bad.write_text("{}")
+    r = pytester.runpytest(*plugin_args(), "--tileprobe-known-good", str(bad))
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    assert any("not a tileprobe known-good file" in line for line in r.errlines), r.errlines
+    r = pytester.runpytest(*plugin_args(), "--tileprobe-configs", str(bad))
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    assert any("needs tileprobe[triton]" in line for line in r.errlines), r.errlines
