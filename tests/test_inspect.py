@@ -156,7 +156,8 @@ def test_object_files_and_lz4_fatbins_hold_the_same_kernels(built):
         assert sorted(im.arch for im in images) == sorted(ARCHS)
         for im in images:
             for k in cubin.kernels(im):
-                assert (k.static_smem, k.registers) == (logs[(k.name, im.arch)]["smem"], logs[(k.name, im.arch)]["regs"])
+                want = logs[(k.name, im.arch)]
+                assert (k.static_smem, k.registers) == (want["smem"], want["regs"]), (name, k.demangled, im.arch)
 
 
 @pytest.mark.nvcc

@@ -143,14 +143,16 @@ def inspect(path: Path, kernel: str | None = None, target_names: list[str] | Non
             req: Request | None = None) -> dict:
     """The whole report as data (what `--json` prints)."""
     images = images_in(path)
-    found = [k for im in images for k in kernels(im)]
+    per_image = {im.origin: kernels(im) for im in images}
+    found = [k for im in images for k in per_image[im.origin]]
     if not found and not any(im.kind == "ptx" for im in images):
         raise UsageError(f"{path}: its device code holds no kernels")
     found = _select(found, kernel) if found else found
     targets = targets_for(target_names)
     return {
         "file": str(path),
-        "images": [{"arch": im.arch, "kind": im.kind, "origin": im.origin, "note": im.note} for im in images],
+        "images": [{"arch": im.arch, "kind": im.kind, "origin": im.origin, "note": im.note,
+                    "kernels": len(per_image[im.origin])} for im in images],
         "kernels": [k.as_dict() for k in found],
         "dynamic": None if req is None else {"expr": req.text, "set": req.env, "solve": req.solve},
         "targets": [{"target": t.name, "device_name": t.device_name, "cc": t.cc, "smem_optin": t.smem_optin,
@@ -161,8 +163,12 @@ def inspect(path: Path, kernel: str | None = None, target_names: list[str] | Non
 
 def render(report: dict) -> str:
     """Plain text: the per-arch table, then per target one line per kernel."""
-    lines = [f"{report['file']}: " + ", ".join(f"{i['arch']} {i['kind']}" + (f" ({i['note']})" if i["note"] else "")
-                                               for i in report["images"])]
+    def image(i: dict) -> str:
+        what = i["note"] or (f"{i['kernels']} kernel{'' if i['kernels'] == 1 else 's'}" if i["kind"] == "cubin"
+                             else "")
+        return f"{i['arch']} {i['kind']}" + (f" ({what})" if what else "")
+
+    lines = [f"{report['file']}: " + ", ".join(image(i) for i in report["images"])]
     lines.append("")
     head = ("arch", "static smem B", "regs", "stack B", "max threads", "kernel")
     rows = [(k["arch"], str(k["static_smem"]), str(k["registers"]), str(k["stack_frame"]),

@@ -6,7 +6,7 @@ limit is `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN` (measured on an
 limit: results/guard/). Nothing else enters.
 
     from tileprobe.guard import fits, max_dynamic_smem
-    f = fits(kernel, (Dl + Dr + kv_len) * 4)      # kernel: a cuda-python CUfunction or CUkernel, or a compiled Triton kernel
+    f = fits(kernel, (Dl + Dr + kv_len) * 4)  # a cuda-python CUfunction or CUkernel, or a compiled Triton kernel
     if not f:
         print("n/a", f.reason)                    # "... = 101504 B > 101376 B opt-in on NVIDIA GB10 by 128 B"
 

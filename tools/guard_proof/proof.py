@@ -3,8 +3,8 @@
     python3 tools/guard_proof/proof.py --out DIR
 
 1. builds limit_sweep.cu (C++ guard, tileprobe/guard.h) and runs it: every dynamic request from 0 to 2 KiB past the
-   opt-in limit, for kernels with 0, 112, 4096, 12352 and 49152 static bytes (ptxas rounds 100 and 12345 up); the guard's answer against the real
-   cudaFuncSetAttribute + launch + marker check at each request;
+   opt-in limit, for kernels with 0, 112, 4096, 12352 and 49152 static bytes (ptxas rounds 100 and 12345 up); the
+   guard's answer against the real cudaFuncSetAttribute + launch + marker check at each request;
 2. compares what `tileprobe inspect` reads from that binary (no GPU) with cudaFuncGetAttributes for every kernel;
 3. the Python guard (tileprobe.guard) on a cuda-python CUfunction and CUkernel of the same code: every byte within
    2 KiB of the bound and every 509th below, against cuFuncSetAttribute + cuLaunchKernel + the marker;
