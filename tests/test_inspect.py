@@ -217,6 +217,13 @@ def test_row_in_shared_memory_example_solved_per_target(tmp_path, nvcc_path, rng
         st = static[{"12.0": "sm_120a", "12.1": "sm_121a", "9.0": "sm_90a"}[t["cc"]]]
         v = a["solved"]["value"]
         assert (dl + dr + v) * 4 + st <= t["smem_optin"] < (dl + dr + v + 1) * 4 + st, (t["target"], v)
+    # the committed output (results/guard/row_in_smem/inspect.txt, quoted in the README) is what this build says
+    committed = (ROOT / "results" / "guard" / "row_in_smem" / "inspect.txt").read_text()
+    p = tileprobe("inspect", str(exe), "--kernel", "row_attention", "--dynamic", "(Dl+Dr+kv_len)*4", "--set",
+                  "Dl=512,Dr=64", "--solve", "kv_len")
+    assert p.returncode == 0, p.stderr
+    fresh = [line for line in p.stdout.splitlines() if "largest" in line or "DOES NOT RUN" in line]
+    assert fresh and all(line in committed for line in fresh), fresh
 
 
 @pytest.mark.parametrize("args,needle", [
