@@ -115,6 +115,10 @@ def built(tmp_path_factory, rng_module):
     nvcc(path, "-c", "-o", str(d / "k.o"), str(d / "k.cu"), *allcode)
     nvcc(path, "-c", "-o", str(d / "k_lz4.o"), str(d / "k.cu"), *allcode, "--compress-mode=speed", "-Xfatbin",
          "-compress-all")
+    nvcc(path, "-fatbin", "-o", str(d / "k.fatbin"), str(d / "k.cu"), *allcode)
+    nvcc(path, "-shared", "-Xcompiler", "-fPIC", "-o", str(d / "libk.so"), str(d / "k.cu"), *allcode)
+    nvcc(path, "-c", "-o", str(d / "ptx.o"), str(d / "k.cu"), "-gencode", "arch=compute_90,code=compute_90",
+         "--compress-mode=speed")
     return d, logs, meta, path
 
 
@@ -149,11 +153,11 @@ def test_every_kernel_matches_ptxas_on_every_arch(built):
 
 
 @pytest.mark.nvcc
-def test_object_files_and_lz4_fatbins_hold_the_same_kernels(built):
+def test_objects_fatbins_and_shared_libraries_hold_the_same_kernels(built):
     d, logs, _, _ = built
-    for name in ("k.o", "k_lz4.o"):
-        images = [im for im in elf.images_in(d / name) if im.kind == "cubin"]
-        assert sorted(im.arch for im in images) == sorted(ARCHS)
+    for name in ("k.o", "k_lz4.o", "k.fatbin", "libk.so"):
+        images = [im for im in elf.images_in(d / name) if im.kind == "cubin" and cubin.kernels(im)]
+        assert sorted(im.arch for im in images) == sorted(ARCHS), name  # (linked files add kernel-less cubins)
         for im in images:
             for k in cubin.kernels(im):
                 want = logs[(k.name, im.arch)]
@@ -174,6 +178,14 @@ def test_cli_reports_per_target_with_kernel_filter(built):
         want = logs[(report["kernels"][0]["name"], arch)]["smem"]
         assert a["runs"] and a["static_smem"] == want
         assert a["max_dynamic"] == (profile.smem_optin if profile else t["smem_optin"]) - want
+
+
+@pytest.mark.nvcc
+def test_ptx_only_kernels_are_named_and_compiled_at_load(built):
+    d = built[0]
+    p = tileprobe("inspect", str(d / "ptx.o"), "--kernel", "static_a", "--target", "h200,b200")
+    assert p.returncode == 0, p.stderr
+    assert "PTX only" in p.stdout and p.stdout.count("runs: static_a: PTX compute_90 only: compiled for") == 2, p.stdout
 
 
 def test_which_code_runs_where():

@@ -89,7 +89,7 @@ class KnownGoodFile(pytest.File):
             raise self.CollectError(f"{self.path}: a tile entry is unreadable: {exc}") from None
         self.doc = doc
         self.static_results: dict[str, tuple[str | None, str | None, object]] | None = None
-        self.launch_results: dict[str, str] | None = None
+        self.launch_results: dict[str, list[str]] | None = None
         self.launch_note = ""
         for e, cfg in pairs:
             yield KnownGoodTile.from_parent(self, name=f"{cfg.name}[static]", entry=e, cfg=cfg, mode="static")
@@ -115,7 +115,7 @@ class KnownGoodFile(pytest.File):
                 self.static_results[c.key] = (line, note, o)
         return self.static_results
 
-    def launch(self, tc) -> dict:
+    def launch(self, tc) -> dict[str, list[str]]:
         if self.launch_results is None:
             static = self.static(tc)
             keys = {i.cfg.key for i in self._selected() if i.mode == "launch"}
@@ -152,7 +152,7 @@ class KnownGoodTile(pytest.Item):
         if self.mode == "launch":
             bad = parent.launch(tc).get(self.cfg.key)
             if bad:
-                raise KnownGoodFailure(bad)
+                raise KnownGoodFailure("\nREGRESSION ".join(bad))
         if note:
             self.user_properties.append(("tileprobe", note))
 

@@ -13,7 +13,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from tileprobe.binary import expr
-from tileprobe.binary.cubin import Kernel, kernels
+from tileprobe.binary.cubin import Kernel, demangle, kernels
 from tileprobe.binary.elf import Image, images_in
 from tileprobe.errors import UsageError
 from tileprobe.targets import PROFILES, NoDevice, Target, profile, query_devices
@@ -96,13 +96,27 @@ def _solve(req: Request, budget: int) -> tuple[str, bool, dict | None]:
     return out["request"] or "", s.value is not None or s.unbounded, out
 
 
-def answer(images: list[Image], found: list[Kernel], target: Target, req: Request | None) -> list[Answer]:
+_ENTRY = re.compile(rb"\.entry\s+([A-Za-z_$][\w$]*)")
+
+
+def ptx_entries(images: list[Image]) -> set[str]:
+    """Kernel names declared in the readable PTX entries (`.entry NAME`)."""
+    return {m.group(1).decode() for im in images if im.kind == "ptx" and im.data for m in _ENTRY.finditer(im.data)}
+
+
+def answer(images: list[Image], found: list[Kernel], target: Target, req: Request | None,
+           ptx_only: list[str] | None = None) -> list[Answer]:
+    """Per kernel: its answer on `target`. `ptx_only`: kernels that have PTX but no cubin in the binary."""
     by_name: dict[str, list[tuple[Image, Kernel]]] = {}
     by_origin = {im.origin: im for im in images}
     for k in found:
         by_name.setdefault(k.name, []).append((by_origin[k.origin], k))
     ptx = [im for im in images if im.kind == "ptx" and runs_on("ptx", im.sm, im.suffix, target.cc_int)]
     out = []
+    for name in ptx_only or []:
+        out.append(Answer(demangle(name), bool(ptx), (
+            f"PTX {ptx[0].arch} only: compiled for {target.arch[:-1]} at load; its static bytes are not in the binary"
+            if ptx else f"PTX only, and none of it can be compiled for compute capability {target.cc}")))
     for name, cands in by_name.items():
         demangled = cands[0][1].demangled
         chosen = _pick(cands, target.cc_int)
@@ -145,9 +159,18 @@ def inspect(path: Path, kernel: str | None = None, target_names: list[str] | Non
     images = images_in(path)
     per_image = {im.origin: kernels(im) for im in images}
     found = [k for im in images for k in per_image[im.origin]]
-    if not found and not any(im.kind == "ptx" for im in images):
-        raise UsageError(f"{path}: its device code holds no kernels")
-    found = _select(found, kernel) if found else found
+    if not found and not ptx_entries(images):
+        raise UsageError(f"{path}: its device code holds no kernels" + (
+            " that can be read (" + "; ".join(sorted({im.note for im in images if im.note})) + ")"
+            if any(im.note for im in images) else ""))
+    ptx_only = sorted(ptx_entries(images) - {k.name for k in found})
+    if kernel:
+        try:
+            rx = re.compile(kernel)
+        except re.error as exc:
+            raise UsageError(f"--kernel {kernel!r}: not a regular expression ({exc})") from None
+        ptx_only = [n for n in ptx_only if rx.search(n) or rx.search(demangle(n))]
+    found = _select(found, kernel) if found and not (kernel and ptx_only) else found
     targets = targets_for(target_names)
     return {
         "file": str(path),
@@ -157,7 +180,7 @@ def inspect(path: Path, kernel: str | None = None, target_names: list[str] | Non
         "dynamic": None if req is None else {"expr": req.text, "set": req.env, "solve": req.solve},
         "targets": [{"target": t.name, "device_name": t.device_name, "cc": t.cc, "smem_optin": t.smem_optin,
                      "limit_source": "device query" if t.is_device else f"offline profile ({t.source})",
-                     "kernels": [a.as_dict() for a in answer(images, found, t, req)]} for t in targets],
+                     "kernels": [a.as_dict() for a in answer(images, found, t, req, ptx_only)]} for t in targets],
     }
 
 
@@ -175,7 +198,9 @@ def render(report: dict) -> str:
              str(k["max_threads"]) + (" (bound)" if k["launch_bounds"] or k["reqntid"] else ""), k["demangled"])
             for k in report["kernels"]]
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head) - 1)]
-    for r in [head, *rows]:
+    if not rows:
+        lines.append("no cubin holds these kernels: PTX only (compiled by the driver at load)")
+    for r in [head, *rows] if rows else []:
         lines.append("  ".join(c.rjust(w) if 0 < i < 5 and r is not head else c.ljust(w)
                                for i, (c, w) in enumerate(zip(r[:-1], widths))) + "  " + r[-1])
     dyn = report["dynamic"]

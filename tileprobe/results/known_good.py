@@ -333,7 +333,7 @@ def check_file(path: Path, tc, jobs: int = 1, timeout_s: float = 1200) -> CheckR
     working = [(e, cfg, o) for (e, cfg), o in zip(configs, outcomes) if o.verdict.value in GOOD]
     if working:
         found, note = launch_findings(prep.doc, target, working, prep.tc, jobs, res.path.name)
-        res.regressions += list(found.values())
+        res.regressions += [line for lines in found.values() for line in lines]
         res.notes.append(note)
     return res
 
@@ -369,10 +369,10 @@ def devices_for(target) -> list:
         return []
 
 
-def launch_findings(doc: dict, target, ok: list, tc, jobs: int, name: str) -> tuple[dict[str, str], str]:
+def launch_findings(doc: dict, target, ok: list, tc, jobs: int, name: str) -> tuple[dict[str, list[str]], str]:
     """Launch the working tiles (verified or static) on a GPU of the file's arch, on one decode point of the file's
-    first recommended workload (batch 8): {config key: regression line} for anything but `ok`, and a note saying
-    what the launches showed. Without such a GPU, no launches and a note saying so."""
+    first recommended workload (batch 8): {config key: regression lines (one per failing point)} for anything but
+    `ok`, and a note saying what the launches showed. Without such a GPU, no launches and a note saying so."""
     devices = devices_for(target)
     if not devices:
         return {}, f"{len(ok)} working tile(s) re-checked statically only (sized): no {target.arch} GPU here"
@@ -382,14 +382,14 @@ def launch_findings(doc: dict, target, ok: list, tc, jobs: int, name: str) -> tu
     with tempfile.TemporaryDirectory(prefix="tileprobe-check-") as tmp, ResultsWriter(Path(tmp)) as writer:
         rows = runtime_rows(job, writer, Console(quiet=True))
     by_cfg = {cfg.key: (e, cfg) for e, cfg, _ in ok}
-    found: dict[str, str] = {}
+    found: dict[str, list[str]] = {}
     for r in rows:
-        if r["verdict"] != "ok" and r["config"] in by_cfg and r["config"] not in found:
+        if r["verdict"] != "ok" and r["config"] in by_cfg:
             e, cfg = by_cfg[r["config"]]
-            found[r["config"]] = (f"{name}: {target.name} {cfg.tile} {cfg.schedule} [{cfg.key}]: was "
-                                  f"{e.get('verdict')} ({e.get('evidence')}); now {r['verdict']} on GPU "
-                                  f"{r['gpu_index']} ({r['device_name']}) at {r['workload']} {r['gemm']} batch "
-                                  f"{r['batch']}: {r['reason']}")
+            found.setdefault(r["config"], []).append(
+                f"{name}: {target.name} {cfg.tile} {cfg.schedule} [{cfg.key}]: was {e.get('verdict')} "
+                f"({e.get('evidence')}); now {r['verdict']} on GPU {r['gpu_index']} ({r['device_name']}) at "
+                f"{r['workload']} {r['gemm']} batch {r['batch']}: {r['reason']}")
     shown = sum(1 for r in rows if r["verdict"] == "ok")
     return found, (f"{len(ok)} working tile(s) launched on {devices[0].device_name}: {shown} of {len(rows)} "
                    f"point(s) verified")
