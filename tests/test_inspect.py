@@ -115,6 +115,8 @@ def built(tmp_path_factory, rng_module):
     nvcc(path, "-c", "-o", str(d / "k.o"), str(d / "k.cu"), *allcode)
     nvcc(path, "-c", "-o", str(d / "k_lz4.o"), str(d / "k.cu"), *allcode, "--compress-mode=speed", "-Xfatbin",
          "-compress-all")
+    nvcc(path, "-c", "-o", str(d / "k_zstd.o"), str(d / "k.cu"), *allcode, "--compress-mode=size", "-Xfatbin",
+         "-compress-all")
     nvcc(path, "-fatbin", "-o", str(d / "k.fatbin"), str(d / "k.cu"), *allcode)
     nvcc(path, "-shared", "-Xcompiler", "-fPIC", "-o", str(d / "libk.so"), str(d / "k.cu"), *allcode)
     nvcc(path, "-c", "-o", str(d / "ptx.o"), str(d / "k.cu"), "-gencode", "arch=compute_90,code=compute_90",
@@ -155,7 +157,7 @@ def test_every_kernel_matches_ptxas_on_every_arch(built):
 @pytest.mark.nvcc
 def test_objects_fatbins_and_shared_libraries_hold_the_same_kernels(built):
     d, logs, _, _ = built
-    for name in ("k.o", "k_lz4.o", "k.fatbin", "libk.so"):
+    for name in ("k.o", "k_lz4.o", "k_zstd.o", "k.fatbin", "libk.so"):
         images = [im for im in elf.images_in(d / name) if im.kind == "cubin" and cubin.kernels(im)]
         assert sorted(im.arch for im in images) == sorted(ARCHS), name  # (linked files add kernel-less cubins)
         for im in images:

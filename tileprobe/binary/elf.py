@@ -4,8 +4,9 @@ Read directly, with no cuobjdump: an ELF's section headers and symbols (struct u
 fatbin containers nvcc embeds (`.nv_fatbin` in objects, executables and shared libraries; a `.fatbin` file is one
 container). Each container entry names its kind (cubin or PTX), its SM number and whether the code is arch-specific
 (`sm_90a`) or family-specific (`sm_120f`). Entries may be compressed: LZ4 (older toolkits, cuBLAS-style libraries) is
-decoded here; zstd needs the `zstandard` package (or Python 3.14's `compression.zstd`), and without it the entry is
-listed with a note instead of read.
+decoded here; zstd (nvcc's default for PTX since 12.8, and for cubins with `-Xfatbin -compress-all`) needs the
+`zstandard` package (`tileprobe[inspect]`; or Python 3.14's `compression.zstd`), and without it the entry is listed
+with a note instead of read.
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ def _zstd(data: bytes) -> bytes:
         return _stdlib_zstd.decompress(data)
     why = _zstandard.missing()
     if why:
-        raise ValueError("zstd-compressed: pip install zstandard to read it")
+        raise ValueError("zstd-compressed: pip install 'tileprobe[inspect]' (zstandard) to read it")
     return _zstandard.ZstdDecompressor().decompressobj().decompress(data)
 
 
