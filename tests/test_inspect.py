@@ -184,10 +184,18 @@ def test_cli_reports_per_target_with_kernel_filter(built):
 
 @pytest.mark.nvcc
 def test_ptx_only_kernels_are_named_and_compiled_at_load(built):
-    d = built[0]
-    p = tileprobe("inspect", str(d / "ptx.o"), "--kernel", "static_a", "--target", "h200,b200")
+    """A PTX-only object: the kernels are named from the PTX; --no-jit says the bytes are not in the binary; by
+    default the PTX is compiled here for each target (what the driver does at load), giving ptxas's own bytes."""
+    d, logs = built[0], built[1]
+    p = tileprobe("inspect", str(d / "ptx.o"), "--kernel", "static_a", "--target", "h200,b200", "--no-jit")
     assert p.returncode == 0, p.stderr
     assert "PTX only" in p.stdout and p.stdout.count("runs: static_a: PTX compute_90 only: compiled for") == 2, p.stdout
+    p = tileprobe("inspect", str(d / "ptx.o"), "--kernel", "static_a", "--target", "rtx-pro-6000,h200", "--json")
+    assert p.returncode == 0, p.stderr
+    for t, arch in zip(json.loads(p.stdout)["targets"], ("sm_120a", "sm_90a")):
+        (a,) = t["kernels"]
+        assert a["static_smem"] == logs[("static_a", arch)]["smem"], a
+        assert "compiled here for sm_" in a["code"] and "by ptxas" in a["code"], a
 
 
 def test_which_code_runs_where():

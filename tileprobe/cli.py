@@ -26,6 +26,7 @@ from tileprobe.reports.report import _write, devices_table, export, write_report
 from tileprobe.reports.terminal import WIDTH, print_rows
 from tileprobe.backends.cutlass.toolchain import find_nvcc
 from tileprobe.binary import inspect as binary_inspect
+from tileprobe.binary.jit import find_jit
 from tileprobe.guard import include_dir
 
 EXAMPLES = """\b
@@ -315,7 +316,9 @@ def inspect(
     dynamic: Annotated[Optional[str], typer.Option("--dynamic", help="the launch's dynamic shared memory in bytes, e.g. '(Dl+Dr+kv_len)*4' (integers, names, + - * / // and parentheses)")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="values for the expression's names, e.g. Dl=512,Dr=64")] = None,
     solve: Annotated[Optional[str], typer.Option("--solve", help="the name to solve for: its largest value that fits each target")] = None,
+    jit: Annotated[bool, typer.Option("--jit/--no-jit", help="for a target only PTX runs on: compile that PTX here with ptxas, as the driver would at load")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+    nvcc: NvccOpt = None,
 ) -> None:
     """Per kernel and arch, read from the binary (no GPU): static shared memory, registers, stack frame, max threads;
     per target: does its code run there, and the largest dynamic shared memory a launch may request."""
@@ -323,7 +326,7 @@ def inspect(
     if (set_ or solve) and not dynamic:
         raise UsageError("--set and --solve apply with --dynamic only")
     req = binary_inspect.Request(dynamic, binary_inspect.expr.parse_sets(set_), solve) if dynamic else None
-    report_ = binary_inspect.inspect(binary, kernel, _split_csv(target), req)
+    report_ = binary_inspect.inspect(binary, kernel, _split_csv(target), req, find_jit(nvcc) if jit else None)
     sys.stdout.write(json.dumps(report_, indent=1) + "\n" if as_json else binary_inspect.render(report_))
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from tileprobe.binary import expr
 from tileprobe.binary.cubin import Kernel, demangle, kernels
 from tileprobe.binary.elf import Image, images_in
+from tileprobe.binary.jit import Jit
 from tileprobe.errors import UsageError
 from tileprobe.targets import PROFILES, NoDevice, Target, profile, query_devices
 
@@ -104,38 +105,51 @@ def ptx_entries(images: list[Image]) -> set[str]:
     return {m.group(1).decode() for im in images if im.kind == "ptx" and im.data for m in _ENTRY.finditer(im.data)}
 
 
+def _resources(a: Answer, k: Kernel, target: Target, req: Request | None) -> Answer:
+    budget = target.smem_optin - k.static_smem
+    a.static_smem, a.max_dynamic, a.registers, a.max_threads = k.static_smem, max(0, budget), k.registers, \
+        k.max_threads
+    if req is not None:
+        a.request, a.fits, a.solved = _solve(req, budget)
+    return a
+
+
+def _from_ptx(name: str, ptx: list[Image], target: Target, req: Request | None, jit: Jit | None,
+              have: str) -> Answer:
+    """A kernel with no cubin for the target: what its PTX gives (compiled here when a ptxas is at hand)."""
+    demangled = demangle(name)
+    if not ptx:
+        return Answer(demangled, False, f"no code for compute capability {target.cc}: " + (
+            f"cubins {have} do not run there and " if have else "") + "no PTX can be compiled for it")
+    if jit is not None:
+        for im in (im for im in ptx if im.data):
+            found, what = jit.kernels_for(im, target.cc_int)
+            k = next((k for k in found if k.name == name), None)
+            if k is not None:
+                return _resources(Answer(demangled, True, what), k, target, req)
+    return Answer(demangled, True, f"PTX {ptx[0].arch} only: compiled for {target.arch[:-1]} at load; its static "
+                                   "bytes are not in the binary" + (f" (cubins: {have})" if have else "")
+                  + ("" if jit else "; no ptxas here to compile it"))
+
+
 def answer(images: list[Image], found: list[Kernel], target: Target, req: Request | None,
-           ptx_only: list[str] | None = None) -> list[Answer]:
-    """Per kernel: its answer on `target`. `ptx_only`: kernels that have PTX but no cubin in the binary."""
+           ptx_only: list[str] | None = None, jit: Jit | None = None) -> list[Answer]:
+    """Per kernel: its answer on `target`. `ptx_only`: kernels that have PTX but no cubin in the binary; `jit`
+    compiles PTX for a target no cubin runs on."""
     by_name: dict[str, list[tuple[Image, Kernel]]] = {}
     by_origin = {im.origin: im for im in images}
     for k in found:
         by_name.setdefault(k.name, []).append((by_origin[k.origin], k))
-    ptx = [im for im in images if im.kind == "ptx" and runs_on("ptx", im.sm, im.suffix, target.cc_int)]
-    out = []
-    for name in ptx_only or []:
-        out.append(Answer(demangle(name), bool(ptx), (
-            f"PTX {ptx[0].arch} only: compiled for {target.arch[:-1]} at load; its static bytes are not in the binary"
-            if ptx else f"PTX only, and none of it can be compiled for compute capability {target.cc}")))
+    ptx = sorted((im for im in images if im.kind == "ptx" and runs_on("ptx", im.sm, im.suffix, target.cc_int)),
+                 key=lambda im: -im.sm)  # the driver compiles the newest PTX that runs there
+    out = [_from_ptx(name, ptx, target, req, jit, "") for name in ptx_only or []]
     for name, cands in by_name.items():
-        demangled = cands[0][1].demangled
         chosen = _pick(cands, target.cc_int)
         if chosen is None:
-            have = ", ".join(sorted({im.arch for im, _ in cands}))
-            if ptx:
-                out.append(Answer(demangled, True, f"PTX {ptx[0].arch} only: compiled for {target.arch[:-1]} at "
-                                                   f"load; its static bytes are not in the binary (cubins: {have})"))
-            else:
-                out.append(Answer(demangled, False, f"no code for compute capability {target.cc}: cubins {have} "
-                                                    "do not run there and no PTX can be compiled for it"))
+            out.append(_from_ptx(name, ptx, target, req, jit, ", ".join(sorted({im.arch for im, _ in cands}))))
             continue
         im, k = chosen
-        budget = target.smem_optin - k.static_smem
-        a = Answer(demangled, True, f"{im.arch} cubin ({im.origin})", k.static_smem, max(0, budget), k.registers,
-                   k.max_threads)
-        if req is not None:
-            a.request, a.fits, a.solved = _solve(req, budget)
-        out.append(a)
+        out.append(_resources(Answer(k.demangled, True, f"{im.arch} cubin ({im.origin})"), k, target, req))
     return out
 
 
@@ -154,7 +168,7 @@ def _select(found: list[Kernel], pattern: str | None) -> list[Kernel]:
 
 
 def inspect(path: Path, kernel: str | None = None, target_names: list[str] | None = None,
-            req: Request | None = None) -> dict:
+            req: Request | None = None, jit: Jit | None = None) -> dict:
     """The whole report as data (what `--json` prints)."""
     images = images_in(path)
     per_image = {im.origin: kernels(im) for im in images}
@@ -180,7 +194,7 @@ def inspect(path: Path, kernel: str | None = None, target_names: list[str] | Non
         "dynamic": None if req is None else {"expr": req.text, "set": req.env, "solve": req.solve},
         "targets": [{"target": t.name, "device_name": t.device_name, "cc": t.cc, "smem_optin": t.smem_optin,
                      "limit_source": "device query" if t.is_device else f"offline profile ({t.source})",
-                     "kernels": [a.as_dict() for a in answer(images, found, t, req, ptx_only)]} for t in targets],
+                     "kernels": [a.as_dict() for a in answer(images, found, t, req, ptx_only, jit)]} for t in targets],
     }
 
 
