@@ -91,3 +91,49 @@ def test_bad_paths_and_the_triton_option_are_one_line(pytester):
     r = pytester.runpytest(*plugin_args(), "--tileprobe-configs", str(bad))
     assert r.ret == pytest.ExitCode.USAGE_ERROR
     assert any("needs tileprobe[triton]" in line for line in r.errlines), r.errlines
+
+
+def test_launch_items_run_on_a_gpu_of_the_files_arch(pytester, monkeypatch, toolchain, rng):
+    """A fake H200 and fake harnesses, as in test_known_good.py (no GPU needed): with a GPU of the file's arch the
+    [launch] items launch; the tile whose harness now crashes fails naming the GPU, the point and the signal, the
+    other passes, and the [static] items pass."""
+    import json as _json
+
+    from _fakes import fake_harness
+
+    from tileprobe import pytest_plugin, targets
+    from tileprobe.backends.cutlass import runtime
+    from tileprobe.backends.cutlass.build import BuildResult
+    from tileprobe.results import known_good as kg
+    from tileprobe.results.rows import Outcome, StaticInfo
+    from tileprobe.verdict import Verdict
+
+    doc = _json.loads((REPO_KG / "h200__sm90-fp8.json").read_text())
+    doc["tiles"] = [t for t in doc["tiles"] if t["verdict"] == "ok"][:2]
+    crashing = rng.randrange(2)
+    path = pytester.path / "h200__sm90-fp8.json"
+    path.write_text(_json.dumps(doc))
+
+    def fake_static(configs, *a, **k):
+        by = {known_good.config_from_entry(e).key: e for e in doc["tiles"]}
+        return [Outcome(c, Verdict.FITS, "sized", StaticInfo(stages=4, smem_bytes=by[c.key]["smem_bytes"],
+                                                             threads_per_cta=384)) for c in configs]
+
+    keys = [known_good.config_from_entry(e).key for e in doc["tiles"]]
+    scripts = {keys[i]: fake_harness(pytester.path, {}, default="segv" if i == crashing else "ok", name=f"h{i}")
+               for i in range(2)}
+    dev = targets.replace(targets.profile("h200"), gpu_index=0)
+    monkeypatch.setattr(pytest_plugin, "probe_static", fake_static)
+    monkeypatch.setattr(kg, "query_devices", lambda: [dev])
+    monkeypatch.setattr(runtime, "build_many", lambda reqs, *a, **k: [
+        BuildResult(r, True, scripts[r.configs[0].key], "", 0.1, True, []) for r in reqs])
+    monkeypatch.setattr(runtime, "measure_refs", lambda i: {})
+    r = pytester.runpytest_inprocess(*plugin_args(), "--tileprobe-known-good", str(path), "-m", "tileprobe",
+                                     "--tileprobe-cache-dir", str(toolchain.cache), "--tileprobe-jobs", "1")
+    out = r.stdout.str()
+    outcomes = r.parseoutcomes()
+    assert (outcomes.get("passed"), outcomes.get("failed"), outcomes.get("skipped")) == (3, 1, None), out
+    tile = doc["tiles"][crashing]["tile"]
+    (line,) = [x for x in out.splitlines() if x.startswith("REGRESSION")][:1]
+    assert tile in line and "now crashed on GPU 0 (NVIDIA H200)" in line and "SIGSEGV" in line, line
+    assert f"{known_good.config_from_entry(doc['tiles'][crashing]).name}[launch]" in out, out
