@@ -6,10 +6,10 @@ Kernels (read from the installed engine or its wheel, never imported):
 - SGLang 0.5.23: sglang/kernels/ops/moe/fused_moe_triton_kernels.py::fused_moe_kernel, launched by
   `invoke_fused_moe_kernel` from sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe.py.
 
-A config is data: engine, quant scheme, GEMM (gate_up: N = 2*I/tp, K = H; down: N = H, K = I/tp), E, N, K, the batch
-M it is launched for, and the engine config entry (BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num_warps, num_stages). Its name
+A config is data: engine, quant scheme, GEMM (gate_up: N = 2*I/tp, K = H; down: N = H, K = I/tp), E, N, K, where
+the entry came from, and the engine config entry (BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num_warps, num_stages). Its name
 is derived. `launch_job` builds the arguments the engine's launcher passes for that call, as stand-ins for Triton's
-own binder (tileprobe.backends.triton.compile), so the specialisation (16-divisible ints, ints equal to 1, None
+own binder (tileprobe.backends.triton.compile) for a batch of M tokens, so the specialisation (16-divisible ints, ints equal to 1, None
 arguments, constexprs) is the launch's. What each launcher passes, read from its source (the lines are cited by name):
 
 vLLM `invoke_fused_moe_triton_kernel`: SWAP_AB = use_fp8_w8a8 and `enable_swap_ab` (capability 9.0, BLOCK_SIZE_M < 64,
@@ -254,12 +254,12 @@ def arch_cc(arch: str) -> int:
     return int(arch[3:].rstrip("a"))
 
 
-def make_config(engine: str, quant: str, gemm: str, experts: int, n: int, k: int, m: int, entry: dict,
-                arch: str, source: str) -> Config:
+def make_config(engine: str, quant: str, gemm: str, experts: int, n: int, k: int, entry: dict, arch: str,
+                source: str) -> Config:
     """The config as data. `source` says where the entry came from (a file name and its key, or 'default')."""
     cc = arch_cc(arch)
     extra = (("engine", engine_kernel(engine).label), ("quant", quant), ("gemm", gemm), ("E", str(experts)),
-             ("N", str(n)), ("K", str(k)), ("M", str(m)), ("group_size_m", str(entry["GROUP_SIZE_M"])),
+             ("N", str(n)), ("K", str(k)), ("group_size_m", str(entry["GROUP_SIZE_M"])),
              ("num_warps", str(entry["num_warps"])), ("config_source", source))
     return Config(NAME, Tile(entry["BLOCK_SIZE_M"], entry["BLOCK_SIZE_N"], entry["BLOCK_SIZE_K"]), "triton",
                   entry["num_stages"], "bf16-out", swap_ab(quant, entry, cc), arch, (1, 1, 1), extra)
@@ -297,7 +297,7 @@ FAMILY = Family(
     rtol=2e-2,
     description="vLLM's / SGLang's Triton fused_moe_kernel (bf16, fp8 w8a8 per-tensor, fp8 w8a8 block [128,128])",
     rules=_rules,
-    extra_fields=("engine", "quant", "gemm", "E", "N", "K", "M", "group_size_m", "num_warps", "config_source"),
+    extra_fields=("engine", "quant", "gemm", "E", "N", "K", "group_size_m", "num_warps", "config_source"),
     epilogues=("bf16-out",),
     operand_bits=_bits,
     backend="triton",
