@@ -72,8 +72,8 @@ def engine_kernel(engine: str) -> EngineKernel:
 
 def check_quant(quant: str) -> str:
     if quant not in QUANTS:
-        raise UsageError(f"{NAME}: the engines' fused_moe_kernel is launched here for {', '.join(QUANTS)}; "
-                         f"not {quant!r}")
+        raise UsageError(f"--quant {quant}: tileprobe reproduces the engines' fused_moe_kernel launch for "
+                         f"{', '.join(QUANTS)} only")
     return quant
 
 
