@@ -137,3 +137,35 @@ def test_compile_failure_is_one_line(cache):
     got = compile_job(KernelJob(src, ("*fp32",), (("BLOCK", 64),), 120), cache)
     assert isinstance(got, TritonCompileError)
     assert "\n" not in got.line and "undefined_name" in got.line
+
+
+AUTOTUNED = KERNEL_FILE.replace("@triton.jit\ndef mm_kernel", '''@triton.autotune(
+    configs=[
+        triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=4, num_stages=2),
+        triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64}, num_warps=8, num_stages=4),
+    ],
+    key=["M", "N", "K"],
+)
+@triton.jit
+def mm_kernel''')
+
+
+def test_autotune_configs_sized_for_the_target(cache):
+    from tileprobe.backends.triton.autotune import read_args, size_autotune, verdict_lines
+
+    src = extract(AUTOTUNED, "mm_kernel", "autotuned test kernel")
+    k = random.choice([1024, 4096, 7168])
+    args = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16", "M": 4096, "N": 4096, "K": k, "stride_am": k,
+            "stride_ak": 1, "stride_bk": 4096, "stride_bn": 1, "stride_cm": 4096, "stride_cn": 1}
+    sized, notes = size_autotune(src, args, 120, 2, cache)
+    small, big = (s.build for s in sized)
+    assert small.shared < 101376 < big.shared and notes == []
+    lines, left = verdict_lines(sized, 101376, "rtx-pro-6000")
+    assert [s.config["BLOCK_N"] for s in left] == [64]
+    assert f"out of resource: shared memory, Required: {big.shared}, Hardware limit: 101376" in lines[1]
+    # on a 232448 B GPU both fit (the compiler's number, not a formula): the autotuner keeps both
+    assert len(verdict_lines(sized, max(big.shared, small.shared), "h200")[1]) == 2
+    with pytest.raises(UsageError, match="missing launch argument"):
+        size_autotune(src, {k: v for k, v in args.items() if k != "K"}, 120, 1, cache)
+    with pytest.raises(UsageError, match="--kernel-args FILE is needed"):
+        read_args(None, None)

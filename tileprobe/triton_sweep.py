@@ -13,8 +13,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tileprobe.backends.triton import autotune
 from tileprobe.backends.triton.compile import KernelJob, TritonBuild, TritonCompileError, compile_many
-from tileprobe.backends.triton.source import KernelSource
+from tileprobe.backends.triton.source import KernelSource, extract
 from tileprobe.backends.triton.toolchain import TritonInstall, cache_root, require_triton
 from tileprobe.engines import triton_configs as tc
 from tileprobe.engines import triton_lookup
@@ -204,3 +205,32 @@ def run(opts, topts: TritonOptions, console, command: str) -> list[dict]:
                 writer.write(row)
                 rows.append(row)
     return rows
+
+
+def autotune_report(kernel: str, target_name: str | None, engine: str | None, wheel, args_file, any_triton: bool,
+                    jobs: int, cache_dir) -> list[str]:
+    """`tileprobe autotune`: the lines that say, per autotune config, its bytes and whether it fits the target."""
+    path, sep, function = kernel.rpartition(":")
+    if not sep or not path or not function:
+        raise UsageError(f"--kernel {kernel!r}: expected PATH.py:FUNCTION")
+    target, _ = resolve_target(target_name, None)
+    triton = require_triton(any_triton)
+    if engine:
+        src = tc.find_engine(engine, wheel)
+        text, origin = src.read_text(path), f"{src.label()} {path}"
+    else:
+        try:
+            text, origin = Path(path).read_text(), path
+        except OSError as exc:
+            raise UsageError(f"--kernel {path}: {exc.strerror}") from None
+    source = extract(text, function, origin)
+    builtin = autotune.BUILTIN_ARGS.get((path, function))
+    sized, notes = autotune.size_autotune(source, autotune.read_args(args_file, builtin() if builtin else None),
+                                          target.cc_int, jobs, cache_dir)
+    lines, left = autotune.verdict_lines(sized, target.smem_optin, target.name)
+    out = [f"{function} ({origin}), {len(sized)} autotune configs compiled for {target.name} (sm_{target.cc_int}, "
+           f"opt-in {target.smem_optin} B) with {triton.label()}; evidence compiled, nothing launched"]
+    out += [f"  {ln}" for ln in lines] + [f"note: {n}" for n in notes]
+    out.append(f"the autotuner is left with {len(left)} of {len(sized)}: "
+               + ("; ".join(s.label() for s in left) if left else "none (every config fails: the launch raises)"))
+    return out
