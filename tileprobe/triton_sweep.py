@@ -192,8 +192,9 @@ def run(opts, topts: TritonOptions, console, command: str) -> list[dict]:
             "engine": src.label(), "engine_origin": src.origin, "kernel_sha256": source.sha256,
             "quant": topts.quant, "device_names": list(names), "config_dir": user_dir,
             "phases": {"plan_s": round(plan_s, 2), "compile_s": round(compile_s, 2),
-                       "compiled": sum(1 for b in builds if not getattr(b, "cached", True)),
-                       "cached": sum(1 for b in builds if getattr(b, "cached", False))}}, indent=1))
+                       "distinct": len({id(b) for b in builds}),  # compile_many answers a repeated launch once
+                       "compiled": len({id(b) for b in builds if not getattr(b, "cached", False)}),
+                       "cached": len({id(b) for b in builds if getattr(b, "cached", False)})}}, indent=1))
         console.print(f"[bold]triton-moe[/] {src.label()} {topts.quant} {shape.model.name} on [bold]{target.name}[/] "
                       f"(opt-in {target.smem_optin} B; {', '.join(names)}): {len(planned)} launches, "
                       f"{len({p.job for p in planned})} distinct, {triton.label()}")

@@ -44,6 +44,9 @@ QUANTS = ("bf16", "fp8", "fp8-block")
 GEMMS = ("gate_up", "down")
 BLOCK = 128  # fp8-block: block_shape [128, 128]
 ENTRY_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+# An entry without num_warps / num_stages (SGLang's default configs) launches with Triton's own defaults:
+# CUDAOptions in triton/backends/nvidia/compiler.py (3.8.0): num_warps=4, num_stages=3.
+TRITON_DEFAULTS = {"num_warps": 4, "num_stages": 3}
 
 
 @dataclass(frozen=True)
@@ -78,10 +81,12 @@ def check_quant(quant: str) -> str:
 
 
 def parse_entry(entry: object, where: str) -> dict[str, int]:
-    """One engine config entry, checked: the six keys as whole numbers (USE_TMA entries are refused: the TMA
-    descriptor launch is not reproduced); other keys the engines ignore on CUDA are dropped."""
+    """One engine config entry, checked: the six keys as whole numbers (num_warps / num_stages default to Triton's
+    own when absent; USE_TMA entries are refused: the TMA descriptor launch is not reproduced); other keys the
+    engines ignore on CUDA are dropped."""
     if not isinstance(entry, dict):
         raise UsageError(f"{where}: a config entry is a JSON object, not {type(entry).__name__}")
+    entry = {**TRITON_DEFAULTS, **entry}
     missing = [k for k in ENTRY_KEYS if k not in entry]
     if missing:
         raise UsageError(f"{where}: config entry lacks {', '.join(missing)}")
