@@ -150,3 +150,31 @@ def test_malformed_user_file_is_one_line(tmp_path):
     p = _cli("sweep", "--family", "triton-moe", "--engine", "vllm", "--workload", "qwen3-30b-a3b", "--target",
              "rtx-pro-6000", "--config-dir", folder, "--out", tmp_path / "o")
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr, p.stderr
+
+
+def test_known_good_write_and_check(tmp_path, cache):
+    """A known-good file made from a sweep on an H200 (the reported entry fits 232448 B) checks clean; the same tiles
+    held to a 101376 B limit are regressions, with Triton's own error text."""
+    _engine("vllm")
+    folder = tmp_path / "tuned"
+    folder.mkdir()
+    (folder / "E=128,N=768,device_name=NVIDIA_H200.json").write_text(json.dumps({"64": REPORTED}))
+    out, kg = tmp_path / "out", tmp_path / "kg.json"
+    p = _cli("sweep", "--family", "triton-moe", "--engine", "vllm", "--workload", "qwen3-30b-a3b", "--target", "h200",
+             "--config-dir", folder, "--batch", "64", "--out", out, "--jobs", "2", "--cache-dir", cache)
+    assert p.returncode == 0, p.stderr
+    p = _cli("known-good", "write", out, "--out", kg)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(kg.read_text())
+    assert len(doc["tiles"]) == 2 and all(t["batches"] == [64] for t in doc["tiles"])
+    need = {t["smem_bytes"] for t in doc["tiles"]}
+    assert len(need) == 1 and LIMIT < min(need) <= 232448  # sm_90 buffers more stages than sm_120 for this entry
+    env = {"TILEPROBE_CACHE_DIR": str(cache)}
+    p = _cli("check", kg, "--jobs", "2", env=env)
+    assert p.returncode == 0 and "0 regression(s) in 2 tiles" in p.stdout, (p.stdout, p.stderr)
+    doc["target"]["smem_optin"] = LIMIT
+    kg.write_text(json.dumps(doc))
+    p = _cli("check", kg, "--jobs", "2", env=env)
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    bad = [ln for ln in p.stdout.splitlines() if ln.startswith("REGRESSION")]
+    assert len(bad) == 2 and all(f"Required: {min(need)}, Hardware limit: 101376" in ln for ln in bad)

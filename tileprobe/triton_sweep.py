@@ -115,14 +115,16 @@ def plan(shape: Shape, engine: str, quant: str, source: KernelSource, src: tc.En
                 entry = tm.parse_entry(p.config, f"{engine} {p.source} config for M={m}")
                 n, k = tm.gemm_shape(gemm, model.hidden, shape.inter)
                 where = "default" if p.source == "default" else f"{p.source}:{Path(p.path).name}#{p.key}"
-                cfg = tm.make_config(engine, quant, gemm, shape.experts_local, n, k, entry, arch, where)
+                cfg = tm.make_config(engine, quant, gemm, model.experts, n, k, model.top_k, entry, arch, where,
+                                     shape.ep)
                 job = tm.launch_job(engine, source, quant, gemm, model.experts, n, k, m, model.top_k, entry, cc,
                                     shape.ep)
                 ident = f"{name}|{gemm}|{p.m_text()}|{m}"
-                point = {"workload": model.name + (f" tp{shape.tp}" if shape.tp > 1 else "")
-                         + (f" ep{shape.ep}" if shape.ep > 1 else ""),
-                         "gemm": gemm, "batch": m, "routing": "engine-pick", "device_name": name,
-                         "problem": f"{p.m_text()} E={shape.experts_local} N={n} K={k} ({where})",
+                model_text = model.name + (f" tp{shape.tp}" if shape.tp > 1 else "") + (
+                    f" ep{shape.ep}" if shape.ep > 1 else "")
+                # static rows (no `workload`: nothing is launched); the batch M and the pick's range are the point
+                point = {"gemm": gemm, "batch": m, "routing": "engine-pick", "device_name": name,
+                         "problem": f"{model_text} {p.m_text()} E={shape.experts_local} N={n} K={k} ({where})",
                          "problems_hash": hashlib.sha256(ident.encode()).hexdigest()[:12]}
                 out.append(Planned(cfg, job, point, p))
     return out

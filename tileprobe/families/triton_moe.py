@@ -9,8 +9,8 @@ Kernels (read from the installed engine or its wheel, never imported):
 A config is data: engine, quant scheme, GEMM (gate_up: N = 2*I/tp, K = H; down: N = H, K = I/tp), E, N, K, where
 the entry came from, and the engine config entry (BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num_warps, num_stages). Its name
 is derived. `launch_job` builds the arguments the engine's launcher passes for that call, as stand-ins for Triton's
-own binder (tileprobe.backends.triton.compile) for a batch of M tokens, so the specialisation (16-divisible ints, ints equal to 1, None
-arguments, constexprs) is the launch's. What each launcher passes, read from its source (the lines are cited by name):
+own binder (tileprobe.backends.triton.compile) for a batch of M tokens, so the specialisation (16-divisible ints,
+ints equal to 1, None arguments, constexprs) is the launch's. What each launcher passes, read from its source (the lines are cited by name):
 
 vLLM `invoke_fused_moe_triton_kernel`: SWAP_AB = use_fp8_w8a8 and `enable_swap_ab` (capability 9.0, BLOCK_SIZE_M < 64,
 BLOCK_SIZE_N >= 64); USE_TD off (VLLM_TRITON_USE_TD unset: XPU only); SPLIT_K = 1; BLOCK_SIZE_K = min(BLOCK_SIZE_K,
@@ -259,12 +259,14 @@ def arch_cc(arch: str) -> int:
     return int(arch[3:].rstrip("a"))
 
 
-def make_config(engine: str, quant: str, gemm: str, experts: int, n: int, k: int, entry: dict, arch: str,
-                source: str) -> Config:
-    """The config as data. `source` says where the entry came from (a file name and its key, or 'default')."""
+def make_config(engine: str, quant: str, gemm: str, experts: int, n: int, k: int, top_k: int, entry: dict,
+                arch: str, source: str, ep: int = 1) -> Config:
+    """The config as data: `experts` is the model's global count (with `ep` ranks: a rank holds experts/ep), N and K
+    the GEMM's; `source` says where the entry came from (a file name and its key, or 'default')."""
     cc = arch_cc(arch)
-    extra = (("engine", engine_kernel(engine).label), ("quant", quant), ("gemm", gemm), ("E", str(experts)),
-             ("N", str(n)), ("K", str(k)), ("group_size_m", str(entry["GROUP_SIZE_M"])),
+    extra = (("engine", engine_kernel(engine).label), ("quant", quant), ("gemm", gemm), ("experts", str(experts)),
+             ("ep", str(ep)), ("gemm_n", str(n)), ("gemm_k", str(k)), ("top_k", str(top_k)),
+             ("group_size_m", str(entry["GROUP_SIZE_M"])),
              ("num_warps", str(entry["num_warps"])), ("config_source", source))
     return Config(NAME, Tile(entry["BLOCK_SIZE_M"], entry["BLOCK_SIZE_N"], entry["BLOCK_SIZE_K"]), "triton",
                   entry["num_stages"], "bf16-out", swap_ab(quant, entry, cc), arch, (1, 1, 1), extra)
@@ -279,6 +281,12 @@ def entry_of(cfg: Config) -> dict[str, int]:
 
 def _bits(cfg: Config) -> int:
     return 16 if cfg.get("quant") == "bf16" else 8
+
+
+def _expand(arch: str, tiles, epilogues, swap_ab, dtypes=None) -> list[Config]:
+    """The configs are the engine's entries for a workload: the triton-moe sweep asks the engine's lookup."""
+    raise UsageError("triton-moe configs come from the engine's own files and defaults: run `tileprobe sweep "
+                     "--family triton-moe --engine vllm|sglang --workload W` (--tiles/--schedules do not apply)")
 
 
 def _rules(tile: Tile, schedule: str, cutlass_version: str | None) -> None:
@@ -302,8 +310,22 @@ FAMILY = Family(
     rtol=2e-2,
     description="vLLM's / SGLang's Triton fused_moe_kernel (bf16, fp8 w8a8 per-tensor, fp8 w8a8 block [128,128])",
     rules=_rules,
-    extra_fields=("engine", "quant", "gemm", "E", "N", "K", "group_size_m", "num_warps", "config_source"),
+    extra_fields=("engine", "quant", "gemm", "experts", "ep", "gemm_n", "gemm_k", "top_k", "group_size_m", "num_warps",
+                  "config_source"),
     epilogues=("bf16-out",),
     operand_bits=_bits,
+    expand=_expand,
     backend="triton",
 )
+
+
+def engine_of(cfg: Config) -> str:
+    """'vllm 0.33.0' -> 'vllm'."""
+    return str(cfg.get("engine")).split()[0]
+
+
+def job_of(cfg: Config, source: KernelSource, m: int) -> KernelJob:
+    """The launch a config stands for at batch M (what a known-good re-check compiles again)."""
+    return launch_job(engine_of(cfg), source, str(cfg.get("quant")), str(cfg.get("gemm")), int(cfg.get("experts")),
+                      int(cfg.get("gemm_n")), int(cfg.get("gemm_k")), m, int(cfg.get("top_k")), entry_of(cfg),
+                      arch_cc(cfg.arch), int(cfg.get("ep") or 1))
