@@ -88,9 +88,14 @@ def test_bad_paths_and_the_triton_option_are_one_line(pytester):
     r = pytester.runpytest(*plugin_args(), "--tileprobe-known-good", str(bad))
     assert r.ret == pytest.ExitCode.USAGE_ERROR
     assert any("not a tileprobe known-good file" in line for line in r.errlines), r.errlines
-    r = pytester.runpytest(*plugin_args(), "--tileprobe-configs", str(bad))
+    r = pytester.runpytest(*plugin_args(), "--tileprobe-configs", str(pytester.path / "nothing"))
     assert r.ret == pytest.ExitCode.USAGE_ERROR
-    assert any("needs tileprobe[triton]" in line for line in r.errlines), r.errlines
+    assert any("no config file or folder at" in line or "needs tileprobe[triton]" in line for line in r.errlines), \
+        r.errlines
+    r = pytester.runpytest(*plugin_args(), "--tileprobe-configs", str(pytester.path))
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    assert any("no engine config files" in line or "needs tileprobe[triton]" in line for line in r.errlines), \
+        r.errlines
 
 
 def test_launch_items_run_on_a_gpu_of_the_files_arch(pytester, monkeypatch, toolchain, rng):
@@ -137,3 +142,90 @@ def test_launch_items_run_on_a_gpu_of_the_files_arch(pytester, monkeypatch, tool
     (line,) = [x for x in out.splitlines() if x.startswith("REGRESSION")][:1]
     assert tile in line and "now crashed on GPU 0 (NVIDIA H200)" in line and "SIGSEGV" in line, line
     assert f"{known_good.config_from_entry(doc['tiles'][crashing]).name}[launch]" in out, out
+
+
+@pytest.mark.triton
+def test_triton_tiles_are_compiled_again_with_triton(pytester, tmp_path):
+    """A triton-moe known-good file (made from a sweep of the user's config file for an H200, as in
+    tests/test_triton_moe.py): one [static] item per tile, marked triton, no [launch] item; they pass, and fail with
+    Triton's own error text once the file's limit is an SM120 GPU's."""
+    pytest.importorskip("triton")
+    import os
+    import subprocess
+    import sys
+
+    from tileprobe.errors import UsageError
+    from tileprobe.triton_sweep import engine_kernel_source
+
+    try:
+        engine_kernel_source("vllm", None)
+    except UsageError as exc:
+        pytest.skip(f"vllm's kernel is not readable here: {exc}")
+    root = Path(__file__).resolve().parents[1]
+    folder = tmp_path / "tuned"
+    folder.mkdir()
+    reported = {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, "num_warps": 4,
+                "num_stages": 4}  # sglang #8513's config: 147456 B under Triton 3.3+
+    (folder / "E=128,N=768,device_name=NVIDIA_H200.json").write_text(json.dumps({"64": reported}))
+    cache, out, kg = tmp_path / "cache", tmp_path / "out", pytester.path / "h200__triton-moe.json"
+    env = {**os.environ, "PYTHONPATH": str(root), "TILEPROBE_CACHE_DIR": str(cache)}
+    for args in (["sweep", "--family", "triton-moe", "--engine", "vllm", "--workload", "qwen3-30b-a3b", "--target",
+                  "h200", "--config-dir", str(folder), "--batch", "64", "--out", str(out), "--jobs", "2"],
+                 ["known-good", "write", str(out), "--out", str(kg)]):
+        p = subprocess.run([sys.executable, "-m", "tileprobe", *args], capture_output=True, text=True, env=env,
+                           timeout=900, cwd=root)
+        assert p.returncode == 0, p.stderr[-2000:]
+    doc = json.loads(kg.read_text())
+    r = pytester.runpytest(*plugin_args(), "--tileprobe-known-good", str(kg), "-m", "tileprobe and triton",
+                           "--collect-only", "-q")
+    ids = [line for line in r.outlines if "::" in line]
+    assert len(ids) == len(doc["tiles"]) == 2 and all(i.endswith("[static]") for i in ids), r.outlines
+    r = pytester.runpytest(*plugin_args(), "--tileprobe-known-good", str(kg), "-m", "tileprobe")
+    assert r.parseoutcomes().get("passed") == 2, r.stdout.str()
+    need = {t["smem_bytes"] for t in doc["tiles"]}
+    doc["target"]["smem_optin"] = 101376
+    kg.write_text(json.dumps(doc))
+    r = pytester.runpytest(*plugin_args(), "--tileprobe-known-good", str(kg), "-m", "tileprobe")
+    out = r.stdout.str()
+    assert r.parseoutcomes().get("failed") == 2, out
+    bad = [line for line in out.splitlines() if line.startswith("REGRESSION")]
+    assert len(bad) == 2 and all(f"Required: {min(need)}, Hardware limit: 101376" in line for line in bad), bad
+
+
+@pytest.mark.triton
+def test_engine_config_files_per_entry_against_the_device_they_name(pytester, monkeypatch):
+    """--tileprobe-configs on a vLLM config folder: one item per entry, both GEMMs compiled with Triton for the device
+    in each file's name through vLLM's own lookup. sglang #8513's entry (147456 B) fits an H200 and fails on an RTX
+    PRO 6000 with Triton's own text; a small entry passes there; ids and markers select as usual."""
+    pytest.importorskip("triton")
+    from tileprobe.errors import UsageError
+    from tileprobe.triton_sweep import engine_kernel_source
+
+    try:
+        engine_kernel_source("vllm", None)
+    except UsageError as exc:
+        pytest.skip(f"vllm's kernel is not readable here: {exc}")
+    reported = {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, "num_warps": 4,
+                "num_stages": 4}
+    small = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, "num_warps": 4,
+             "num_stages": 2}
+    tuned = pytester.path / "tuned"
+    tuned.mkdir()
+    pro = "E=128,N=768,device_name=NVIDIA_RTX_PRO_6000_Blackwell_Workstation_Edition.json"
+    (tuned / pro).write_text(json.dumps({"1": small, "64": reported}))
+    (tuned / "E=128,N=768,device_name=NVIDIA_H200.json").write_text(json.dumps({"64": reported}))
+    args = [*plugin_args(), "--tileprobe-configs", str(tuned), "-m", "tileprobe and triton"]
+    r = pytester.runpytest(*args, "--collect-only", "-q")
+    ids = sorted(line for line in r.outlines if "::" in line)
+    assert ids == sorted([f"tuned/{pro}::M=1", f"tuned/{pro}::M=64",
+                          "tuned/E=128,N=768,device_name=NVIDIA_H200.json::M=64"]), r.outlines
+    r = pytester.runpytest(*args)
+    assert r.ret == pytest.ExitCode.USAGE_ERROR or r.parseoutcomes().get("failed") == 3, r.stdout.str()
+    assert "matches qwen3-235b-a22b, qwen3-30b-a3b" in r.stdout.str()  # E=128,N=768 is two models: say which
+    r = pytester.runpytest(*args, "--tileprobe-workload", "qwen3-30b-a3b", "--tileprobe-jobs", "2")
+    out = r.stdout.str()
+    outcomes = r.parseoutcomes()
+    assert (outcomes.get("passed"), outcomes.get("failed")) == (2, 1), out
+    bad = [line for line in out.splitlines() if line.startswith("REGRESSION")]
+    assert len(bad) == 2 and all(pro in line and "M=64" in line and "Required: 147456, Hardware limit: 101376" in line
+                                 for line in bad), bad
