@@ -182,6 +182,7 @@ class KnownGoodTile(pytest.Item):
             raise KnownGoodFailure("\nREGRESSION ".join(bad))
         if note:
             self.user_properties.append(("tileprobe", note))
+            print(note)
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, KnownGoodFailure):
@@ -234,8 +235,9 @@ class ConfigEntry(pytest.Item):
         problems = check.results.get(self.m, [])
         if problems:
             raise KnownGoodFailure("\nREGRESSION ".join(problems))
-        for note in check.notes.get(self.m, []):
+        for note in check.notes.get(self.m, []):  # the bytes of what fits: shown with -rP, kept in junit XML
             self.user_properties.append(("tileprobe", note))
+            print(note)
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, KnownGoodFailure):
