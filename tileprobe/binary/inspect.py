@@ -194,6 +194,7 @@ def inspect(path: Path, kernel: str | None = None, target_names: list[str] | Non
         "dynamic": None if req is None else {"expr": req.text, "set": req.env, "solve": req.solve},
         "targets": [{"target": t.name, "device_name": t.device_name, "cc": t.cc, "smem_optin": t.smem_optin,
                      "limit_source": "device query" if t.is_device else f"offline profile ({t.source})",
+                     "evidence": "compiled",  # ptxas's bytes, read from the binary; nothing launched
                      "kernels": [a.as_dict() for a in answer(images, found, t, req, ptx_only, jit)]} for t in targets],
     }
 
@@ -224,7 +225,7 @@ def render(report: dict) -> str:
                   + (f"; solving for the largest {dyn['solve']}" if dyn["solve"] else "")]
     for t in report["targets"]:
         lines += ["", f"{t['target']} ({t['device_name']}, cc {t['cc']}): opt-in {t['smem_optin']} B per block "
-                      f"[{t['limit_source']}]"]
+                      f"[{t['limit_source']}]; evidence {t['evidence']}: the binary's bytes, nothing launched"]
         for a in t["kernels"]:
             if not a["runs"] or a["static_smem"] is None:
                 lines.append(f"  {'runs' if a['runs'] else 'DOES NOT RUN'}: {a['kernel']}: {a['code']}")
