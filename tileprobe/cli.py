@@ -25,6 +25,9 @@ from tileprobe.results.merge import merge as run_merge
 from tileprobe.reports.report import _write, devices_table, export, write_reports
 from tileprobe.reports.terminal import WIDTH, print_rows
 from tileprobe.backends.cutlass.toolchain import find_nvcc
+from tileprobe.binary import inspect as binary_inspect
+from tileprobe.binary.jit import find_jit
+from tileprobe.guard import include_dir
 
 EXAMPLES = """\b
 Examples:
@@ -36,6 +39,7 @@ Examples:
   tileprobe explain 128x256x64B --target dgx-spark-gb10
   tileprobe report fi-results --format csv --out rows.csv
   tileprobe diff results-before results-after
+  tileprobe inspect kernels.o --dynamic '(Dl+Dr+kv_len)*4' --set Dl=512,Dr=64 --solve kv_len
 """
 
 # Plain click help and errors (rich_markup_mode=None): no markup to misread ("E:M:N:K" is not an emoji), and neither
@@ -330,6 +334,36 @@ def merge(
                   + (f", {len(res.disagreeing)} of them disagreeing (first kept)" if res.disagreeing else ""),
                   highlight=False)
     write_reports(out, console)
+
+
+@app.command()
+def inspect(
+    binary: Annotated[Path, typer.Argument(help="a cubin, fatbin, object file, executable or shared library with device code")],
+    kernel: Annotated[Optional[str], typer.Option("--kernel", help="only kernels whose (demangled) name matches this regular expression")] = None,
+    target: Annotated[Optional[list[str]], typer.Option("--target", help="offline profile(s), comma list (default: every profile and every GPU present)")] = None,
+    dynamic: Annotated[Optional[str], typer.Option("--dynamic", help="the launch's dynamic shared memory in bytes, e.g. '(Dl+Dr+kv_len)*4' (integers, names, + - * / // and parentheses)")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="values for the expression's names, e.g. Dl=512,Dr=64")] = None,
+    solve: Annotated[Optional[str], typer.Option("--solve", help="the name to solve for: its largest value that fits each target")] = None,
+    jit: Annotated[bool, typer.Option("--jit/--no-jit", help="for a target only PTX runs on: compile that PTX here with ptxas, as the driver would at load")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+    nvcc: NvccOpt = None,
+) -> None:
+    """Per kernel and arch, read from the binary (no GPU): static shared memory, registers, stack frame, max threads;
+    per target: does its code run there, and the largest dynamic shared memory a launch may request."""
+
+    if (set_ or solve) and not dynamic:
+        raise UsageError("--set and --solve apply with --dynamic only")
+    req = binary_inspect.Request(dynamic, binary_inspect.expr.parse_sets(set_), solve) if dynamic else None
+    report_ = binary_inspect.inspect(binary, kernel, _split_csv(target), req, find_jit(nvcc) if jit else None)
+    sys.stdout.write(json.dumps(report_, indent=1) + "\n" if as_json else binary_inspect.render(report_))
+
+
+@app.command()
+def include() -> None:
+    """Print the folder holding the C++ launch guard, for `nvcc -I"$(tileprobe include)"` and
+    `#include <tileprobe/guard.h>`."""
+
+    sys.stdout.write(f"{include_dir()}\n")
 
 
 export_app = typer.Typer(no_args_is_help=True, help="Hand tileprobe's findings to an engine (FlashInfer tactics blocklists).")
