@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tileprobe.backends.triton import autotune
-from tileprobe.backends.triton.compile import KernelJob, TritonBuild, TritonCompileError, compile_many
-from tileprobe.backends.triton.source import KernelSource, extract
+from tileprobe.backends.triton import runtime as rt
+from tileprobe.backends.triton.compile import KernelJob, TritonBuild, TritonCompileError, compile_many, one_line
+from tileprobe.backends.triton.source import KernelSource, extract, load
 from tileprobe.backends.triton.toolchain import TritonInstall, cache_root, require_triton
 from tileprobe.engines import triton_configs as tc
 from tileprobe.engines import triton_lookup
@@ -168,11 +170,14 @@ def run(opts, topts: TritonOptions, console, command: str) -> list[dict]:
             raise UsageError(f"batch size {b} must be at least 1")
     if opts.jobs < 1:
         raise UsageError(f"--jobs {opts.jobs}: must be at least 1")
-    target, _devices = resolve_target(opts.target, None)
+    target, devices = resolve_target(opts.target, opts.gpus)
+    devices = [] if opts.static_only else devices
     arch = arch_for(fam, target.cc)
     if arch is None:
         raise UsageError(f"triton-moe compiles for {', '.join(tm.ARCHS)}; not sm_{target.cc_int} ({target.name})")
-    names = triton_lookup.device_names(target, topts.device_names)
+    # on a GPU: the name it reports (the engine keys its files by it); offline: every SKU name of the target
+    names = (target.device_name,) if target.is_device and not topts.device_names else \
+        triton_lookup.device_names(target, topts.device_names)
     triton = require_triton(topts.any_triton)
     src, source = engine_kernel_source(topts.engine, topts.engine_wheel)
     user_dir = topts.config_dir or triton_lookup.engine_module(topts.engine).user_dir_from_env()
@@ -207,7 +212,63 @@ def run(opts, topts: TritonOptions, console, command: str) -> list[dict]:
             if not writer.has(row_key(row)):
                 writer.write(row)
                 rows.append(row)
+        if devices and shape.ep > 1:
+            console.print("[yellow]--ep > 1: the runtime launch holds every expert on one GPU; not launched[/]")
+        elif devices:
+            seed = w.get("seed", -1)
+            seed = seed if seed >= 0 else random.randrange(2**31)
+            start = time.perf_counter()
+            rows += runtime_rows(planned, shape, source, devices[0], seed, cols, writer, console,
+                                 cache_root(opts.cache_dir))
+            meta = json.loads((opts.out / "run.json").read_text())
+            meta.update(seed=seed, devices=[devices[0].as_dict()])
+            meta["phases"]["runtime_s"] = round(time.perf_counter() - start, 2)
+            (opts.out / "run.json").write_text(json.dumps(meta, indent=1))
     return rows
+
+
+def runtime_rows(planned: list[Planned], shape: Shape, source: KernelSource, device: Target, seed: int, cols: dict,
+                 writer: ResultsWriter, console, cache: Path) -> list[dict]:
+    """On a GPU of the arch: at every (GEMM, M) of the plan, launch each config the engine uses for that GEMM at any
+    M (its pick among them, so `recommend` says per M whether the engine's choice is the fastest), check every
+    element against the fp64 reference, time it from a CUDA graph over rotated routings."""
+    fam = family(tm.NAME)
+    kernel = load(source, cache)
+    model = shape.model
+    candidates: dict[str, dict[str, object]] = {}
+    for p in planned:
+        candidates.setdefault(str(p.config.get("gemm")), {}).setdefault(p.config.key, p.config)
+    points = sorted({(str(p.config.get("gemm")), int(p.point["batch"])) for p in planned})
+    out = []
+    for i, (gemm, m) in enumerate(points):
+        n, k = tm.gemm_shape(gemm, model.hidden, shape.inter)
+        prob = rt.Problem(tm.engine_of(next(iter(candidates[gemm].values()))), str(
+            next(iter(candidates[gemm].values())).get("quant")), gemm, model.experts, n, k, m, model.top_k)
+        for cfg in candidates[gemm].values():
+            job = tm.job_of(cfg, source, m)
+            naive = bool(dict(job.kwargs).get("naive_block_assignment", False))
+            try:
+                got = rt.run_point(kernel, job, prob, seed + i, "cuda", fam.atol, fam.rtol, device.l2_bytes, naive)
+                verdict = Verdict.OK if got.pop("verified") else Verdict.INCORRECT
+                reason = (f"every one of {got['checked_elements']} elements within {fam.atol} + {fam.rtol}*|ref| "
+                          f"of the fp64 reference" if verdict is Verdict.OK else
+                          f"{got['bad_elements']} of {got['checked_elements']} elements off the fp64 reference")
+                status = "ok"
+            except Exception as exc:  # the launch's own error (OutOfResources, a Triton or CUDA error): one line
+                got, verdict, reason, status = {}, Verdict.LAUNCH_ERROR, one_line(exc), "error"
+            info = StaticInfo(stages=cfg.stages, threads_per_cta=int(cfg.get("num_warps")) * 32)
+            o = Outcome(cfg, verdict, reason, info)
+            ident = f"{device.device_name}|{gemm}|{m}|{seed + i}"
+            point = {"workload": model.name, "gemm": gemm, "batch": m, "routing": "uniform",
+                     "experts_active": None, "problem": f"M={m} E={model.experts} N={n} K={k} top_k={model.top_k}",
+                     "problems_hash": hashlib.sha256(ident.encode()).hexdigest()[:12], "seed": seed + i}
+            runtime = {**got, "gpu_index": device.gpu_index, "launch_status": status, "launch_reason": reason}
+            row = make_row(cfg, device, cols, o, runtime, point)
+            if not writer.has(row_key(row)):
+                writer.write(row)
+                out.append(row)
+        console.print(f"  {gemm} M={m}: {len(candidates[gemm])} config(s) launched on {device.device_name}")
+    return out
 
 
 def autotune_report(kernel: str, target_name: str | None, engine: str | None, wheel, args_file, any_triton: bool,

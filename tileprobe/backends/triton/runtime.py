@@ -104,12 +104,6 @@ def _quant_blocks(w):
     return q.contiguous(), scale.float().contiguous()
 
 
-def _dequant_blocks(q, scale):
-    e, n, k = q.shape
-    s = scale.repeat_interleave(BLOCK, 1).repeat_interleave(BLOCK, 2)[:, :n, :k]
-    return q.double() * s.double()
-
-
 @dataclass
 class Tensors:
     a: object
@@ -119,56 +113,63 @@ class Tensors:
     b_scale: object
     weights: object
     topk_ids: object
-    a_ref: object  # the values the kernel reads, dequantized, fp64
-    b_ref: object
+    a_ref: object  # the activations the kernel reads, dequantized, fp64
+    quant: str
+
+    def b_ref(self, e: int):
+        """Expert e's weights as the kernel reads them, dequantized, fp64 (one expert at a time: B can be GBs)."""
+        if self.quant == "bf16":
+            return self.b[e].double()
+        if self.quant == "fp8":
+            return self.b[e].double() * self.b_scale[e].double()
+        n, k = self.b.shape[1:]
+        s = self.b_scale[e].repeat_interleave(BLOCK, 0).repeat_interleave(BLOCK, 1)[:n, :k]
+        return self.b[e].double() * s.double()
 
 
 def make_tensors(p: Problem, seed: int, device: str, dtype=None) -> Tensors:
-    """The inputs of one launch (dtype: the activations' float type, bf16 as the engines run; the CPU interpreter
-    test uses fp32, which Triton's interpreter supports)."""
+    """The inputs of one launch, made on `device` (dtype: the activations' float type, bf16 as the engines run; the
+    CPU interpreter test uses fp32, which Triton's interpreter supports)."""
     dtype = dtype or torch.bfloat16
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     rng = random.Random(seed)
     rows = p.m if p.gemm == "gate_up" else p.m * p.top_k
-    a = torch.rand(rows, p.k, generator=g) * 2 - 1
-    b = torch.rand(p.experts, p.n, p.k, generator=g) * 2 - 1
-    ids = torch.tensor(route(p.m, p.experts, p.top_k, rng), dtype=torch.int32)
-    w = torch.rand(p.m, p.top_k, generator=g) * 0.9 + 0.1
+    a = torch.rand(rows, p.k, generator=g, device=device) * 2 - 1
+    b = torch.empty(p.experts, p.n, p.k, device=device, dtype=dtype if p.quant == "bf16" else torch.float32)
+    for e in range(p.experts):  # one expert at a time: no fp32 copy of all of B
+        b[e] = torch.rand(p.n, p.k, generator=g, device=device) * 2 - 1
+    ids = torch.tensor(route(p.m, p.experts, p.top_k, rng), dtype=torch.int32, device=device)
+    w = torch.rand(p.m, p.top_k, generator=g, device=device) * 0.9 + 0.1
     a_scale = b_scale = None
     if p.quant == "bf16":
-        a, b = a.to(dtype), b.to(dtype)
-        a_ref, b_ref = a.double(), b.double()
+        a = a.to(dtype)
+        a_ref = a.double()
     elif p.quant == "fp8":
         sa = a.abs().amax() / FP8_MAX
         sb = b.abs().amax(dim=(1, 2)) / FP8_MAX
         a = (a / sa).to(torch.float8_e4m3fn)
         b = (b / sb[:, None, None]).to(torch.float8_e4m3fn)
         a_scale, b_scale = sa.reshape(1).float(), sb.float()
-        a_ref, b_ref = a.double() * sa.double(), b.double() * sb.double()[:, None, None]
+        a_ref = a.double() * sa.double()
     else:
         a, a_scale = _quant_rows(a, BLOCK)
         b, b_scale = _quant_blocks(b)
         a_ref = a.double() * a_scale.double().repeat_interleave(BLOCK, 1)[:, :p.k]
-        b_ref = _dequant_blocks(b, b_scale)
-    c = torch.full((p.m, p.top_k, p.n), float("nan"), dtype=dtype)  # every element the kernel must write
-    t = Tensors(a, b, c, a_scale, b_scale, w.float(), ids, a_ref, b_ref)
-    for f in ("a", "b", "c", "a_scale", "b_scale", "weights", "topk_ids"):
-        v = getattr(t, f)
-        if v is not None:
-            setattr(t, f, v.to(device))
-    return t
+    c = torch.full((p.m, p.top_k, p.n), float("nan"), dtype=dtype, device=device)  # every element must be written
+    return Tensors(a, b, c, a_scale, b_scale, w.float(), ids, a_ref, p.quant)
 
 
 def reference(p: Problem, t: Tensors):
     """C[token, j] = A[row] @ B[expert]^T in fp64 (row = token for gate_up, token * top_k + j for down; the down
     GEMM multiplies by the router weight)."""
     ids = t.topk_ids.cpu().long()
-    out = torch.empty(p.m, p.top_k, p.n, dtype=torch.float64)
-    for tok in range(p.m):
-        for j in range(p.top_k):
+    out = torch.empty(p.m, p.top_k, p.n, dtype=torch.float64, device=t.a_ref.device)
+    for e in sorted(set(ids.reshape(-1).tolist())):
+        be = t.b_ref(e)
+        for tok, j in (ids == e).nonzero().tolist():
             row = tok if p.gemm == "gate_up" else tok * p.top_k + j
-            v = t.b_ref[ids[tok, j]] @ t.a_ref[row]
-            out[tok, j] = v * float(t.weights[tok, j]) if p.gemm == "down" else v
+            v = be @ t.a_ref[row]
+            out[tok, j] = v * t.weights[tok, j].double() if p.gemm == "down" else v
     return out
 
 
@@ -201,7 +202,7 @@ def _tl_value(v):
 
 def check(p: Problem, t: Tensors, atol: float, rtol: float) -> dict:
     """Element-wise: |out - ref| <= atol + rtol * |ref| on every element (NaN: never written)."""
-    out = t.c.double().cpu()
+    out = t.c.double()
     ref = reference(p, t)
     err = (out - ref).abs()
     bad = ~(err <= atol + rtol * ref.abs())
