@@ -178,3 +178,43 @@ def test_known_good_write_and_check(tmp_path, cache):
     assert p.returncode == 1, (p.stdout, p.stderr)
     bad = [ln for ln in p.stdout.splitlines() if ln.startswith("REGRESSION")]
     assert len(bad) == 2 and all(f"Required: {min(need)}, Hardware limit: 101376" in ln for ln in bad)
+
+
+def test_autotune_seed_kernel(tmp_path, cache):
+    """SGLang's DeepSeek-V4 sparse decode kernel: every autotune config sized for an RTX PRO 6000 and an H200;
+    what the autotuner is left with is exactly the configs whose bytes fit."""
+    _engine("sglang")
+    kernel = "sglang/kernels/ops/attention/flash_mla_sm120_triton.py:_tiled_sparse_decode_kernel"
+    for target, limit in (("rtx-pro-6000", LIMIT), ("h200", 232448)):
+        p = _cli("autotune", "--kernel", kernel, "--engine", "sglang", "--target", target, "--jobs", "2",
+                 "--cache-dir", cache)
+        assert p.returncode == 0, p.stderr
+        lines = [ln.strip() for ln in p.stdout.splitlines() if ln.startswith("  BLOCK_T=")]
+        assert len(lines) == 3
+        fits = 0
+        for ln in lines:
+            shared = int(ln.split(": ")[1].split(" B shared")[0])
+            assert ("fits" in ln) == (shared <= limit) and ("OutOfResources" in ln) == (shared > limit)
+            fits += shared <= limit
+        assert f"the autotuner is left with {fits} of 3" in p.stdout
+
+
+def test_autotune_bad_input(tmp_path):
+    p = _cli("autotune", "--kernel", "nofile.py:k", "--target", "rtx-pro-6000")
+    assert p.returncode == 2 and "nofile.py" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    f = tmp_path / "k.py"
+    f.write_text("import triton\n\n@triton.jit\ndef k(x):\n    pass\n")
+    p = _cli("autotune", "--kernel", f"{f}:k", "--target", "rtx-pro-6000")
+    assert p.returncode == 2 and "not an @triton.autotune kernel" in p.stderr, p.stderr
+
+
+def test_another_engine_release_is_refused(tmp_path):
+    """A wheel of a release whose launcher tileprobe has not read: one line, exit 2."""
+    import zipfile
+    whl = tmp_path / "vllm-0.99.0-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        z.writestr("vllm-0.99.0.dist-info/METADATA", "Name: vllm\nVersion: 0.99.0\n")
+        z.writestr("vllm/__init__.py", "")
+    p = _cli("sweep", "--family", "triton-moe", "--engine", "vllm", "--engine-wheel", whl, "--workload",
+             "qwen3-30b-a3b", "--target", "rtx-pro-6000", "--out", tmp_path / "o")
+    assert p.returncode == 2 and "reproduces the launcher of vllm 0.33.0 only" in p.stderr, p.stderr

@@ -289,8 +289,8 @@ def autotune_report(kernel: str, target_name: str | None, engine: str | None, wh
             raise UsageError(f"--kernel {path}: {exc.strerror}") from None
     source = extract(text, function, origin)
     builtin = autotune.BUILTIN_ARGS.get((path, function))
-    sized, notes = autotune.size_autotune(source, autotune.read_args(args_file, builtin() if builtin else None),
-                                          target.cc_int, jobs, cache_dir)
+    sized, notes = autotune.size_autotune(
+        source, lambda: autotune.read_args(args_file, builtin() if builtin else None), target.cc_int, jobs, cache_dir)
     lines, left = autotune.verdict_lines(sized, target.smem_optin, target.name)
     out = [f"{function} ({origin}), {len(sized)} autotune configs compiled for {target.name} (sm_{target.cc_int}, "
            f"opt-in {target.smem_optin} B) with {triton.label()}; evidence compiled, nothing launched"]
