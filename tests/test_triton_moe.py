@@ -89,6 +89,8 @@ def test_the_launch_is_the_engines(builds):
     # vLLM's naive assignment (M*top_k*4 <= E): no sorted_token_ids, EM = tokens * BLOCK_SIZE_M
     job = tm.launch_job("vllm", src, "bf16", "gate_up", 128, 1536, 2048, 4, 8, e, 120)
     assert dict(job.kwargs)["naive_block_assignment"] and job.args[7] is None and job.args[12] == 32 * 16
+    # TritonExperts.apply passes router weights to the down GEMM only
+    assert job.args[6] is None and tm.launch_job("vllm", src, "bf16", "down", 128, 2048, 768, 4, 8, e, 120).args[6]
     # fp8-block caps BLOCK_SIZE_K at the 128 block
     assert dict(tm.launch_job("vllm", src, "fp8-block", "gate_up", 128, 1536, 2048, 64, 8,
                               dict(REPORTED, BLOCK_SIZE_K=256), 120).kwargs)["BLOCK_SIZE_K"] == 128

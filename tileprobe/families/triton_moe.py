@@ -2,7 +2,9 @@
 
 Kernels (read from the installed engine or its wheel, never imported):
 - vLLM 0.33.0: vllm/model_executor/layers/fused_moe/fused_moe.py::fused_moe_kernel, launched by
-  `invoke_fused_moe_triton_kernel` from `fused_experts_impl`;
+  `invoke_fused_moe_triton_kernel` from `TritonExperts.apply` (fused_moe/experts/triton_moe.py: the modular kernel
+  the fp8 and unquantized oracles choose for the TRITON backend), which passes no router weights to the gate_up
+  GEMM (topk_weights None there) and aligns with the layer's own experts when there is no expert map;
 - SGLang 0.5.23: sglang/kernels/ops/moe/fused_moe_triton_kernels.py::fused_moe_kernel, launched by
   `invoke_fused_moe_kernel` from sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe.py.
 
@@ -187,7 +189,7 @@ def _vllm_args(quant: str, gemm: str, experts: int, n: int, k: int, m: int, top_
     c_shape = (m, top_k, n)
     args = (
         _a_dtype(quant), _a_dtype(quant), "*bf16", None, a_scale[0] if a_scale else None,
-        b_scale[0] if b_scale else None, "*fp32", sorted_ids, "*i32", "*i32",
+        b_scale[0] if b_scale else None, "*fp32" if gemm == "down" else None, sorted_ids, "*i32", "*i32",
         n, k, em, num_tokens,
         k, 1, n * k, 1, k, _strides(c_shape)[1], _strides(c_shape)[2],
         a_st[0] if len(a_st) == 2 else 0, a_st[1] if len(a_st) == 2 else 0,

@@ -3,9 +3,8 @@ the engine's alignment of tokens to expert blocks, an element-wise check against
 and L2-proof timing from a CUDA graph.
 
 The launch is the one tileprobe.families.triton_moe.launch_job reproduces for the no-GPU compile: its integer
-arguments and constexprs are used as they are, and its pointer stand-ins are replaced, in order, by the real
-tensors (A, B, C, A scale, B scale, topk weights, sorted token ids, expert ids, tokens post padding) — both engines
-pass their pointers in that order, with None where a stand-in is None.
+arguments and constexprs are used as they are, and each pointer stand-in is replaced by the real tensor at that
+position of the engine's call (POINTERS); a None stays None (vLLM passes no router weights to its gate_up GEMM).
 
 Data: A and B uniform in [-1, 1) (never zeros), fresh per run from the seed; routing per token: top_k distinct
 experts drawn as the other families' `uniform` routing; router weights uniform in (0, 1]. fp8 w8a8 per-tensor: one
@@ -173,10 +172,24 @@ def reference(p: Problem, t: Tensors):
     return out
 
 
-def real_args(job: KernelJob, tensors: list) -> list:
-    """The job's arguments with each pointer stand-in replaced by the next real tensor."""
-    it = iter(tensors)
-    out = [next(it) if isinstance(a, str) and a.startswith("*") else a for a in job.args]
+# Where each engine's launcher passes each tensor (positional index in its fused_moe_kernel call).
+POINTERS = {"vllm": {"a": 0, "b": 1, "c": 2, "a_scale": 4, "b_scale": 5, "weights": 6, "sorted": 7, "experts": 8,
+                     "padded": 9},
+            "sglang": {"a": 0, "b": 2, "c": 5, "a_scale": 6, "b_scale": 7, "weights": 8, "sorted": 9, "experts": 10,
+                       "padded": 11}}
+
+
+def real_args(engine: str, job: KernelJob, tensors: dict) -> list:
+    """The job's arguments with each pointer stand-in replaced by the real tensor at that position (a None stand-in
+    stays None: the launcher passes None there)."""
+    out = list(job.args)
+    for name, i in POINTERS[engine].items():
+        if isinstance(out[i], str) and out[i].startswith("*"):
+            if tensors.get(name) is None:
+                raise ValueError(f"{engine} launch: position {i} ({name}) needs a tensor")
+            out[i] = tensors[name]
+        elif out[i] is not None:
+            raise ValueError(f"{engine} launch: position {i} ({name}) is {out[i]!r}, not a pointer")
     return out
 
 
@@ -187,9 +200,8 @@ def launcher(kernel, job: KernelJob, p: Problem, t: Tensors, sorted_ids, expert_
     bm, bn = kw["BLOCK_SIZE_M"], kw["BLOCK_SIZE_N"]
     em = job.args[12] if p.engine == "vllm" else job.args[15]
     grid = (math.ceil(em / bm) * math.ceil(p.n / bn),)
-    ptrs = [x for x in (t.a, t.b, t.c, t.a_scale, t.b_scale, t.weights, sorted_ids, expert_ids, npp)
-            if x is not None]
-    args = real_args(job, ptrs)
+    args = real_args(p.engine, job, {"a": t.a, "b": t.b, "c": t.c, "a_scale": t.a_scale, "b_scale": t.b_scale,
+                                     "weights": t.weights, "sorted": sorted_ids, "experts": expert_ids, "padded": npp})
     return lambda: fn[grid](*args, **kw)
 
 
