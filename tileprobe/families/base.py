@@ -173,6 +173,7 @@ class Family:
     explicit_stages: bool = True  # False: configs are built with the engine's stage rule only (no StageCount<N>)
     # Output elements a full check of a point compares (config, point, harness answer), when not sum M x N.
     checked_count: Callable[[Config, object, dict], int | None] | None = None
+    backend: str = "cutlass"  # how a config becomes bytes and a launch: "cutlass" (nvcc) or "triton"
 
     def bits(self, cfg: Config) -> int:
         """Width of the activation elements (operand A before any swap): tile K bytes are spelled in it."""
