@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from tileprobe import families, ray_sweep, triton_sweep
+from tileprobe import families, ray_sweep, triton_audit, triton_sweep
 from tileprobe.engines import flashinfer_blocklist as blocklist
 from tileprobe.reports import compare
 from tileprobe.results import known_good
@@ -219,6 +219,35 @@ def report(
         console.print(f"{fmt}: {out or text}", highlight=False)
     else:
         sys.stdout.write(text)
+
+
+@app.command("check-configs")
+def check_configs(
+    path: Annotated[Optional[Path], typer.Argument(help="an engine's Triton fused-MoE config file or folder (default with --engine: its shipped tree)")] = None,
+    engine: Annotated[Optional[str], typer.Option("--engine", help="vllm or sglang: whose kernel and file layout (default for PATH: from its file names)")] = None,
+    engine_wheel: Annotated[Optional[str], typer.Option("--engine-wheel", help="the engine's wheel, read as a zip (default: the installed engine, then a cached wheel)")] = None,
+    target: Annotated[Optional[str], typer.Option("--target", help="check every file against this profile (default: each file against the device it is named after)")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="write the rows here, like a sweep's")] = None,
+    hidden: Annotated[Optional[int], typer.Option("--hidden", help="the model's hidden size K, for files no workload preset matches (default 4096, marked assumed)")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles", show_default="cores")] = os.cpu_count() or 1,
+    any_triton: Annotated[bool, typer.Option("--any-triton", help="compile with an installed Triton other than the engines' pinned release")] = False,
+    cache_dir: CacheOpt = None,
+) -> None:
+    """Every entry's exact shared bytes (compiled with Triton for the target, not launched); exit 1 with one line per
+    entry that does not fit."""
+
+    res = triton_audit.run(path, engine, engine_wheel, target, out, jobs, cache_dir, hidden, any_triton,
+                           sw.command_line())
+    for n in res.notes:
+        sys.stdout.write(f"note: {n}\n")
+    for line in res.over:
+        sys.stdout.write(f"OVER {line}\n")
+    s = res.seconds
+    sys.stdout.write(f"{len(res.over)} of {res.checked} entry launches do not fit ({res.not_compiled} not compiled; "
+                     f"{s['distinct']} distinct compiles, {s['compiled']} new, {s['cached']} cached; "
+                     f"plan {s['plan_s']} s, compile {s['compile_s']} s; evidence: compiled, not launched)\n")
+    if res.over:
+        raise typer.Exit(1)
 
 
 known_good_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Known-good tile sets (results/known_good/<target>__<family>.json).")
