@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from tileprobe import families, ray_sweep, triton_audit, triton_sweep
+from tileprobe import families, ray_sweep, triton_audit, triton_export, triton_sweep
 from tileprobe.engines import flashinfer_blocklist as blocklist
 from tileprobe.reports import compare
 from tileprobe.results import known_good
@@ -394,6 +394,31 @@ def export_flashinfer_blocklist(
         for n in e.notes:
             sys.stdout.write(f"warning: {n}\n")
     sys.stdout.write(f"use: export {blocklist.ENV_VAR}=<file> (evidence: sized; nothing SM120 launched)\n")
+
+
+@export_app.command("triton-configs")
+def export_triton_configs(
+    inputs: Annotated[Path, typer.Argument(help="engine config file(s) to start from: a file or folder (e.g. the shipped H200 file for the model)")],
+    target: Annotated[str, typer.Option("--target", help="the GPU to write for (its limit and every SKU name)")],
+    out: Annotated[Path, typer.Option("--out", help="the folder to write: VLLM_TUNED_CONFIG_FOLDER / SGLANG_MOE_CONFIG_DIR")],
+    engine: Annotated[Optional[str], typer.Option("--engine", help="vllm or sglang (default: from the input file names)")] = None,
+    engine_wheel: Annotated[Optional[str], typer.Option("--engine-wheel", help="the engine's wheel, read as a zip")] = None,
+    device_name: Annotated[Optional[list[str]], typer.Option("--device-name", help="write for these SKU names only (default: every name the target profile knows)")] = None,
+    hidden: Annotated[Optional[int], typer.Option("--hidden", help="the model's hidden size K, when no workload preset matches the file's E and N")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles", show_default="cores")] = os.cpu_count() or 1,
+    any_triton: Annotated[bool, typer.Option("--any-triton", help="compile with an installed Triton other than the engines' pinned release")] = False,
+    cache_dir: CacheOpt = None,
+) -> None:
+    """Engine config files for TARGET in the engine's names and layout, every entry fitting (an over-limit entry
+    becomes the nearest fitting config by a stated rule; compiled, not timed; provenance beside them)."""
+
+    written = triton_export.run(inputs, engine, engine_wheel, target, out, _split_csv(device_name), hidden,
+                                max(1, jobs), cache_dir, any_triton)
+    for w in written:
+        sys.stdout.write(f"{w.path}: {w.entries} entries, {w.substituted} substituted\n")
+    env = "VLLM_TUNED_CONFIG_FOLDER" if (engine or triton_audit.guess_engine([w.path.name for w in written])) == "vllm" \
+        else "SGLANG_MOE_CONFIG_DIR"
+    sys.stdout.write(f"use: export {env}={out} (provenance: {out / triton_export.PROVENANCE}; compiled, not timed)\n")
 
 
 @export_app.command("flashinfer-ids-diff")
