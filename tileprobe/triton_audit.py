@@ -183,9 +183,10 @@ def run(path: Path | None, engine: str | None, wheel: str | None, target_name: s
         engine = engine or guess_engine(names)
     mod = triton_lookup.engine_module(engine)
     target = profile(target_name) if target_name else None
+    files = tc.read_tree(Path(path), engine) if path is not None else None  # bad input first: before Triton
     triton = require_triton(any_triton)
     src, source = engine_kernel_source(engine, wheel)
-    files = tc.read_tree(Path(path), engine) if path is not None else tc.read_source_tree(src, mod.CONFIGS_DIR)
+    files = files if files is not None else tc.read_source_tree(src, mod.CONFIGS_DIR)
     checks, notes = plan(files, engine, source, target, hidden)
     t_plan = time.perf_counter() - t0
     todo = [c for c in checks if c.job is not None]

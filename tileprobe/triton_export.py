@@ -78,10 +78,10 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
         raise UsageError(f"triton-moe compiles for {', '.join(tm.ARCHS)}; not {target.name}")
     cc = tm.arch_cc(arch)
     devs = triton_lookup.device_names(target, device_names)
+    files = tc.read_tree(Path(inputs), engine)  # bad input first: before Triton
     require_triton(any_triton)
     src, source = engine_kernel_source(engine, wheel)
     consts = constexpr_positions(source)
-    files = tc.read_tree(Path(inputs), engine)
     written: list[Written] = []
     provenance: dict = {"tool": "tileprobe export triton-configs", "engine": src.label(), "target": target.name,
                         "smem_limit_bytes": target.smem_optin, "arch": arch, "evidence": "compiled, not timed",
@@ -128,17 +128,22 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
                 prov_entries[str(key)] = {"original": e, "original_bytes": need, "kept": True}
             else:
                 over_keys.append((key, e, need))
-        # Substitutes: every candidate of every over-limit entry compiled in one batch, the first that fits wins.
+        # Substitutes, nearest first: each round compiles the next few candidates of every entry still open (in
+        # parallel), and an entry takes the first candidate, in the rule's order, that fits.
         cand = {key: candidates(e, scheme) for key, e, _ in over_keys}
-        flat = [(key, c) for key, cs in cand.items() for c in cs]
-        builds = compile_many([j for key, c in flat for j in jobs_for(c, key)], jobs, cache_dir)
         chosen: dict[int, tuple[dict, int]] = {}
-        for idx, (key, c) in enumerate(flat):
-            if key in chosen:
-                continue
-            bs = builds[idx * per:(idx + 1) * per]
-            if all(isinstance(b, TritonBuild) for b in bs) and max(b.shared for b in bs) <= target.smem_optin:
-                chosen[key] = (c, max(b.shared for b in bs))
+        step = max(2, jobs)
+        for start in range(0, max((len(c) for c in cand.values()), default=0), step):
+            flat = [(key, c) for key, cs in cand.items() if key not in chosen for c in cs[start:start + step]]
+            if not flat:
+                break
+            builds = compile_many([j for key, c in flat for j in jobs_for(c, key)], jobs, cache_dir)
+            for idx, (key, c) in enumerate(flat):
+                if key in chosen:
+                    continue
+                bs = builds[idx * per:(idx + 1) * per]
+                if all(isinstance(b, TritonBuild) for b in bs) and max(b.shared for b in bs) <= target.smem_optin:
+                    chosen[key] = (c, max(b.shared for b in bs))
         for key, e, need in over_keys:
             if key not in chosen:
                 raise UsageError(f"{f.rel} [{key}]: no substitute by the rule fits {target.smem_optin} B "
