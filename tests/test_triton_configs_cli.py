@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from _engine_exec import vllm_namespace
+from _engine_exec import sglang_namespace, vllm_namespace
 from tileprobe.backends.triton.toolchain import installed
 from tileprobe.engines import triton_configs as tc
-from tileprobe.engines import vllm
+from tileprobe.engines import sglang, vllm
 from tileprobe.errors import UsageError
 from tileprobe.targets import DEVICE_NAMES, PROFILES
 
@@ -128,3 +128,30 @@ def test_export_folder_is_what_vllm_loads_for_every_sku(tmp_path, rng):
                 assert loaded[int(k)] == rec["substitute"] and loaded[int(k)] != e
             else:
                 assert rec["kept"] and rec["original_bytes"] <= 101376 and loaded[int(k)] == e
+
+
+def test_export_folder_is_what_sglang_loads_for_every_sku(tmp_path, rng, monkeypatch):
+    if installed() is None:
+        pytest.skip("Triton is not installed")
+    try:
+        src = tc.find_engine("sglang")
+    except UsageError as exc:
+        pytest.skip(str(exc))
+    f = tmp_path / "in" / "triton_3_4_0" / sglang.config_file_name(64, 1536, tc.scheme("bf16"), "NVIDIA H200")
+    f.parent.mkdir(parents=True)
+    keys = rng.sample([1, 2, 4, 8, 16, 32, 64, 128], 2)
+    entries = {str(keys[0]): _entry(rng, False), str(keys[1]): _entry(rng, True)}
+    f.write_text(json.dumps(entries))
+    out = tmp_path / "out"
+    p = _cli("export", "triton-configs", f, "--engine", "sglang", "--target", "rtx-pro-6000", "--out", out,
+             "--jobs", "2")
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    monkeypatch.setenv(sglang.USER_ENV, str(out))
+    target = PROFILES["rtx-pro-6000"]
+    for dev in DEVICE_NAMES["rtx-pro-6000"]:
+        ns = sglang_namespace(src, tmp_path / "tree", dev, target.smem_optin, target.sms, (12, 0))
+        loaded = ns["get_moe_configs"](64, 1536, None, 0, 0)
+        written = out / "configs" / "triton_3_8_0" / sglang.config_file_name(64, 1536, tc.scheme("bf16"), dev)
+        assert loaded == {int(k): v for k, v in json.loads(written.read_text()).items()}
+        assert loaded[keys[0]] == entries[str(keys[0])] and loaded[keys[1]] != entries[str(keys[1])]
+        assert loaded[keys[1]]["BLOCK_SIZE_M"] == 128  # the M tile is kept; stages / K / N shrink
