@@ -11,7 +11,9 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from tileprobe import families, ray_sweep, triton_audit, triton_export, triton_sweep
+from tileprobe import families, ray_sweep, triton_sweep
+from tileprobe.triton import audit as triton_audit
+from tileprobe.triton import export as triton_export
 from tileprobe.engines import flashinfer_blocklist as blocklist
 from tileprobe.reports import compare
 from tileprobe.results import known_good
