@@ -31,10 +31,8 @@ B scale (E, N/128, K/128) (`per_token_group_quant_fp8` with column_major_scales=
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 from tileprobe.backends.triton.compile import KernelJob
 from tileprobe.backends.triton.source import KernelSource
@@ -101,37 +99,6 @@ def parse_entry(entry: object, where: str) -> dict[str, int]:
     if entry.get("USE_TMA"):
         raise UsageError(f"{where}: USE_TMA entries launch with TMA descriptors, which tileprobe does not reproduce")
     return out
-
-
-def read_config_file(path: Path) -> dict[int, dict[str, int]]:
-    """An engine-format config file ({"M": {BLOCK_SIZE_M: ...}, ...}) as {M: entry}; UsageError when malformed."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise UsageError(f"--configs {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"--configs {path}: malformed JSON ({exc.msg}, line {exc.lineno})") from None
-    if not isinstance(doc, dict) or not doc:
-        raise UsageError(f"--configs {path}: expected an object of batch sizes to config entries")
-    out = {}
-    for k, v in doc.items():
-        if k.startswith("_"):  # provenance / comments some exported files carry
-            continue
-        try:
-            m = int(k)
-        except ValueError:
-            raise UsageError(f"--configs {path}: key {k!r} is not a batch size") from None
-        out[m] = parse_entry(v, f"--configs {path} [{k}]")
-    if not out:
-        raise UsageError(f"--configs {path}: no config entries")
-    return out
-
-
-def pick(entries: dict[int, dict], m: int) -> tuple[int, dict]:
-    """The engines' rule for a batch of M tokens: the entry whose key is nearest M (vLLM try_get_optimal_moe_config,
-    SGLang the same: configs[min(configs.keys(), key=lambda x: abs(x - M))])."""
-    key = min(entries, key=lambda x: abs(x - m))
-    return key, entries[key]
 
 
 def gemm_shape(gemm: str, hidden: int, inter_shard: int) -> tuple[int, int]:

@@ -26,7 +26,7 @@ import subprocess
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock
@@ -271,7 +271,3 @@ def compile_many(jobs: list[KernelJob], n_jobs: int = 1, cache_dir: str | os.Pat
             results = list(pool.map(_worker, work))
     done.update(zip(todo, results))
     return [done[k] for k in keys]
-
-
-def build_fields(build: TritonBuild) -> dict:
-    return asdict(build)
