@@ -220,3 +220,20 @@ def test_another_engine_release_is_refused(tmp_path):
     p = _cli("sweep", "--family", "triton-moe", "--engine", "vllm", "--engine-wheel", whl, "--workload",
              "qwen3-30b-a3b", "--target", "rtx-pro-6000", "--out", tmp_path / "o")
     assert p.returncode == 2 and "reproduces the launcher of vllm 0.33.0 only" in p.stderr, p.stderr
+
+
+def test_tma_entries_are_unsupported_rows(tmp_path, cache):
+    """SGLang's shipped H200 down file for E=256, N=512 has USE_TMA entries: SGLang then launches both GEMMs with
+    TMA descriptors / c_sorted, which tileprobe does not reproduce: those rows say so (unsupported, nothing
+    compiled) instead of sizing another launch; the other entries are compiled."""
+    _engine("sglang")
+    out = tmp_path / "out"
+    p = _cli("sweep", "--family", "triton-moe", "--engine", "sglang", "--workload", "deepseek-v3", "--tp", "4",
+             "--target", "h200", "--device-name", "NVIDIA H200", "--batch", "256,512", "--out", out, "--jobs", "2",
+             "--cache-dir", cache)
+    assert p.returncode == 0, p.stderr
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    tma = [r for r in rows if r["verdict"] == "unsupported"]
+    assert tma and all("TMA" in r["reason"] and r["evidence"] == "none" and r["smem_bytes"] is None for r in tma)
+    assert {r["gemm"] for r in tma} == {"gate_up", "down"}
+    assert all(r["evidence"] == "compiled" and r["smem_bytes"] for r in rows if r["verdict"] != "unsupported")

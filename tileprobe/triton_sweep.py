@@ -11,7 +11,7 @@ import hashlib
 import json
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tileprobe.backends.triton import autotune
@@ -89,7 +89,7 @@ def engine_kernel_source(engine: str, wheel: str | None) -> tuple[tc.EngineSourc
 @dataclass(frozen=True)
 class Planned:
     config: object  # families.base.Config
-    job: KernelJob
+    job: KernelJob | None  # None: not compiled (the config says why)
     point: dict
     pick: triton_lookup.Pick
 
@@ -119,8 +119,12 @@ def plan(shape: Shape, engine: str, quant: str, source: KernelSource, src: tc.En
                 where = "default" if p.source == "default" else f"{p.source}:{Path(p.path).name}#{p.key}"
                 cfg = tm.make_config(engine, quant, gemm, model.experts, n, k, model.top_k, entry, arch, where,
                                      shape.ep)
-                job = tm.launch_job(engine, source, quant, gemm, model.experts, n, k, m, model.top_k, entry, cc,
-                                    shape.ep)
+                # SGLang's down entry with USE_TMA also changes the gate_up launch (c_sorted): neither is reproduced
+                down = [d for d in ps if d.gemm == "down" and d.m_lo <= m and (d.m_hi is None or m <= d.m_hi)]
+                if p.config.get("USE_TMA") or (engine == "sglang" and down and down[0].config.get("USE_TMA")):
+                    cfg = replace(cfg, unsupported_reason=tm.TMA_REASON)
+                job = None if cfg.unsupported_reason else tm.launch_job(
+                    engine, source, quant, gemm, model.experts, n, k, m, model.top_k, entry, cc, shape.ep)
                 ident = f"{name}|{gemm}|{p.m_text()}|{m}"
                 model_text = model.name + (f" tp{shape.tp}" if shape.tp > 1 else "") + (
                     f" ep{shape.ep}" if shape.ep > 1 else "")
@@ -132,8 +136,12 @@ def plan(shape: Shape, engine: str, quant: str, source: KernelSource, src: tc.En
     return out
 
 
-def outcome(cfg, build: TritonBuild | TritonCompileError, target: Target, triton: TritonInstall) -> Outcome:
-    """The verdict of one compiled launch against the target's opt-in limit, with Triton's own error text."""
+def outcome(cfg, build: TritonBuild | TritonCompileError | None, target: Target, triton: TritonInstall) -> Outcome:
+    """The verdict of one compiled launch against the target's opt-in limit, with Triton's own error text (None:
+    not compiled, the config's unsupported_reason says why)."""
+    if build is None:
+        return Outcome(cfg, Verdict.UNSUPPORTED, cfg.unsupported_reason or "not compiled",
+                       StaticInfo(stages=cfg.stages, threads_per_cta=int(cfg.get("num_warps")) * 32))
     if isinstance(build, TritonCompileError):
         return Outcome(cfg, Verdict.COMPILE_ERROR, f"{triton.label()}: {build.line}")
     info = StaticInfo(stages=build.num_stages, smem_bytes=build.shared, regs_per_thread=build.regs,
@@ -187,7 +195,9 @@ def run(opts, topts: TritonOptions, console, command: str) -> list[dict]:
     planned = plan(shape, topts.engine, topts.quant, source, src, target, arch, names, batches, user_dir, topts.max_m)
     plan_s = time.perf_counter() - start
     start = time.perf_counter()
-    builds = compile_many([p.job for p in planned], opts.jobs, opts.cache_dir, opts.rebuild)
+    jobs = [p.job for p in planned if p.job is not None]
+    done = iter(compile_many(jobs, opts.jobs, opts.cache_dir, opts.rebuild))
+    builds = [next(done) if p.job is not None else None for p in planned]
     compile_s = time.perf_counter() - start
     cols = toolchain_columns(triton)
     rows = []
@@ -199,12 +209,13 @@ def run(opts, topts: TritonOptions, console, command: str) -> list[dict]:
             "engine": src.label(), "engine_origin": src.origin, "kernel_sha256": source.sha256,
             "quant": topts.quant, "device_names": list(names), "config_dir": user_dir,
             "phases": {"plan_s": round(plan_s, 2), "compile_s": round(compile_s, 2),
-                       "distinct": len({id(b) for b in builds}),  # compile_many answers a repeated launch once
-                       "compiled": len({id(b) for b in builds if not getattr(b, "cached", False)}),
-                       "cached": len({id(b) for b in builds if getattr(b, "cached", False)})}}, indent=1))
+                       "distinct": len({id(b) for b in builds if b is not None}),  # a repeated launch: once
+                       "compiled": len({id(b) for b in builds if b is not None and not getattr(b, "cached", False)}),
+                       "cached": len({id(b) for b in builds if getattr(b, "cached", False)}),
+                       "not_compiled": sum(b is None for b in builds)}}, indent=1))
         console.print(f"[bold]triton-moe[/] {src.label()} {topts.quant} {shape.model.name} on [bold]{target.name}[/] "
                       f"(opt-in {target.smem_optin} B; {', '.join(names)}): {len(planned)} launches, "
-                      f"{len({p.job for p in planned})} distinct, {triton.label()}")
+                      f"{len({p.job for p in planned if p.job})} distinct, {triton.label()}")
         for p, b in zip(planned, builds):
             o = outcome(p.config, b, target, triton)
             row = make_row(p.config, target, cols, o, point=p.point,
@@ -237,7 +248,8 @@ def runtime_rows(planned: list[Planned], shape: Shape, source: KernelSource, dev
     model = shape.model
     candidates: dict[str, dict[str, object]] = {}
     for p in planned:
-        candidates.setdefault(str(p.config.get("gemm")), {}).setdefault(p.config.key, p.config)
+        if p.job is not None:  # a config not compiled (unsupported) is not launched either
+            candidates.setdefault(str(p.config.get("gemm")), {}).setdefault(p.config.key, p.config)
     points = sorted({(str(p.config.get("gemm")), int(p.point["batch"])) for p in planned})
     out = []
     for i, (gemm, m) in enumerate(points):
