@@ -37,10 +37,11 @@ def git_commit(checkout: Path) -> str | None:
 
 def sweep(checkout: Path, work: Path, cache: Path, seed: int, extra: list[str]) -> dict:
     """One `tileprobe sweep` run from `checkout`'s sources; its wall time, phases and rows."""
-    env = dict(os.environ, TILEPROBE_CACHE_DIR=str(cache), PYTHONPATH=str(checkout), PYTHONUNBUFFERED="1")
+    env = dict(os.environ, TILEPROBE_CACHE_DIR=str(cache), PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join(p for p in (str(checkout), os.environ.get("PYTHONPATH")) if p))
     work.mkdir(parents=True, exist_ok=True)
     out = work / "tileprobe-results"
-    cmd = [sys.executable, "-m", "tileprobe", "sweep", "--seed", str(seed), "--out", str(out), *extra]
+    cmd = [sys.executable, "-m", "tileprobe", "sweep", *extra, "--seed", str(seed), "--out", str(out)]
     start = time.perf_counter()
     p = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=1800)
     wall = time.perf_counter() - start
@@ -49,7 +50,7 @@ def sweep(checkout: Path, work: Path, cache: Path, seed: int, extra: list[str]) 
         return {"error": f"exit {p.returncode}: {(p.stdout + p.stderr)[-800:]}", "wall_s": round(wall, 1)}
     run = json.loads((out / "run.json").read_text())
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
-    return {"command": "tileprobe sweep --seed %d" % seed, "wall_s": round(wall, 1), "phases": run.get("phases"),
+    return {"wall_s": round(wall, 1), "phases": run.get("phases"),
             "rows": len(rows), "toolchain": run.get("toolchain"), "target": run.get("target"),
             "verdicts": dict(collections.Counter(r["verdict"] for r in rows)),
             "evidence": dict(collections.Counter(r["evidence"] for r in rows)), "_rows": rows}
@@ -106,15 +107,20 @@ def main() -> None:
     ap.add_argument("--warm", action="store_true", help="also repeat the after sweep on its warm cache")
     ap.add_argument("--save", type=Path, help="copy each sweep's results.jsonl + run.json + log here")
     ap.add_argument("--record", type=Path, default=ROOT / "results" / "benchmarks" / "main_job_h200.jsonl")
+    ap.add_argument("--before-commit", help="commit of --before, where that copy has no .git")
+    ap.add_argument("--after-commit", help="commit of --after, where that copy has no .git")
+    ap.add_argument("--sweep-args", default="", help="extra sweep options for both (a dry run of this script on a "
+                                                       "machine without a GPU); empty for the main job")
     args = ap.parse_args()
+    extra = args.sweep_args.split()
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little") % 2**31
     tmp = Path(tempfile.mkdtemp(prefix="tp-main-"))
     runs = {}
     # the after sweep first: each gets its own empty cache, and the CUTLASS headers are read once by either
-    runs["after_cold"] = sweep(args.after.resolve(), tmp / "after_cold", tmp / "cache_after", seed, [])
-    runs["before_cold"] = sweep(args.before.resolve(), tmp / "before_cold", tmp / "cache_before", seed, [])
+    runs["after_cold"] = sweep(args.after.resolve(), tmp / "after_cold", tmp / "cache_after", seed, extra)
+    runs["before_cold"] = sweep(args.before.resolve(), tmp / "before_cold", tmp / "cache_before", seed, extra)
     if args.warm:
-        runs["after_warm"] = sweep(args.after.resolve(), tmp / "after_warm", tmp / "cache_after", seed, [])
+        runs["after_warm"] = sweep(args.after.resolve(), tmp / "after_warm", tmp / "cache_after", seed, extra)
     rows = {k: v.pop("_rows", None) for k, v in runs.items()}
     cmp = compare(rows["before_cold"], rows["after_cold"]) if rows["before_cold"] and rows["after_cold"] else None
     try:
@@ -123,8 +129,10 @@ def main() -> None:
     except (OSError, subprocess.TimeoutExpired):
         smi = None
     rec = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "gpu": smi, "cores": os.cpu_count(),
-           "seed": seed, "before_commit": git_commit(args.before), "after_commit": git_commit(args.after),
-           "command": f"tileprobe sweep --seed {seed} (cold: empty TILEPROBE_CACHE_DIR)", **runs,
+           "seed": seed, "before_commit": args.before_commit or git_commit(args.before),
+           "after_commit": args.after_commit or git_commit(args.after),
+           "command": " ".join(["tileprobe sweep", *extra, f"--seed {seed}"]) + " (cold: empty TILEPROBE_CACHE_DIR)",
+           **runs,
            "before_vs_after": cmp, "targets": {"after_cold_wall_s": 60}}
     print(json.dumps(rec, indent=1))
     args.record.parent.mkdir(parents=True, exist_ok=True)
