@@ -80,7 +80,8 @@ class BuildRequest:
         if self.with_device:
             gencode = [f"-gencode=arch=compute_{num}a,code=sm_{num}a", "-O3", "-Xptxas", "-v", "-lineinfo"]
         else:
-            # Sizes only: the device pass parses the headers but instantiates no kernel, so there is no ptxas work.
+            # Sizes only: no kernel is instantiated, so there is no ptxas work, and describe.cu gives the device pass
+            # an empty translation unit (every size is read by the host compile).
             gencode = [f"-gencode=arch=compute_{num}a,code=compute_{num}a", "-O0"]
         fam = family(self.configs[0].family)
         defines = [f"-DTP_FAMILY_KERNEL={fam.kernel_template}", f'-DTP_FAMILY_HEADER="families/{fam.header}"',
