@@ -5,7 +5,9 @@ translation unit (`--jobs 1`), for this checkout and, with --before DIR, for an 
 
 Each sweep gets its own empty cache; the variants run interleaved (round-robin, --rounds times) so a load that comes
 and goes on a shared machine falls on all of them; the load average before each sweep is recorded. Verdicts and
-sizes of every variant are compared with the first one's. Appends to results/benchmarks/static_tu.jsonl.
+sizes of every variant are compared with the first one's. Wall seconds on a shared machine move with the others'
+load; the CPU seconds (user + system of the sweep and every compiler it ran) hardly do: with c cores truly free the
+default way's wall is about the largest translation unit's, with none to spare it is about its CPU seconds. Appends to results/benchmarks/static_tu.jsonl.
 Run: python benchmarks/static_tu.py [--before OLD_CHECKOUT] [--rounds N]
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -24,20 +27,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def sweep(checkout: Path, jobs: int | None, tmp: Path) -> tuple[float, dict]:
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def sweep(checkout: Path, jobs: int | None, tmp: Path) -> tuple[float, float, dict]:
+    """(wall s, CPU s of the sweep and every compiler it ran, {config: (verdict, smem, stages)})."""
     cache, out = tmp / "cache", tmp / "out"
     cmd = [sys.executable, "-m", "tileprobe", "sweep", "--family", "sm120-nvfp4", "--target", "rtx-pro-6000",
            "--static-only", "--out", str(out), "--cache-dir", str(cache), "--json"]
     if jobs:
         cmd += ["--jobs", str(jobs)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(checkout), os.environ.get("PYTHONPATH")) if p))
-    start = time.perf_counter()
+    start, cpu0 = time.perf_counter(), _children_cpu()
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, env=env, timeout=3600)
-    took = time.perf_counter() - start
+    took, cpu = time.perf_counter() - start, _children_cpu() - cpu0
     if p.returncode != 0:
         sys.exit(f"sweep failed ({p.returncode}): {p.stderr.strip()[-400:]}")
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
-    return took, {r["config"]: (r["verdict"], r["smem_bytes"], r["stages"]) for r in rows}
+    return took, cpu, {r["config"]: (r["verdict"], r["smem_bytes"], r["stages"]) for r in rows}
 
 
 def main() -> None:
@@ -51,14 +60,16 @@ def main() -> None:
     if args.before:
         variants |= {"before_default": (args.before.resolve(), None), "before_one_tu": (args.before.resolve(), 1)}
     times: dict[str, list[float]] = {k: [] for k in variants}
+    cpus: dict[str, list[float]] = {k: [] for k in variants}
     loads: dict[str, list[float]] = {k: [] for k in variants}
     answers: dict[str, dict] = {}
     for _ in range(args.rounds):
         for name, (checkout, jobs) in variants.items():
             with tempfile.TemporaryDirectory() as tmp:
                 loads[name].append(round(os.getloadavg()[0], 2))
-                took, ans = sweep(checkout, jobs, Path(tmp))
+                took, cpu, ans = sweep(checkout, jobs, Path(tmp))
                 times[name].append(round(took, 1))
+                cpus[name].append(round(cpu, 1))
                 answers.setdefault(name, ans)
     first = next(iter(answers.values()))
     sys.path.insert(0, str(ROOT))
@@ -67,6 +78,7 @@ def main() -> None:
     cut, nvcc = find_cutlass(), find_nvcc()
     rec = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cores": cores, "rounds": args.rounds,
            "configs": len(first), "median_s": {k: statistics.median(v) for k, v in times.items()}, "s": times,
+           "cpu_s": cpus, "median_cpu_s": {k: statistics.median(v) for k, v in cpus.items()},
            "loadavg_before": loads, "same_answers": all(a == first for a in answers.values()),
            "nvcc": nvcc.version_text, "cutlass": f"{cut.version} ({cut.source}, {cut.tree_hash})",
            "command": "tileprobe sweep --family sm120-nvfp4 --target rtx-pro-6000 --static-only [--jobs 1]"}

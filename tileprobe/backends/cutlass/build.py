@@ -54,6 +54,7 @@ def cache_root(explicit: str | os.PathLike | None = None) -> Path:
         root = Path(os.environ["TILEPROBE_CACHE_DIR"])
     else:
         root = Path(user_cache_dir("tileprobe"))
+    root = root.expanduser().absolute()  # nvcc runs in the entry's own folder: a relative root would not be found
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
