@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from tileprobe import families, ray_sweep
+from tileprobe import families, ray_sweep, triton_sweep
 from tileprobe.engines import flashinfer_blocklist as blocklist
 from tileprobe.reports import compare
 from tileprobe.results import known_good
@@ -44,7 +44,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
                   help="Which CUTLASS grouped-GEMM tiles fit, launch, are correct and are fastest on a GPU.")
 console = Console(width=None if sys.stdout.isatty() else WIDTH)
 
-FamilyOpt = Annotated[Optional[str], typer.Option("--family", help="sm120-nvfp4, sm90-fp8, flashinfer-moe or vllm-moe (default: by device)")]
+FamilyOpt = Annotated[Optional[str], typer.Option("--family", help="sm120-nvfp4, sm90-fp8, flashinfer-moe, vllm-moe or triton-moe (default: by device)")]
 TargetOpt = Annotated[Optional[str], typer.Option(
     "--target", help="offline profile (rtx-pro-6000, rtx-5090, dgx-spark-gb10, b200, h100, h200); a real GPU wins "
                      "when present unless this is given")]
@@ -123,6 +123,12 @@ def sweep(
     wide: Annotated[bool, typer.Option("--wide", help="add the evidence and reason columns to the table (they are always in the report and CSV)")] = False,
     ray: Annotated[Optional[str], typer.Option("--ray", help="run the shards as Ray tasks, then merge into --out: 'local' starts Ray here, 'auto' joins this machine's cluster, or a Ray address; --out must be a path every node shares (pip install 'tileprobe[ray]')")] = None,
     ray_shards: Annotated[Optional[int], typer.Option("--ray-shards", help="with --ray: shards, one task each (default: the cluster's GPUs, or CPUs for a static sweep)")] = None,
+    engine: Annotated[Optional[str], typer.Option("--engine", help="triton-moe: vllm or sglang (the engine whose fused_moe_kernel, configs and lookup are read)")] = None,
+    quant: Annotated[str, typer.Option("--quant", help="triton-moe: bf16, fp8 (w8a8 per-tensor) or fp8-block (w8a8 [128,128])")] = "bf16",
+    engine_wheel: Annotated[Optional[Path], typer.Option("--engine-wheel", help="triton-moe: read the engine from this wheel (a zip) instead of the installed package")] = None,
+    config_dir: Annotated[Optional[Path], typer.Option("--config-dir", help="triton-moe: the user's config folder the engine reads first (VLLM_TUNED_CONFIG_FOLDER / SGLANG_MOE_CONFIG_DIR)")] = None,
+    device_name: Annotated[Optional[list[str]], typer.Option("--device-name", help="triton-moe: the exact device name(s) to answer for (default: every SKU of --target)")] = None,
+    any_triton: Annotated[bool, typer.Option("--any-triton", help="triton-moe: size with the installed Triton even when it is not the engines' 3.8.0")] = False,
     cutlass_dir: CutlassOpt = None,
     nvcc: NvccOpt = None,
     cache_dir: CacheOpt = None,
@@ -149,6 +155,9 @@ def sweep(
         run_timeout_s=run_timeout, cutlass_dir=cutlass_dir, nvcc=nvcc, cache_dir=cache_dir,
         workload={"presets": _split_csv(workload), "shapes": _split_csv(shape),
                   "batches": _ints(batch, "--batch"), "routing": routing, "tp": tp, "ep": ep, "seed": seed},
+        triton=triton_sweep.TritonOptions(engine=engine, quant=quant, engine_wheel=engine_wheel and str(engine_wheel),
+                                             config_dir=config_dir and str(config_dir),
+                                             device_names=_split_csv(device_name), any_triton=any_triton),
     )
     if ray_shards is not None and ray is None:
         raise UsageError("--ray-shards applies with --ray only")
@@ -165,6 +174,25 @@ def sweep(
         console.print(f"[yellow]report not written: {type(exc).__name__}: {exc}[/]")
     if res and res.failed:
         raise typer.Exit(1)
+
+
+@app.command()
+def autotune(
+    kernel: Annotated[str, typer.Option("--kernel", help="PATH.py:FUNCTION of an @triton.autotune kernel; with --engine, PATH is inside the engine (e.g. sglang/kernels/ops/attention/flash_mla_sm120_triton.py:_tiled_sparse_decode_kernel)")],
+    target: TargetOpt = None,
+    engine: Annotated[Optional[str], typer.Option("--engine", help="read PATH from this engine (vllm, sglang): installed or --engine-wheel")] = None,
+    engine_wheel: Annotated[Optional[Path], typer.Option("--engine-wheel", help="the engine's wheel, read as a zip")] = None,
+    kernel_args: Annotated[Optional[Path], typer.Option("--kernel-args", help="JSON object: the launch's arguments by parameter name ('*bf16' a bf16 tensor, numbers, true/false, null); built in for SGLang's _tiled_sparse_decode_kernel")] = None,
+    any_triton: Annotated[bool, typer.Option("--any-triton", help="size with the installed Triton even when it is not 3.8.0")] = False,
+    jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles", show_default="cores")] = os.cpu_count() or 1,
+    cache_dir: CacheOpt = None,
+) -> None:
+    """Size every config of an @triton.autotune kernel for a GPU you don't have: which would be OutOfResources there,
+    and what the autotuner is left to choose from."""
+
+    report = triton_sweep.autotune_report(kernel, target, engine, engine_wheel, kernel_args, any_triton, max(1, jobs),
+                                          cache_dir)
+    sys.stdout.write("\n".join(report) + "\n")
 
 
 @app.command()
