@@ -74,7 +74,8 @@ def probe_static(configs: list[Config], target: Target, cutlass: CutlassTree, nv
                  progress: bool = True) -> list[StaticOutcome]:
     """Outcome for every config, in input order. Unsupported configs are not compiled.
 
-    Without `regs`, configs are batched into `jobs` translation units (sizes need no device code); a batch that
+    Without `regs`, configs are batched into translation units of up to CONFIGS_PER_TU configs, at most `jobs` of
+    them (sizes_batches; sizes need no device code); a batch that
     fails falls back to one build per config so one bad config never hides the others. With `regs`, each config is
     built with its device code so ptxas reports registers and spills.
     """
@@ -88,7 +89,7 @@ def probe_static(configs: list[Config], target: Target, cutlass: CutlassTree, nv
     if regs:
         singles = todo
     else:
-        batches = _split([c for c in todo], max(1, jobs))
+        batches = _split([c for c in todo], sizes_batches(len(todo), jobs))
         results = build_many([BuildRequest("describe", tuple(b), with_device=False) for b in batches],
                              cutlass, nvcc, cache, jobs, timeout_s, "sizing (batched)", rebuild, progress)
         singles = []
@@ -139,6 +140,18 @@ def _two_stage_numbers(configs: list[Config], target: Target, cutlass: CutlassTr
             out.append(StaticOutcome(c, Verdict.COMPILE_ERROR, f"{why}; with 2 stages: {two.verdict.value}: "
                                                                f"{two.reason}", two.info, two.log))
     return out
+
+
+# A sizes-only translation unit is nearly all fixed cost: parsing CUTLASS and CuTe once; each config adds only the
+# class-level instantiation of its kernel type. Measured (results/benchmarks/static_tu.jsonl, 2 cores): the 18-config
+# default sm120 set cost 20.7 CPU s in one unit and 42.5 in two of 9. So a unit holds up to this many configs before
+# another is started: splitting a smaller set only buys wall time where idle cores absorb a second parse.
+CONFIGS_PER_TU = 32
+
+
+def sizes_batches(n: int, jobs: int) -> int:
+    """How many sizes-only translation units `n` configs are built in: ceil(n / CONFIGS_PER_TU), at most `jobs`."""
+    return max(1, min(max(1, jobs), -(-n // CONFIGS_PER_TU)))
 
 
 def _split(items: list, n: int) -> list[list]:
