@@ -76,7 +76,12 @@ def main() -> None:
     from tileprobe.backends.cutlass.toolchain import find_cutlass, find_nvcc
 
     cut, nvcc = find_cutlass(), find_nvcc()
+    def commit(checkout: Path) -> str | None:
+        p = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
+        return p.stdout.strip() or None
+
     rec = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cores": cores, "rounds": args.rounds,
+           "after_commit": commit(ROOT), "before_commit": commit(args.before) if args.before else None,
            "configs": len(first), "median_s": {k: statistics.median(v) for k, v in times.items()}, "s": times,
            "cpu_s": cpus, "median_cpu_s": {k: statistics.median(v) for k, v in cpus.items()},
            "loadavg_before": loads, "same_answers": all(a == first for a in answers.values()),
