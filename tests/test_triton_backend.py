@@ -169,3 +169,17 @@ def test_autotune_configs_sized_for_the_target(cache):
         size_autotune(src, {k: v for k, v in args.items() if k != "K"}, 120, 1, cache)
     with pytest.raises(UsageError, match="--kernel-args FILE is needed"):
         read_args(None, None)
+
+
+def test_the_launch_check_compares_metadata_shared():
+    """What the verdict rests on, read from the installed Triton: the first launch compares metadata.shared with the
+    device's opt-in limit (CompiledKernel._init_handles), and the nvidia backend sets it from ttg.shared."""
+    root = toolchain.require_triton().root
+    compiler = (root / "compiler" / "compiler.py").read_text()
+    init = compiler[compiler.index("def _init_handles"):]
+    init = init[:init.index("\n    def ", 10)]
+    assert "if self.metadata.shared > max_shared:" in init
+    assert 'OutOfResources(self.metadata.shared, max_shared, "shared memory")' in init
+    assert "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN" in (root / "backends" / "nvidia" / "driver.c").read_text()
+    assert 'metadata["shared"] = src.get_int_attr("ttg.shared")' in (
+        root / "backends" / "nvidia" / "compiler.py").read_text()

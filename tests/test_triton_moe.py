@@ -89,6 +89,8 @@ def test_the_launch_is_the_engines(builds):
     # vLLM's naive assignment (M*top_k*4 <= E): no sorted_token_ids, EM = tokens * BLOCK_SIZE_M
     job = tm.launch_job("vllm", src, "bf16", "gate_up", 128, 1536, 2048, 4, 8, e, 120)
     assert dict(job.kwargs)["naive_block_assignment"] and job.args[7] is None and job.args[12] == 32 * 16
+    # TritonExperts.apply passes router weights to the down GEMM only
+    assert job.args[6] is None and tm.launch_job("vllm", src, "bf16", "down", 128, 2048, 768, 4, 8, e, 120).args[6]
     # fp8-block caps BLOCK_SIZE_K at the 128 block
     assert dict(tm.launch_job("vllm", src, "fp8-block", "gate_up", 128, 1536, 2048, 64, 8,
                               dict(REPORTED, BLOCK_SIZE_K=256), 120).kwargs)["BLOCK_SIZE_K"] == 128
@@ -178,3 +180,60 @@ def test_known_good_write_and_check(tmp_path, cache):
     assert p.returncode == 1, (p.stdout, p.stderr)
     bad = [ln for ln in p.stdout.splitlines() if ln.startswith("REGRESSION")]
     assert len(bad) == 2 and all(f"Required: {min(need)}, Hardware limit: 101376" in ln for ln in bad)
+
+
+def test_autotune_seed_kernel(tmp_path, cache):
+    """SGLang's DeepSeek-V4 sparse decode kernel: every autotune config sized for an RTX PRO 6000 and an H200;
+    what the autotuner is left with is exactly the configs whose bytes fit."""
+    _engine("sglang")
+    kernel = "sglang/kernels/ops/attention/flash_mla_sm120_triton.py:_tiled_sparse_decode_kernel"
+    for target, limit in (("rtx-pro-6000", LIMIT), ("h200", 232448)):
+        p = _cli("autotune", "--kernel", kernel, "--engine", "sglang", "--target", target, "--jobs", "2",
+                 "--cache-dir", cache)
+        assert p.returncode == 0, p.stderr
+        lines = [ln.strip() for ln in p.stdout.splitlines() if ln.startswith("  BLOCK_T=")]
+        assert len(lines) == 3
+        fits = 0
+        for ln in lines:
+            shared = int(ln.split(": ")[1].split(" B shared")[0])
+            assert ("fits" in ln) == (shared <= limit) and ("OutOfResources" in ln) == (shared > limit)
+            fits += shared <= limit
+        assert f"the autotuner is left with {fits} of 3" in p.stdout
+
+
+def test_autotune_bad_input(tmp_path):
+    p = _cli("autotune", "--kernel", "nofile.py:k", "--target", "rtx-pro-6000")
+    assert p.returncode == 2 and "nofile.py" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    f = tmp_path / "k.py"
+    f.write_text("import triton\n\n@triton.jit\ndef k(x):\n    pass\n")
+    p = _cli("autotune", "--kernel", f"{f}:k", "--target", "rtx-pro-6000")
+    assert p.returncode == 2 and "not an @triton.autotune kernel" in p.stderr, p.stderr
+
+
+def test_another_engine_release_is_refused(tmp_path):
+    """A wheel of a release whose launcher tileprobe has not read: one line, exit 2."""
+    import zipfile
+    whl = tmp_path / "vllm-0.99.0-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        z.writestr("vllm-0.99.0.dist-info/METADATA", "Name: vllm\nVersion: 0.99.0\n")
+        z.writestr("vllm/__init__.py", "")
+    p = _cli("sweep", "--family", "triton-moe", "--engine", "vllm", "--engine-wheel", whl, "--workload",
+             "qwen3-30b-a3b", "--target", "rtx-pro-6000", "--out", tmp_path / "o")
+    assert p.returncode == 2 and "reproduces the launcher of vllm 0.33.0 only" in p.stderr, p.stderr
+
+
+def test_tma_entries_are_unsupported_rows(tmp_path, cache):
+    """SGLang's shipped H200 down file for E=256, N=512 has USE_TMA entries: SGLang then launches both GEMMs with
+    TMA descriptors / c_sorted, which tileprobe does not reproduce: those rows say so (unsupported, nothing
+    compiled) instead of sizing another launch; the other entries are compiled."""
+    _engine("sglang")
+    out = tmp_path / "out"
+    p = _cli("sweep", "--family", "triton-moe", "--engine", "sglang", "--workload", "deepseek-v3", "--tp", "4",
+             "--target", "h200", "--device-name", "NVIDIA H200", "--batch", "256,512", "--out", out, "--jobs", "2",
+             "--cache-dir", cache)
+    assert p.returncode == 0, p.stderr
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    tma = [r for r in rows if r["verdict"] == "unsupported"]
+    assert tma and all("TMA" in r["reason"] and r["evidence"] == "none" and r["smem_bytes"] is None for r in tma)
+    assert {r["gemm"] for r in tma} == {"gate_up", "down"}
+    assert all(r["evidence"] == "compiled" and r["smem_bytes"] for r in rows if r["verdict"] != "unsupported")

@@ -12,6 +12,8 @@ import typer
 from rich.console import Console
 
 from tileprobe import families, ray_sweep, triton_sweep
+from tileprobe.triton import audit as triton_audit
+from tileprobe.triton import export as triton_export
 from tileprobe.engines import flashinfer_blocklist as blocklist
 from tileprobe.reports import compare
 from tileprobe.results import known_good
@@ -25,6 +27,9 @@ from tileprobe.results.merge import merge as run_merge
 from tileprobe.reports.report import _write, devices_table, export, write_reports
 from tileprobe.reports.terminal import WIDTH, print_rows
 from tileprobe.backends.cutlass.toolchain import find_nvcc
+from tileprobe.binary import inspect as binary_inspect
+from tileprobe.binary.jit import find_jit
+from tileprobe.guard import include_dir
 
 EXAMPLES = """\b
 Examples:
@@ -36,6 +41,7 @@ Examples:
   tileprobe explain 128x256x64B --target dgx-spark-gb10
   tileprobe report fi-results --format csv --out rows.csv
   tileprobe diff results-before results-after
+  tileprobe inspect kernels.o --dynamic '(Dl+Dr+kv_len)*4' --set Dl=512,Dr=64 --solve kv_len
 """
 
 # Plain click help and errors (rich_markup_mode=None): no markup to misread ("E:M:N:K" is not an emoji), and neither
@@ -240,6 +246,35 @@ def report(
         sys.stdout.write(text)
 
 
+@app.command("check-configs")
+def check_configs(
+    path: Annotated[Optional[Path], typer.Argument(help="an engine's Triton fused-MoE config file or folder (default with --engine: its shipped tree)")] = None,
+    engine: Annotated[Optional[str], typer.Option("--engine", help="vllm or sglang: whose kernel and file layout (default for PATH: from its file names)")] = None,
+    engine_wheel: Annotated[Optional[str], typer.Option("--engine-wheel", help="the engine's wheel, read as a zip (default: the installed engine, then a cached wheel)")] = None,
+    target: Annotated[Optional[str], typer.Option("--target", help="check every file against this profile (default: each file against the device it is named after)")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="write the rows here, like a sweep's")] = None,
+    hidden: Annotated[Optional[int], typer.Option("--hidden", help="the model's hidden size K, for files no workload preset matches (default 4096, marked assumed)")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles", show_default="cores")] = os.cpu_count() or 1,
+    any_triton: Annotated[bool, typer.Option("--any-triton", help="compile with an installed Triton other than the engines' pinned release")] = False,
+    cache_dir: CacheOpt = None,
+) -> None:
+    """Every entry's exact shared bytes (compiled with Triton for the target, not launched); exit 1 with one line per
+    entry that does not fit."""
+
+    res = triton_audit.run(path, engine, engine_wheel, target, out, jobs, cache_dir, hidden, any_triton,
+                           sw.command_line())
+    for n in res.notes:
+        sys.stdout.write(f"note: {n}\n")
+    for line in res.over:
+        sys.stdout.write(f"OVER {line}\n")
+    s = res.seconds
+    sys.stdout.write(f"{len(res.over)} of {res.checked} entry launches do not fit ({res.not_compiled} not compiled; "
+                     f"{s['distinct']} distinct compiles, {s['compiled']} new, {s['cached']} cached; "
+                     f"plan {s['plan_s']} s, compile {s['compile_s']} s; evidence: compiled, not launched)\n")
+    if res.over:
+        raise typer.Exit(1)
+
+
 known_good_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Known-good tile sets (results/known_good/<target>__<family>.json).")
 app.add_typer(known_good_app, name="known-good")
 
@@ -332,6 +367,36 @@ def merge(
     write_reports(out, console)
 
 
+@app.command()
+def inspect(
+    binary: Annotated[Path, typer.Argument(help="a cubin, fatbin, object file, executable or shared library with device code")],
+    kernel: Annotated[Optional[str], typer.Option("--kernel", help="only kernels whose (demangled) name matches this regular expression")] = None,
+    target: Annotated[Optional[list[str]], typer.Option("--target", help="offline profile(s), comma list (default: every profile and every GPU present)")] = None,
+    dynamic: Annotated[Optional[str], typer.Option("--dynamic", help="the launch's dynamic shared memory in bytes, e.g. '(Dl+Dr+kv_len)*4' (integers, names, + - * / // and parentheses)")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="values for the expression's names, e.g. Dl=512,Dr=64")] = None,
+    solve: Annotated[Optional[str], typer.Option("--solve", help="the name to solve for: its largest value that fits each target")] = None,
+    jit: Annotated[bool, typer.Option("--jit/--no-jit", help="for a target only PTX runs on: compile that PTX here with ptxas, as the driver would at load")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+    nvcc: NvccOpt = None,
+) -> None:
+    """Per kernel and arch, read from the binary (no GPU): static shared memory, registers, stack frame, max threads;
+    per target: does its code run there, and the largest dynamic shared memory a launch may request."""
+
+    if (set_ or solve) and not dynamic:
+        raise UsageError("--set and --solve apply with --dynamic only")
+    req = binary_inspect.Request(dynamic, binary_inspect.expr.parse_sets(set_), solve) if dynamic else None
+    report_ = binary_inspect.inspect(binary, kernel, _split_csv(target), req, find_jit(nvcc) if jit else None)
+    sys.stdout.write(json.dumps(report_, indent=1) + "\n" if as_json else binary_inspect.render(report_))
+
+
+@app.command()
+def include() -> None:
+    """Print the folder holding the C++ launch guard, for `nvcc -I"$(tileprobe include)"` and
+    `#include <tileprobe/guard.h>`."""
+
+    sys.stdout.write(f"{include_dir()}\n")
+
+
 export_app = typer.Typer(no_args_is_help=True, help="Hand tileprobe's findings to an engine (FlashInfer tactics blocklists).")
 app.add_typer(export_app, name="export")
 
@@ -384,6 +449,31 @@ def export_flashinfer_blocklist(
         for n in e.notes:
             sys.stdout.write(f"warning: {n}\n")
     sys.stdout.write(f"use: export {blocklist.ENV_VAR}=<file> (evidence: sized; nothing SM120 launched)\n")
+
+
+@export_app.command("triton-configs")
+def export_triton_configs(
+    inputs: Annotated[Path, typer.Argument(help="engine config file(s) to start from: a file or folder (e.g. the shipped H200 file for the model)")],
+    target: Annotated[str, typer.Option("--target", help="the GPU to write for (its limit and every SKU name)")],
+    out: Annotated[Path, typer.Option("--out", help="the folder to write: VLLM_TUNED_CONFIG_FOLDER / SGLANG_MOE_CONFIG_DIR")],
+    engine: Annotated[Optional[str], typer.Option("--engine", help="vllm or sglang (default: from the input file names)")] = None,
+    engine_wheel: Annotated[Optional[str], typer.Option("--engine-wheel", help="the engine's wheel, read as a zip")] = None,
+    device_name: Annotated[Optional[list[str]], typer.Option("--device-name", help="write for these SKU names only (default: every name the target profile knows)")] = None,
+    hidden: Annotated[Optional[int], typer.Option("--hidden", help="the model's hidden size K, when no workload preset matches the file's E and N")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles", show_default="cores")] = os.cpu_count() or 1,
+    any_triton: Annotated[bool, typer.Option("--any-triton", help="compile with an installed Triton other than the engines' pinned release")] = False,
+    cache_dir: CacheOpt = None,
+) -> None:
+    """Engine config files for TARGET in the engine's names and layout, every entry fitting (an over-limit entry
+    becomes the nearest fitting config by a stated rule; compiled, not timed; provenance beside them)."""
+
+    written = triton_export.run(inputs, engine, engine_wheel, target, out, _split_csv(device_name), hidden,
+                                max(1, jobs), cache_dir, any_triton)
+    for w in written:
+        sys.stdout.write(f"{w.path}: {w.entries} entries, {w.substituted} substituted\n")
+    env = "VLLM_TUNED_CONFIG_FOLDER" if (engine or triton_audit.guess_engine([w.path.name for w in written])) == "vllm" \
+        else "SGLANG_MOE_CONFIG_DIR"
+    sys.stdout.write(f"use: export {env}={out} (provenance: {out / triton_export.PROVENANCE}; compiled, not timed)\n")
 
 
 @export_app.command("flashinfer-ids-diff")

@@ -248,7 +248,11 @@ def _named(device: Target) -> Target:
 
 
 def _profile_name_for(device: Target) -> str:
-    """A readable target name for a real device: 'h200' for an H200, else 'gpu-sm90' style."""
+    """A readable target name for a real device: 'h200' for an H200, else 'gpu-sm90' style. A known SKU name
+    (DEVICE_NAMES: 'NVIDIA H100 PCIe' is an h100) wins over the profile's own device-name match."""
+    for p in PROFILES.values():
+        if device.device_name in DEVICE_NAMES.get(p.name, ()) and p.cc == device.cc:
+            return p.name
     for p in PROFILES.values():
         if p.device_name.lower() in device.device_name.lower() and p.cc == device.cc:
             return p.name

@@ -107,7 +107,6 @@ def picks(engine: str, src: tc.EngineSource, E: int, N: int, K: int, topk: int, 
             else:  # no down file and no up file: `down_config or config`
                 key, cfg, source, path, note = ukey, dict(ucfg), usrc, up.path if up_e else None, \
                     "the down GEMM runs the up config"
-            cfg = {k: v for k, v in cfg.items() if k != "USE_TMA"} if gemm == "gate_up" else cfg
             sig = (source, path, key, tuple(sorted(cfg.items())))
             if runs and runs[-1][0] == sig:
                 runs[-1][2] = m

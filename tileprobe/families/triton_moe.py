@@ -2,7 +2,9 @@
 
 Kernels (read from the installed engine or its wheel, never imported):
 - vLLM 0.33.0: vllm/model_executor/layers/fused_moe/fused_moe.py::fused_moe_kernel, launched by
-  `invoke_fused_moe_triton_kernel` from `fused_experts_impl`;
+  `invoke_fused_moe_triton_kernel` from `TritonExperts.apply` (fused_moe/experts/triton_moe.py: the modular kernel
+  the fp8 and unquantized oracles choose for the TRITON backend), which passes no router weights to the gate_up
+  GEMM (topk_weights None there) and aligns with the layer's own experts when there is no expert map;
 - SGLang 0.5.23: sglang/kernels/ops/moe/fused_moe_triton_kernels.py::fused_moe_kernel, launched by
   `invoke_fused_moe_kernel` from sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe.py.
 
@@ -20,7 +22,7 @@ M*top_k*4 <= E) where sorted_token_ids is None; `moe_align_block_size`: numel + 
 numel*BLOCK_SIZE_M when numel < E. The down GEMM is launched with top_k=1 and MUL_ROUTED_WEIGHT=True.
 SGLang `invoke_fused_moe_kernel`: swap_ab as vLLM's (`is_sm90_supported`: capability major 9); PDL on capability >= 9
 (`is_arch_support_pdl`): USE_GDC=True, launch_pdl=True, GDC_EARLY = A.shape[0] <= 512; even_Ks = K % BLOCK_SIZE_K == 0;
-no TMA descriptors (only configs carrying USE_TMA ask for them: refused here), no fused SwiGLU, sum-all-reduce, LoRA or
+no TMA descriptors (only entries carrying USE_TMA ask for them: rows say `unsupported`), no fused SwiGLU, sum-all-reduce, LoRA or
 output mask (their defaults); EM = `moe_align_block_size`'s numel*BLOCK_SIZE_M when numel < E+1, else
 numel + (E+1)*(BLOCK_SIZE_M-1), rounded up to 4; the down GEMM gets top_k=1, ROUTER_TOPK=top_k.
 Scales: fp8 per-tensor A scale of shape (1,), B scale (E,); fp8 block [128, 128]: A scale (tokens, K/128) row-major,
@@ -29,10 +31,8 @@ B scale (E, N/128, K/128) (`per_token_group_quant_fp8` with column_major_scales=
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 from tileprobe.backends.triton.compile import KernelJob
 from tileprobe.backends.triton.source import KernelSource
@@ -43,6 +43,8 @@ NAME = "triton-moe"
 QUANTS = ("bf16", "fp8", "fp8-block")
 GEMMS = ("gate_up", "down")
 BLOCK = 128  # fp8-block: block_shape [128, 128]
+TMA_REASON = ("SGLang launches this entry with TMA descriptors (USE_TMA: a_desc/b_desc, c_sorted), which tileprobe "
+              "does not reproduce: not compiled")
 ENTRY_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 # An entry without num_warps / num_stages (SGLang's default configs) launches with Triton's own defaults:
 # CUDAOptions in triton/backends/nvidia/compiler.py (3.8.0): num_warps=4, num_stages=3.
@@ -82,8 +84,7 @@ def check_quant(quant: str) -> str:
 
 def parse_entry(entry: object, where: str) -> dict[str, int]:
     """One engine config entry, checked: the six keys as whole numbers (num_warps / num_stages default to Triton's
-    own when absent; USE_TMA entries are refused: the TMA descriptor launch is not reproduced); other keys the
-    engines ignore on CUDA are dropped."""
+    own when absent); other keys are dropped (USE_TMA: see TMA_REASON)."""
     if not isinstance(entry, dict):
         raise UsageError(f"{where}: a config entry is a JSON object, not {type(entry).__name__}")
     entry = {**TRITON_DEFAULTS, **entry}
@@ -96,40 +97,7 @@ def parse_entry(entry: object, where: str) -> dict[str, int]:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise UsageError(f"{where}: {k}={v!r} is not a positive whole number")
         out[k] = v
-    if entry.get("USE_TMA"):
-        raise UsageError(f"{where}: USE_TMA entries launch with TMA descriptors, which tileprobe does not reproduce")
     return out
-
-
-def read_config_file(path: Path) -> dict[int, dict[str, int]]:
-    """An engine-format config file ({"M": {BLOCK_SIZE_M: ...}, ...}) as {M: entry}; UsageError when malformed."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise UsageError(f"--configs {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"--configs {path}: malformed JSON ({exc.msg}, line {exc.lineno})") from None
-    if not isinstance(doc, dict) or not doc:
-        raise UsageError(f"--configs {path}: expected an object of batch sizes to config entries")
-    out = {}
-    for k, v in doc.items():
-        if k.startswith("_"):  # provenance / comments some exported files carry
-            continue
-        try:
-            m = int(k)
-        except ValueError:
-            raise UsageError(f"--configs {path}: key {k!r} is not a batch size") from None
-        out[m] = parse_entry(v, f"--configs {path} [{k}]")
-    if not out:
-        raise UsageError(f"--configs {path}: no config entries")
-    return out
-
-
-def pick(entries: dict[int, dict], m: int) -> tuple[int, dict]:
-    """The engines' rule for a batch of M tokens: the entry whose key is nearest M (vLLM try_get_optimal_moe_config,
-    SGLang the same: configs[min(configs.keys(), key=lambda x: abs(x - M))])."""
-    key = min(entries, key=lambda x: abs(x - m))
-    return key, entries[key]
 
 
 def gemm_shape(gemm: str, hidden: int, inter_shard: int) -> tuple[int, int]:
@@ -187,7 +155,7 @@ def _vllm_args(quant: str, gemm: str, experts: int, n: int, k: int, m: int, top_
     c_shape = (m, top_k, n)
     args = (
         _a_dtype(quant), _a_dtype(quant), "*bf16", None, a_scale[0] if a_scale else None,
-        b_scale[0] if b_scale else None, "*fp32", sorted_ids, "*i32", "*i32",
+        b_scale[0] if b_scale else None, "*fp32" if gemm == "down" else None, sorted_ids, "*i32", "*i32",
         n, k, em, num_tokens,
         k, 1, n * k, 1, k, _strides(c_shape)[1], _strides(c_shape)[2],
         a_st[0] if len(a_st) == 2 else 0, a_st[1] if len(a_st) == 2 else 0,

@@ -68,13 +68,15 @@ def read_args(path: Path | None, builtin: dict | None) -> dict:
     return {**(builtin or {}), **doc}
 
 
-def size_autotune(source: KernelSource, args: dict, cc: int, jobs: int = 1, cache_dir=None,
+def size_autotune(source: KernelSource, args, cc: int, jobs: int = 1, cache_dir=None,
                   rebuild: bool = False) -> tuple[list[Sized], list[str]]:
-    """Every autotune config compiled for capability `cc` with `args`; and notes (pruning hooks not reproduced)."""
+    """Every autotune config compiled for capability `cc` with `args` (a dict, or a callable giving it once the
+    kernel is known to be autotuned); and notes (pruning hooks not reproduced)."""
     kernel = load(source, cache_root(cache_dir))
     configs = getattr(kernel, "configs", None)
     if not configs:
         raise UsageError(f"{source.origin}: {source.function} is not an @triton.autotune kernel (no configs)")
+    args = args() if callable(args) else args
     fn = jit_function(kernel)
     tuned = {k for c in configs for k in c.kwargs}
     wanted = [n for n in fn.arg_names if n not in tuned]
