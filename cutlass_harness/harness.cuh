@@ -497,6 +497,26 @@ struct Harness {
     return double(ms);
   }
 
+  // The stopping rule for timed repeats. With the samples sorted, one more sample, whatever its value, moves the
+  // median by at most half the larger gap beside it (odd count) or half the middle gap (even count). Repeats go on
+  // until there are --repeats of them, then one at a time until that bound is <= --median-tol x the median (more
+  // repeats could not move it further), or --max-repeats are done.
+  static double median_move_bound(std::vector<double> v, double& median) {
+    std::sort(v.begin(), v.end());
+    size_t n = v.size(), m = n / 2;
+    median = n % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+    return n % 2 ? 0.5 * std::max(v[m] - v[m - 1], v[m + 1] - v[m]) : 0.5 * (v[m] - v[m - 1]);
+  }
+  bool another_repeat(const std::vector<double>& v) const {
+    int n = int(v.size());
+    if (n < opt.repeats) return true;
+    if (n >= std::max(opt.repeats, opt.max_repeats)) return false;
+    if (n < 3) return true;  // the bound needs a neighbour on each side of the median
+    double median = 0;
+    double move = median_move_bound(v, median);
+    return move > opt.median_tol * median;
+  }
+
   // Plain launches, then the same launches replayed from a CUDA graph; both per-launch microseconds per repeat.
   void time(Result& r) {
     int N = opt.rotate;
@@ -505,19 +525,22 @@ struct Harness {
       cutlass::Status st = gemms[launches++ % N].run(stream);
       if (st != cutlass::Status::kSuccess) throw Failure{step_fail("timing: run", status_name(st), cudaGetLastError())};
     };
-    for (int w = 0; w < opt.warmup; ++w) launch_one();
-    ck(cudaStreamSynchronize(stream), "timing: warmup sync");
-    int iters = opt.iters;
-    if (opt.target_ms > 0) {  // size each repeat to about target_ms of GPU time, between 3 and --iters launches
+    int iters = opt.iters, warmup = opt.warmup;
+    if (opt.target_ms > 0) {  // size each repeat to about target_ms of GPU time, between 1 and --iters launches
       ck(cudaEventRecord(ev0, stream), "cudaEventRecord");
       for (int i = 0; i < 3; ++i) launch_one();
       ck(cudaEventRecord(ev1, stream), "cudaEventRecord");
       ck(cudaEventSynchronize(ev1), "timing: estimate sync");
       double per = std::max(1e-3, elapsed_ms() / 3.0);
-      iters = int(std::clamp(std::ceil(opt.target_ms / per), 3.0, double(std::max(3, opt.iters))));
+      double fill = std::ceil(opt.target_ms / per);
+      iters = int(std::clamp(fill, 1.0, double(std::max(1, opt.iters))));
+      // The 3 estimate launches warm up too; the rest of the warm-up stops at about target_ms of GPU time.
+      warmup = int(std::clamp(fill - 3.0, 0.0, double(opt.warmup)));
     }
+    for (int w = 0; w < warmup; ++w) launch_one();
+    ck(cudaStreamSynchronize(stream), "timing: warmup sync");
     r.iters = iters;
-    for (int rep = 0; rep < opt.repeats; ++rep) {
+    while (another_repeat(r.us)) {
       ck(cudaEventRecord(ev0, stream), "cudaEventRecord");
       for (int i = 0; i < iters; ++i) launch_one();
       ck(cudaEventRecord(ev1, stream), "cudaEventRecord");
@@ -550,7 +573,7 @@ struct Harness {
     if (why.empty()) cuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
     if (why.empty()) cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch (warm-up)");
     if (why.empty()) cuda(cudaStreamSynchronize(stream), "graph warm-up sync");
-    for (int rep = 0; rep < opt.repeats && why.empty(); ++rep) {
+    while (why.empty() && another_repeat(us_graph)) {
       if (!cuda(cudaEventRecord(ev0, stream), "cudaEventRecord") || !cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch") ||
           !cuda(cudaEventRecord(ev1, stream), "cudaEventRecord") || !cuda(cudaEventSynchronize(ev1), "graph replay sync"))
         break;

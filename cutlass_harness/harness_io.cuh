@@ -92,6 +92,8 @@ struct Options {
   float alpha = 1.0f, beta = 0.5f;
   double atol = 0.0, rtol = 2e-2;  // fallbacks only: the Python side passes the family's tolerances
   int warmup = 5, iters = 20, repeats = 5, rotate = 1, device = 0;
+  int max_repeats = 0;  // > repeats: add repeats one at a time until the median is settled (median_tol), up to this
+  double median_tol = 0.005;  // settled: one more repeat, whatever it measures, moves the median by <= this fraction
   int topk = 2;  // finalize (scatter) builds only: experts per token when building the MoE routing
   double target_ms = 0;  // > 0: choose launches per repeat to fill about this much GPU time
   bool check = true;
@@ -99,7 +101,7 @@ struct Options {
 
 [[noreturn]] inline void usage(const std::string& msg) {
   std::fprintf(stderr, "error: %s\nusage: harness --problems FILE [--seed S] [--alpha A] [--beta B] [--atol A] [--rtol R] "
-               "[--warmup W] [--iters I] [--target-ms T] [--repeats R] [--rotate N] [--no-check] [--device D] "
+               "[--warmup W] [--iters I] [--target-ms T] [--repeats R] [--max-repeats M] [--median-tol F] [--rotate N] [--no-check] [--device D] "
                "[--topk K] [--reference-dump DIR]\n", msg.c_str());
   std::exit(2);
 }
@@ -130,6 +132,8 @@ inline Options parse_args(int argc, char** argv) {
     else if (key == "--iters") o.iters = int(num(1));
     else if (key == "--target-ms") o.target_ms = num(0);
     else if (key == "--repeats") o.repeats = int(num(0));
+    else if (key == "--max-repeats") o.max_repeats = int(num(0));
+    else if (key == "--median-tol") o.median_tol = num(0);
     else if (key == "--rotate") o.rotate = int(num(1));
     else if (key == "--device") o.device = int(num(0));
     else if (key == "--topk") o.topk = int(num(1));

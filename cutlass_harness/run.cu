@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kernels.cuh"
+#include "describe.cuh"
 #include "harness_io.cuh"
 #include "faults.cuh"
 #include "harness.cuh"
@@ -42,6 +43,12 @@
 #undef TP_CFG
 
 int main(int argc, char** argv) {
+  // --describe: the config's sizes from this very binary (describe.cuh; no GPU, no other option): the static probe
+  // reads them from the harness it launches, so one compile serves both.
+  if (argc == 2 && std::string(argv[1]) == "--describe") {
+    tileprobe_describe::describe<K>(kCfgIndex);
+    return 0;
+  }
   Options opt = parse_args(argc, argv);
   Fault fault = read_fault();
   std::vector<PointSpec> points = read_points(opt.problems, opt.rotate);

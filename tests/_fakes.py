@@ -12,6 +12,9 @@ from pathlib import Path
 # 'die-before' (exits 1 before announcing anything).
 PROLOGUE = """
 import json, os, signal, sys, time
+if sys.argv[1:] == ["--describe"] and DESCRIBE is not None:  # run.cu --describe: the config's sizes, no GPU
+    print(json.dumps(DESCRIBE), flush=True)
+    sys.exit(0)
 path = sys.argv[sys.argv.index("--problems") + 1]
 ids, sizes = [], {}
 for l in open(path):
@@ -33,9 +36,10 @@ def answer(pid, **extra):
 
 
 def fake_harness(tmp_path: Path, behaviour: dict, default: str = "ok", name: str = "harness",
-                 log: Path | None = None) -> Path:
-    """behaviour: {point id: what}; `log` gets one line per process start listing the ids it was given."""
-    body = PROLOGUE + textwrap.dedent(f"""
+                 log: Path | None = None, describe: dict | None = None) -> Path:
+    """behaviour: {point id: what}; `log` gets one line per process start listing the ids it was given; `describe`:
+    what `--describe` prints (run.cu's description of its config), None: the harness has no --describe."""
+    body = f"DESCRIBE = {describe!r}\n" + PROLOGUE + textwrap.dedent(f"""
     behaviour = {json.dumps({str(k): v for k, v in behaviour.items()})}
     if {str(log) if log else ''!r}:
         open({str(log) if log else ''!r}, "a").write(" ".join(map(str, ids)) + "\\n")

@@ -1,6 +1,7 @@
 import os
 import random
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,25 @@ from tileprobe.backends.cutlass.toolchain import find_cutlass, find_nvcc
 # pytester: tests/test_pytest_plugin.py runs the tileprobe plugin in throwaway pytest sessions. The plugin itself
 # (--tileprobe-known-good) is loaded from its pytest11 entry point once tileprobe is installed.
 pytest_plugins = ["pytester"]
+
+
+def pytest_configure(config):
+    """One build cache for the whole test session, so each harness compiles once and every test that needs it (the
+    `toolchain` fixture, the wheel-install test, CLI subprocesses) shares it: TILEPROBE_TEST_CACHE if the caller names
+    one, else a fresh folder (cold, like a fresh clone's). Entries are only served when their content key matches
+    (sources, headers, nvcc, flags: build.cache_key), so sharing weakens nothing. TILEPROBE_CACHE_DIR follows it for
+    subprocesses unless set; a test about the cache itself passes its own --cache-dir."""
+    if not os.environ.get("TILEPROBE_TEST_CACHE"):
+        os.environ["TILEPROBE_TEST_CACHE"] = _OWN_CACHE[0] = tempfile.mkdtemp(prefix="tileprobe-test-cache-")
+    os.environ.setdefault("TILEPROBE_CACHE_DIR", os.environ["TILEPROBE_TEST_CACHE"])
+
+
+_OWN_CACHE = [None]  # the session cache this process made (removed at the end); a caller's is left alone
+
+
+def pytest_unconfigure(config):
+    if _OWN_CACHE[0]:
+        shutil.rmtree(_OWN_CACHE[0], ignore_errors=True)
 
 
 def _has_gpu() -> bool:
@@ -33,7 +53,8 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def toolchain(tmp_path_factory):
-    """The real nvcc and CUTLASS (CI has both: nvcc on PATH, CUTLASS inside the pinned flashinfer wheel)."""
+    """The real nvcc and CUTLASS (CI has both: nvcc on PATH, CUTLASS inside the pinned flashinfer wheel), and the
+    session's one build cache (pytest_configure)."""
     from tileprobe.sweep import Toolchain
 
     cache = Path(os.environ.get("TILEPROBE_TEST_CACHE") or tmp_path_factory.mktemp("tpcache"))

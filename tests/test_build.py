@@ -76,6 +76,17 @@ def test_failed_compile_is_cached_with_its_log(tiny_harness, tmp_path):
     assert "error" in build.first_error(first.log)
 
 
+def test_a_relative_cache_folder_still_builds(tiny_harness, tmp_path, monkeypatch, rng):
+    """`--cache-dir c` (relative): nvcc runs inside the entry's temporary folder, so the cache root is made absolute
+    first; before, every config came back a compile error ("tp_configs.inc: No such file"), cached as such."""
+    monkeypatch.chdir(tmp_path)
+    root = build.cache_root("rel-cache")
+    assert root.is_absolute() and root == tmp_path / "rel-cache"
+    req = build.BuildRequest("describe", (cfg(rng.choice([128, 256])),), with_device=False)
+    res = build.build(req, find_cutlass(), find_nvcc(), root, 300)
+    assert res.ok and res.binary.is_file(), res.log
+
+
 def test_ptxas_and_static_assert_parsers():
     log = ("ptxas info    : Function properties for _Z3fooPi\n    0 bytes stack frame, 0 bytes spill stores, "
            "0 bytes spill loads\nptxas info    : Used 40 registers\nptxas info    : Function properties for "

@@ -144,3 +144,32 @@ def test_one_corrupted_tile_among_many_groups_is_incorrect_and_named(builds, tmp
     assert r.verdict is Verdict.INCORRECT, r
     assert r.data["bad_groups"] == 1 and r.data["worst_group"] == g and f"worst in group {g} " in r.reason
     assert r.data["worst_row"] < 64 and r.data["worst_col"] < 128
+
+
+def _settled(samples: list[float], tol: float) -> bool:
+    """The stated rule, read from PROTOCOL.md: one more sample could move the median by at most tol x median."""
+    v = sorted(samples)
+    n, m = len(v), len(v) // 2
+    med = v[m] if n % 2 else (v[m - 1] + v[m]) / 2
+    move = max(v[m] - v[m - 1], v[m + 1] - v[m]) / 2 if n % 2 else (v[m] - v[m - 1]) / 2
+    return move <= tol * med
+
+
+def test_timing_repeats_stop_where_one_more_could_not_move_the_median(builds, tmp_path):
+    """With the sweep's own timing options: at least MIN_REPEATS and at most MAX_REPEATS samples, plain and graph
+    each; a series that stopped early is settled, and a series that went past the minimum was not settled one
+    sample earlier (samples are in the order measured)."""
+    from tileprobe.backends.cutlass.timing import MAX_REPEATS, MEDIAN_TOL, MIN_REPEATS, harness_options
+
+    rng = random.Random()
+    cfg = _cfg("sm90-fp8", "128x128x128", "sm_90a")
+    probs = [(rng.randint(1, 64), 128 * rng.randint(4, 32), 128 * rng.randint(4, 56)) for _ in range(rng.randint(1, 16))]
+    r = run_one([str(builds["fp8_ok"].binary), "--problems", str(_problems(tmp_path, probs)),
+                 *harness_options(cfg, rng.randrange(2**31))], 120)
+    assert r.verdict is Verdict.OK, (probs, r)
+    for series in (r.data["us"], r.data["us_graph"]):
+        assert MIN_REPEATS <= len(series) <= MAX_REPEATS and min(series) > 0
+        if len(series) < MAX_REPEATS:
+            assert _settled(series, MEDIAN_TOL), series
+        if len(series) > MIN_REPEATS:
+            assert not _settled(series[:-1], MEDIAN_TOL), series

@@ -23,7 +23,7 @@ def test_merged_shards_equal_the_unsharded_sweep(tmp_path, toolchain, rng):
     tiles = rng.sample(list(FAMILIES["sm120-nvfp4"].default_tiles), 2)
     common = ["sweep", "--static-only", "--target", "rtx-pro-6000", "--family", "sm120-nvfp4", "--tiles",
               ",".join(tiles), "--schedules", "cooperative,pingpong", "--cache-dir", str(toolchain.cache)]
-    # --jobs 2 batches configs {0,2} and {1,3}: exactly what shards 0/2 and 1/2 build with --jobs 1 (cache shared)
+    # the unsharded sweep builds its 4 configs in one unit, each shard its 2 (static_probe.sizes_batches)
     p = tileprobe(*common, "--jobs", "2", "--out", str(tmp_path / "full"))
     assert p.returncode == 0, p.stderr
     for i in (0, 1):

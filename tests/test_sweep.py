@@ -10,7 +10,7 @@ from rich.console import Console
 
 from tileprobe import predict, sweep
 from tileprobe.predict import modeled
-from tileprobe.backends.cutlass import runtime
+from tileprobe.backends.cutlass import pipeline, runtime
 from tileprobe.backends.cutlass.build import BuildResult
 from tileprobe.families import FAMILIES, expand_configs
 from tileprobe.results.writer import ResultsWriter, load_rows
@@ -34,29 +34,26 @@ def test_model_skip_with_a_gpu_present_builds_and_launches_only_what_may_fit(tmp
                 if predict.smem_bytes("sm90-fp8", t, "cooperative", stages=s, cutlass_version="4.5.0") <= limit}
     assert 0 < len(want_fit) < len(tiles) * len(stages)  # some fit, some do not (the model's numbers)
 
-    sized: list[str] = []
-
-    def fake_probe_static(configs, target, *a, **k):  # what compiling would say: sized, at the model's sizes
-        out = []
-        for c in configs:
-            sized.append(c.key)
-            m = modeled.model(c, "4.5.0")
-            out.append(Outcome(c, Verdict.FITS if m.smem_bytes <= target.smem_optin else Verdict.SMEM_OVER_LIMIT,
-                               "sized (fake)", StaticInfo(stages=m.stages, smem_bytes=m.smem_bytes,
-                                                          threads_per_cta=384)))
-        return out
-
     built: list[str] = []
-    exe = fake_harness(tmp_path, {})
 
-    def fake_build_many(requests, *a, **k):
-        built.extend(c.key for r in requests for c in r.configs)
-        return [BuildResult(r, True, exe, "", 0.1, True, []) for r in requests]
+    def fake_build(req, *a, **k):  # one harness build per config; it describes itself at the model's sizes
+        (c,) = req.configs
+        built.append(c.key)
+        m = modeled.model(c, "4.5.0")
+        desc = {"index": 0, "stages": m.stages, "smem_bytes": m.smem_bytes, "smem_mainloop_bytes": None,
+                "smem_epilogue_bytes": None, "cutlass_cap_bytes": None, "max_threads": 384, "min_blocks": 1,
+                "kernel_type": "fake"}
+        exe = fake_harness(tmp_path, {}, name=f"h{len(built)}", describe=desc)
+        return BuildResult(req, True, exe, "", 0.1, True, [])
+
+    def no_static_probe(*a, **k):
+        raise AssertionError("with a GPU, the sizes come from the harness build (run.cu --describe)")
 
     monkeypatch.setattr(sweep, "resolve_target", lambda name, gpus=None: (dev, [dev]))
-    monkeypatch.setattr(sweep, "probe_static", fake_probe_static)
+    monkeypatch.setattr(sweep, "probe_static", no_static_probe)
+    monkeypatch.setattr(pipeline, "probe_static", no_static_probe)
     monkeypatch.setattr(sweep, "find_cutlass", lambda d=None: _tree())
-    monkeypatch.setattr(runtime, "build_many", fake_build_many)
+    monkeypatch.setattr(pipeline, "build", fake_build)
     monkeypatch.setattr(runtime, "measure_refs", lambda i: {"copy_gbps": 4000.0})
     opts = sweep.SweepOptions(family="sm90-fp8", tiles=tiles, schedules=["cooperative"], stages=stages,
                               epilogues=["no-c"], model_skip=True, out=tmp_path / "out", jobs=1,
@@ -65,7 +62,9 @@ def test_model_skip_with_a_gpu_present_builds_and_launches_only_what_may_fit(tmp
     sweep.run(opts, Console(quiet=True))
     rows = load_rows(tmp_path / "out")
     fit_keys = {r["config"] for r in rows if (r["tile"], r["stages"]) in want_fit}
-    assert set(sized) == set(built) == fit_keys  # the rest was neither compiled nor launched
+    assert set(built) == fit_keys and len(built) == len(fit_keys)  # one build each; the rest neither built nor launched
+    static = [r for r in rows if not r.get("workload") and r["config"] in fit_keys]
+    assert len(static) == len(fit_keys) and {r["evidence"] for r in static} == {"compiled"}
     launched = [r for r in rows if r.get("workload")]
     assert launched and {r["config"] for r in launched} == fit_keys
     skipped = [r for r in rows if r["config"] not in fit_keys]

@@ -20,7 +20,8 @@ from tileprobe.errors import UsageError
 from tileprobe.families import Config, Family, arch_for, expand_configs, family, family_for_cc
 from tileprobe.results.writer import ResultsWriter, row_key
 from tileprobe.results.rows import Outcome, make_row, now
-from tileprobe.backends.cutlass.runtime import RuntimeJob, runtime_rows
+from tileprobe.backends.cutlass.pipeline import probe_and_launch
+from tileprobe.backends.cutlass.runtime import RuntimeJob
 from tileprobe.backends.cutlass.static_probe import probe_static
 from tileprobe.targets import Target, profile, resolve_target
 from tileprobe.backends.cutlass.toolchain import CutlassTree, Nvcc, family_cutlass, find_cutlass, find_nvcc
@@ -138,11 +139,9 @@ def plan(opts: SweepOptions, cutlass_version: str | None = None) -> Plan:
 
 
 
-def static_rows(opts: SweepOptions, tc: Toolchain, target: Target, configs: list[Config],
-                writer: ResultsWriter) -> tuple[list[Outcome], list[dict]]:
-    """Probe every config (cached builds make repeats cheap), write the rows not yet recorded, return all outcomes.
-    When the user asks for a large space (a `--tiles` range, or --model-skip), configs the model predicts over the
-    limit (or unbuildable) are not compiled: their rows say so (evidence `predicted`)."""
+def model_skips(opts: SweepOptions, tc: Toolchain, target: Target, configs: list[Config]) -> dict[str, Outcome]:
+    """When the user asks for a large space (a `--tiles` range, or --model-skip): the configs the model predicts over
+    the limit (or unbuildable), which are not compiled; their rows say so (evidence `predicted`)."""
     skip = opts.model_skip if opts.model_skip is not None else any(".." in t for t in opts.tiles or ())
     modeled_out: dict[str, Outcome] = {}
     if skip:
@@ -150,24 +149,59 @@ def static_rows(opts: SweepOptions, tc: Toolchain, target: Target, configs: list
             o = modeled.outcome(c, target, tc.cutlass)
             if o is not None and o.verdict is Verdict.SMEM_OVER_LIMIT:
                 modeled_out[c.key] = o
-    todo = [c for c in configs if c.key not in modeled_out]
-    probed = {o.config.key: o for o in probe_static(todo, target, tc.cutlass, tc.nvcc, tc.cache, opts.jobs,
-                                                    opts.compile_timeout_s, opts.compile, opts.rebuild)}
-    outcomes = [probed.get(c.key) or modeled_out[c.key] for c in configs]
-    rows = []
-    for o in outcomes:
+    return modeled_out
+
+
+def static_writer(tc: Toolchain, target: Target, writer: ResultsWriter, rows: list[dict]):
+    """A function that writes one static outcome's row (unless --resume already holds it) and appends it to rows."""
+    def write(o: Outcome) -> None:
         row = make_row(o.config, target, tc.columns(), o, extra=modeled.columns(o.config, tc.cutlass, o.info))
         if not writer.has(row_key(row)):
             writer.write(row)
             rows.append(row)
+    return write
+
+
+def static_rows(opts: SweepOptions, tc: Toolchain, target: Target, configs: list[Config],
+                writer: ResultsWriter) -> tuple[list[Outcome], list[dict]]:
+    """Probe every config (cached builds make repeats cheap), write the rows not yet recorded, return all outcomes.
+    Configs the model skips (model_skips) are not compiled."""
+    modeled_out = model_skips(opts, tc, target, configs)
+    todo = [c for c in configs if c.key not in modeled_out]
+    probed = {o.config.key: o for o in probe_static(todo, target, tc.cutlass, tc.nvcc, tc.cache, opts.jobs,
+                                                    opts.compile_timeout_s, opts.compile, opts.rebuild)}
+    outcomes = [probed.get(c.key) or modeled_out[c.key] for c in configs]
+    rows: list[dict] = []
+    write = static_writer(tc, target, writer, rows)
+    for o in outcomes:
+        write(o)
     return outcomes, rows
 
 
-def launchable(outcomes: list[Outcome]) -> tuple[list[Outcome], list[Outcome]]:
-    """(to launch, skipped): a config the model skipped (sizes predicted, nothing built) is never built or launched
-    on a GPU either; its static row (evidence `predicted`, with the `prediction` column) is all it gets."""
-    skipped = [o for o in outcomes if o.info.predicted]
-    return [o for o in outcomes if not o.info.predicted], skipped
+def gpu_rows(opts: SweepOptions, plan_: Plan, tc: Toolchain, points: list[Point], seed: int, writer: ResultsWriter,
+             console) -> tuple[list[Outcome], list[dict], RuntimeJob]:
+    """With a GPU of the family's arch: one harness build per config gives its static row and its launches, and
+    builds overlap launches (tileprobe.backends.cutlass.pipeline). Configs the model skips are neither built nor
+    launched: their static row (evidence `predicted`) is all they get."""
+    fam, configs = plan_.family, plan_.configs
+    modeled_out = model_skips(opts, tc, plan_.target, configs)
+    rows: list[dict] = []
+    write = static_writer(tc, plan_.target, writer, rows)
+    if modeled_out:
+        console.print(f"{len(modeled_out)} config(s) not built or launched: the model says they cannot fit "
+                      f"(rows say so, evidence predicted)")
+    job = RuntimeJob(points, seed, plan_.devices, [], tc, opts.jobs, opts.compile_timeout_s, opts.run_timeout_s,
+                     opts.rebuild, peer=opts.peer if fp8_peer_applies(fam, configs) else None)
+    if opts.peer and job.peer is None:
+        console.print(f"[yellow]--peer {opts.peer}: torch._scaled_grouped_mm is FP8 x FP8; {fam.name} "
+                      "operands here are not, so rows carry no peer[/]")
+    todo = [c for c in configs if c.key not in modeled_out]
+    probed, launched = probe_and_launch(todo, plan_.target, job, writer, console, write) if todo else ([], [])
+    by_key = {o.config.key: o for o in probed}
+    for c in configs:
+        if c.key in modeled_out:
+            write(modeled_out[c.key])
+    return [by_key.get(c.key) or modeled_out[c.key] for c in configs], rows + launched, job
 
 
 def foreign_rows(plan_: Plan, tc: Toolchain, outcomes: list[Outcome], writer: ResultsWriter) -> list[dict]:
@@ -286,27 +320,19 @@ def run(opts: SweepOptions, console) -> list[dict]:
         if p.arch_reason:
             console.print(f"[yellow]{p.arch_reason}: every config is unsupported[/]")
         start = time.perf_counter()
-        outcomes, rows = static_rows(opts, tc, target, configs, writer)
-        rows += foreign_rows(p, tc, outcomes, writer)
-        phases = {"static_s": round(time.perf_counter() - start, 2)}
-        launch, skipped = launchable(outcomes)
-        if devices and skipped:
-            console.print(f"{len(skipped)} config(s) not built or launched: the model says they cannot fit "
-                          f"(rows say so, evidence predicted)")
-            devices = devices if launch else []  # nothing left to launch
-        if devices:
-            job = RuntimeJob(points, seed, devices, launch, tc, opts.jobs, opts.compile_timeout_s,
-                             opts.run_timeout_s, opts.rebuild, peer=opts.peer if fp8_peer_applies(fam, configs) else None)
-            if opts.peer and job.peer is None:
-                console.print(f"[yellow]--peer {opts.peer}: torch._scaled_grouped_mm is FP8 x FP8; {fam.name} "
-                              "operands here are not, so rows carry no peer[/]")
-            start = time.perf_counter()
-            rows += runtime_rows(job, writer, console)
-            phases["runtime_s"] = round(time.perf_counter() - start, 2)  # harness builds + references + launches
+        job = None
+        if devices:  # one build per config for its size and its launches; builds overlap launches
+            outcomes, rows, job = gpu_rows(opts, p, tc, points, seed, writer, console)
+            rows += foreign_rows(p, tc, outcomes, writer)
+            phases = {"pipeline_s": round(time.perf_counter() - start, 2)}  # builds, sizes, references, launches
             phases.update({k: round(v, 2) for k, v in job.phases.items()})
+        else:
+            outcomes, rows = static_rows(opts, tc, target, configs, writer)
+            rows += foreign_rows(p, tc, outcomes, writer)
+            phases = {"static_s": round(time.perf_counter() - start, 2)}
         meta = json.loads((opts.out / "run.json").read_text())
         meta["phases"] = phases
-        if devices:
+        if job is not None:
             meta["references"] = {str(k): v for k, v in job.refs.items()}  # per GPU: copy/read GB/s, L2, method
         (opts.out / "run.json").write_text(json.dumps(meta, indent=1))
     return rows

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +54,7 @@ def cache_root(explicit: str | os.PathLike | None = None) -> Path:
         root = Path(os.environ["TILEPROBE_CACHE_DIR"])
     else:
         root = Path(user_cache_dir("tileprobe"))
+    root = root.expanduser().absolute()  # nvcc runs in the entry's own folder: a relative root would not be found
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -79,7 +81,8 @@ class BuildRequest:
         if self.with_device:
             gencode = [f"-gencode=arch=compute_{num}a,code=sm_{num}a", "-O3", "-Xptxas", "-v", "-lineinfo"]
         else:
-            # Sizes only: the device pass parses the headers but instantiates no kernel, so there is no ptxas work.
+            # Sizes only: no kernel is instantiated, so there is no ptxas work, and describe.cu gives the device pass
+            # an empty translation unit (every size is read by the host compile).
             gencode = [f"-gencode=arch=compute_{num}a,code=compute_{num}a", "-O0"]
         fam = family(self.configs[0].family)
         defines = [f"-DTP_FAMILY_KERNEL={fam.kernel_template}", f'-DTP_FAMILY_HEADER="families/{fam.header}"',
@@ -279,16 +282,20 @@ def first_error(log: str) -> str:
 
 
 def build_many(requests: list[BuildRequest], cutlass: CutlassTree, nvcc: Nvcc, cache: Path, jobs: int,
-               timeout_s: float, label: str = "compiling", rebuild: bool = False) -> list[BuildResult]:
-    """Build in parallel (threads waiting on nvcc processes), with a rich progress bar; results in input order."""
+               timeout_s: float, label: str = "compiling", rebuild: bool = False,
+               progress: bool = True) -> list[BuildResult]:
+    """Build in parallel (threads waiting on nvcc processes), with a rich progress bar unless `progress` is False
+    (when the caller already shows one: rich allows one live display); results in input order."""
     results: list[BuildResult | None] = [None] * len(requests)
     if not requests:
         return []
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TimeRemainingColumn(), transient=True) as progress, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        task = progress.add_task(label, total=len(requests))
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TimeRemainingColumn(), transient=True) if progress else None
+    with bar or nullcontext(), ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        task = bar.add_task(label, total=len(requests)) if bar else None
         futures = {pool.submit(build, r, cutlass, nvcc, cache, timeout_s, rebuild): i for i, r in enumerate(requests)}
         for fut in as_completed(futures):
             results[futures[fut]] = fut.result()
-            progress.advance(task)
+            if bar:
+                bar.advance(task)
     return [r for r in results if r is not None]

@@ -49,30 +49,92 @@ class RuntimeJob:
 
 
 def runtime_rows(job: RuntimeJob, writer, console) -> list[dict]:
+    """Build every config's harness, then launch each config's points (Launcher). The sweep's main job with a GPU
+    goes through tileprobe.backends.cutlass.pipeline instead, where builds and launches overlap."""
     tc = job.toolchain
     statics = {o.config.key: o for o in job.outcomes if o.verdict not in (Verdict.UNSUPPORTED, Verdict.COMPILE_ERROR)}
     cfgs = [o.config for o in job.outcomes if o.config.key in statics]
     start = time.perf_counter()
-    refused = {c.key for c in cfgs if _refusal(c)}  # never built: their points are answered without a launch
+    refused = {c.key for c in cfgs if refusal(c)}  # never built: their points are answered without a launch
     built = iter(build_many([BuildRequest("run", (c,)) for c in cfgs if c.key not in refused], tc.cutlass, tc.nvcc,
                             tc.cache, job.jobs, job.compile_timeout_s, "runtime harnesses", job.rebuild))
     builds = [None if c.key in refused else next(built) for c in cfgs]
     job.phases["build_s"] = time.perf_counter() - start
-    rows: list[dict] = []
-    lock = threading.Lock()
-    tasks: queue.Queue = queue.Queue()
-    for cfg, b in zip(cfgs, builds):
+    with Launcher(job, writer, console) as launcher:
+        for cfg, b in zip(cfgs, builds):
+            launcher.put(cfg, statics[cfg.key], b)
+    return launcher.rows
+
+
+class Launcher:
+    """One worker thread per GPU takes configs off a queue as they are put (a config with its static outcome and
+    its harness build) and answers their points; every outcome becomes a row (rows.make_row) as soon as it is known.
+    Workers start at once and measure their GPU's references while the first builds run; a worker waits only while
+    no build is ready, so the GPU is never idle while a built config waits. Phases (seconds, into job.phases):
+    launch_s (from start to the last row), refs_s, gpu_busy_s (harness processes running), gpu_idle_s (workers
+    waiting for a build), queue_wait_s (built configs waiting for a busy GPU)."""
+
+    def __init__(self, job: RuntimeJob, writer, console):
+        self.job, self.writer = job, writer
+        self.statics: dict[str, Outcome] = {}
+        self.rows: list[dict] = []
+        self.lock = threading.Lock()
+        self.tasks: queue.Queue = queue.Queue()
+        self.fed = threading.Event()  # every config has been put
+        self.stop = threading.Event()
+        self.finished = [threading.Event() for _ in job.devices]
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True)
+        self.bar = None
+        self.total = 0
+        for k in ("refs_s", "gpu_busy_s", "gpu_idle_s", "queue_wait_s"):
+            job.phases.setdefault(k, 0.0)
+
+    def __enter__(self) -> "Launcher":
+        self.progress.start()
+        self.bar = self.progress.add_task("launches", total=0)
+        self.start = time.perf_counter()
+        for i, (d, done) in enumerate(zip(self.job.devices, self.finished)):
+            threading.Thread(target=self._worker, args=(d, done), name=f"gpu{d.gpu_index}-w{i}", daemon=True).start()
+        return self
+
+    def put(self, cfg: Config, static: Outcome, build: BuildResult | None) -> None:
+        """Queue one config's points not yet recorded; `build` None for a config the family refuses to launch."""
+        job = self.job
+        self.statics[cfg.key] = static
         runs = family(cfg.family).runs_point
         left = [(i, p) for i, p in enumerate(job.points) if (runs is None or runs(cfg, p)) and not any(
-            writer.has(row_key({"config": cfg.key, "target": d.name, "seed": job.seed} | p.columns()))
+            self.writer.has(row_key({"config": cfg.key, "target": d.name, "seed": job.seed} | p.columns()))
             for d in job.devices[:1])]
         if left:
-            tasks.put((cfg, b, left))
-    total = sum(len(t[2]) for t in tasks.queue)
-    refs = job.refs
+            with self.lock:
+                self.total += len(left)
+                self.progress.update(self.bar, total=self.total)
+            self.tasks.put((cfg, build, left, time.perf_counter()))
 
-    def emit(cfg: Config, device: Target, res: ProbeResult, point: Point, pid: int) -> None:
-        static = statics[cfg.key]
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.fed.set()
+        try:
+            if exc_type is not None:
+                raise exc
+            for done in self.finished:
+                while not done.wait(0.2):  # wake regularly so Ctrl-C reaches the main thread
+                    pass
+            self.job.phases["launch_s"] = time.perf_counter() - self.start
+        except BaseException:
+            self.stop.set()  # workers kill their running probes and end; every written row stays
+            for done in self.finished:
+                done.wait(30)
+            raise
+        finally:
+            self.progress.stop()
+
+    def _add(self, key: str, seconds: float) -> None:
+        with self.lock:
+            self.job.phases[key] = self.job.phases.get(key, 0.0) + seconds
+
+    def emit(self, cfg: Config, device: Target, res: ProbeResult, point: Point, pid: int) -> None:
+        job, static = self.job, self.statics[cfg.key]
         d = res.data
         runtime = {"gpu_index": device.gpu_index, "device_name": device.device_name,
                    "worker": threading.current_thread().name, "launch_status": d.get("launch_status") or res.verdict.value,
@@ -80,69 +142,59 @@ def runtime_rows(job: RuntimeJob, writer, console) -> list[dict]:
                    "seed": job.seed, "point_id": pid,
                    **{k: d.get(k) for k in ("rel_err", "atol", "rtol", "checked_elements", "bad_elements",
                                             "bad_groups", "worst_group", "worst_ratio")},
-                   **timing_columns(d, point, cfg, device, refs.get(device.gpu_index, {}))}
+                   **timing_columns(d, point, cfg, device, job.refs.get(device.gpu_index, {}))}
         peer_us = job.peer_us.get(device.gpu_index, {}).get(pid) if job.peer else None
         if job.peer:
             runtime.update(peer=job.peer, peer_us=peer_us,
                            speedup=round(peer_us / runtime["us_median"], 3) if peer_us and runtime.get("us_median")
                            else None)
-        row = make_row(cfg, device, tc.columns(), Outcome(cfg, res.verdict, res.reason, static.info), runtime,
-                       point.columns())
-        with lock:
-            writer.write(row)
-            rows.append(row)
-            progress.advance(bar)
+        row = make_row(cfg, device, job.toolchain.columns(), Outcome(cfg, res.verdict, res.reason, static.info),
+                       runtime, point.columns())
+        with self.lock:
+            self.writer.write(row)
+            self.rows.append(row)
+            self.progress.advance(self.bar)
 
-    stop = threading.Event()
-    finished = [threading.Event() for _ in job.devices]
-
-    def worker(device: Target, done: threading.Event) -> None:
+    def _worker(self, device: Target, done: threading.Event) -> None:
+        job = self.job
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=child_visible_devices(device.gpu_index))
         try:
-            if device.gpu_index not in refs:  # each worker measures its own GPU, in parallel with the others
-                refs[device.gpu_index] = measure_refs(device.gpu_index)
-                if job.peer:
-                    cfg0 = statics[next(iter(statics))].config
-                    job.peer_us[device.gpu_index] = peer.measure(device.gpu_index, [
-                        (i, rotation_sets(p, cfg0, device), [list(x) for x in p.problems])
-                        for i, p in enumerate(job.points)])
-            while not stop.is_set():
+            if device.gpu_index not in job.refs:  # each worker measures its own GPU, in parallel with the others
+                t0 = time.perf_counter()
+                job.refs[device.gpu_index] = measure_refs(device.gpu_index)
+                self._add("refs_s", time.perf_counter() - t0)
+            while not self.stop.is_set():
+                t0 = time.perf_counter()
                 try:
-                    cfg, build, left = tasks.get_nowait()
+                    cfg, build, left, queued = self.tasks.get(timeout=0.2)
                 except queue.Empty:
-                    return
+                    self._add("gpu_idle_s", time.perf_counter() - t0)
+                    if self.fed.is_set() and self.tasks.empty():
+                        return
+                    continue
+                taken = time.perf_counter()
+                self._add("gpu_idle_s", taken - t0)
+                self._add("queue_wait_s", taken - queued)
+                if job.peer and device.gpu_index not in job.peer_us:  # the peer's rotation follows the family's bits
+                    job.peer_us[device.gpu_index] = peer.measure(device.gpu_index, [
+                        (i, rotation_sets(p, cfg, device), [list(x) for x in p.problems])
+                        for i, p in enumerate(job.points)])
                 try:
-                    probe_config(cfg, statics[cfg.key], build, left, device, env, job.seed, job.run_timeout_s,
-                                 emit, stop)
+                    probe_config(cfg, self.statics[cfg.key], build, left, device, env, job.seed, job.run_timeout_s,
+                                 self.emit, self.stop)
                 except Stopped:
                     return
+                finally:
+                    self._add("gpu_busy_s", time.perf_counter() - taken)
         finally:
             done.set()
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TimeRemainingColumn(), console=console, transient=True) as progress:
-        bar = progress.add_task("launches", total=total)
-        start = time.perf_counter()
-        for i, (d, done) in enumerate(zip(job.devices, finished)):
-            threading.Thread(target=worker, args=(d, done), name=f"gpu{d.gpu_index}-w{i}", daemon=True).start()
-        try:
-            for done in finished:
-                while not done.wait(0.2):  # wake regularly so Ctrl-C reaches the main thread
-                    pass
-            job.phases["launch_s"] = time.perf_counter() - start
-        except KeyboardInterrupt:
-            stop.set()  # workers kill their running probes and end; every written row stays
-            for done in finished:
-                done.wait(30)
-            raise
-    return rows
 
 
 def probe_config(cfg: Config, static: Outcome, build: BuildResult, points: list[tuple[int, Point]], device: Target,
                  env: dict, seed: int, timeout_s: float, emit, stop: threading.Event | None = None) -> None:
     """All points of one config on one device. `points` are (stable id, point) pairs; `build` is None for a config
     the family refuses to launch."""
-    why = _refusal(cfg)
+    why = refusal(cfg)
     if why or build is None:
         for pid, point in points:
             emit(cfg, device, ProbeResult(Verdict.UNSUPPORTED, f"not launched: {why or 'no harness was built'}", {}),
@@ -203,9 +255,10 @@ def expected_elements(cfg: Config, point: Point, data: dict) -> int | None:
     return count(cfg, point, data) if count else sum(m * n for m, n, _ in point.problems)
 
 
-def _refusal(cfg: Config) -> str | None:
-    refusal = family(cfg.family).launch_refusal
-    return refusal(cfg) if refusal else None
+def refusal(cfg: Config) -> str | None:
+    """Why the family will not launch this config (it is then never built as a harness), or None."""
+    refuse = family(cfg.family).launch_refusal
+    return refuse(cfg) if refuse else None
 
 
 def _noted(res: ProbeResult, static: Outcome, device: Target) -> ProbeResult:

@@ -31,8 +31,10 @@ def judge(config: Config, info: StaticInfo, target: Target) -> StaticOutcome:
                          f"headroom {headroom} B ({info.stages} stages); not launched", info)
 
 
-def _describe(binary: Path, timeout_s: float = 60) -> dict[int, dict]:
-    proc = subprocess.run([str(binary)], capture_output=True, text=True, timeout=timeout_s)
+def _describe(binary: Path, timeout_s: float = 60, args: tuple[str, ...] = ()) -> dict[int, dict]:
+    """The configs' descriptions a binary prints: a describe build with no argument, a runtime harness with
+    `--describe` (run.cu: the same object, from the binary that is launched). No GPU is needed."""
+    proc = subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
         raise RuntimeError(f"describe exited {proc.returncode}: {proc.stderr.strip()[:200]}")
     out = {}
@@ -68,10 +70,12 @@ def _failed(config: Config, build: BuildResult) -> StaticOutcome:
 
 
 def probe_static(configs: list[Config], target: Target, cutlass: CutlassTree, nvcc: Nvcc, cache: Path, jobs: int,
-                 timeout_s: float, regs: bool = False, rebuild: bool = False) -> list[StaticOutcome]:
+                 timeout_s: float, regs: bool = False, rebuild: bool = False,
+                 progress: bool = True) -> list[StaticOutcome]:
     """Outcome for every config, in input order. Unsupported configs are not compiled.
 
-    Without `regs`, configs are batched into `jobs` translation units (sizes need no device code); a batch that
+    Without `regs`, configs are batched into translation units of up to CONFIGS_PER_TU configs, at most `jobs` of
+    them (sizes_batches; sizes need no device code); a batch that
     fails falls back to one build per config so one bad config never hides the others. With `regs`, each config is
     built with its device code so ptxas reports registers and spills.
     """
@@ -85,9 +89,9 @@ def probe_static(configs: list[Config], target: Target, cutlass: CutlassTree, nv
     if regs:
         singles = todo
     else:
-        batches = _split([c for c in todo], max(1, jobs))
+        batches = _split([c for c in todo], sizes_batches(len(todo), jobs))
         results = build_many([BuildRequest("describe", tuple(b), with_device=False) for b in batches],
-                             cutlass, nvcc, cache, jobs, timeout_s, "sizing (batched)", rebuild)
+                             cutlass, nvcc, cache, jobs, timeout_s, "sizing (batched)", rebuild, progress)
         singles = []
         for batch, res in zip(batches, results):
             if not res.ok:
@@ -101,7 +105,7 @@ def probe_static(configs: list[Config], target: Target, cutlass: CutlassTree, nv
             for i, c in enumerate(batch):
                 outcomes[c.key] = judge(c, _info_from(desc[i], res), target)
     results = build_many([BuildRequest("describe", (c,), with_device=regs) for c in singles], cutlass, nvcc,
-                         cache, jobs, timeout_s, "compiling" if regs else "sizing (per config)", rebuild)
+                         cache, jobs, timeout_s, "compiling" if regs else "sizing (per config)", rebuild, progress)
     retry: list[Config] = []
     for c, res in zip(singles, results):
         if not res.ok:
@@ -115,18 +119,19 @@ def probe_static(configs: list[Config], target: Target, cutlass: CutlassTree, nv
             outcomes[c.key] = StaticOutcome(c, Verdict.COMPILE_ERROR, f"describe failed: {exc}", log=res.log)
             continue
         outcomes[c.key] = judge(c, _info_from(desc, res), target)
-    for c, o in zip(retry, _two_stage_numbers(retry, target, cutlass, nvcc, cache, jobs, timeout_s)):
+    for c, o in zip(retry, _two_stage_numbers(retry, target, cutlass, nvcc, cache, jobs, timeout_s, progress)):
         outcomes[c.key] = o
     return [outcomes[c.key] for c in configs]
 
 
 def _two_stage_numbers(configs: list[Config], target: Target, cutlass: CutlassTree, nvcc: Nvcc, cache: Path,
-                       jobs: int, timeout_s: float) -> list[StaticOutcome]:
+                       jobs: int, timeout_s: float, progress: bool = True) -> list[StaticOutcome]:
     """For auto-carveout configs that died on CUTLASS's 'Stages set to value 2 or more' static_assert: build the
     same tile with exactly 2 stages to put bytes on why (the smallest pipeline, and how far over the limit it is)."""
     twos = [replace(c, stages=2) for c in configs]
     out = []
-    for c, two in zip(configs, probe_static(twos, target, cutlass, nvcc, cache, jobs, timeout_s) if twos else []):
+    twos_out = probe_static(twos, target, cutlass, nvcc, cache, jobs, timeout_s, progress=progress) if twos else []
+    for c, two in zip(configs, twos_out):
         why = "CUTLASS static_assert 'Stages set to value 2 or more': the auto carveout fits fewer than 2 stages"
         if two.verdict is Verdict.SMEM_OVER_LIMIT and two.info.smem_bytes is not None:
             err = OutOfResources("SharedStorage", two.info.smem_bytes, target.smem_optin)
@@ -137,7 +142,32 @@ def _two_stage_numbers(configs: list[Config], target: Target, cutlass: CutlassTr
     return out
 
 
+# A sizes-only translation unit is nearly all fixed cost: parsing CUTLASS and CuTe once; each config adds only the
+# class-level instantiation of its kernel type. Measured (results/benchmarks/static_tu.jsonl, 2 cores): the 18-config
+# default sm120 set cost 20.7 CPU s in one unit and 42.5 in two of 9. So a unit holds up to this many configs before
+# another is started: splitting a smaller set only buys wall time where idle cores absorb a second parse.
+CONFIGS_PER_TU = 32
+
+
+def sizes_batches(n: int, jobs: int) -> int:
+    """How many sizes-only translation units `n` configs are built in: ceil(n / CONFIGS_PER_TU), at most `jobs`."""
+    return max(1, min(max(1, jobs), -(-n // CONFIGS_PER_TU)))
+
+
 def _split(items: list, n: int) -> list[list]:
     """Round-robin into at most n non-empty lists (stable content for a stable cache key)."""
     n = min(n, len(items))
     return [items[i::n] for i in range(n)] if n else []
+
+
+def static_from_run(config: Config, build: BuildResult, target: Target) -> StaticOutcome | None:
+    """The static outcome of a config from its runtime harness build (run.cu --describe): sizes from the binary that
+    is launched, registers and spills from its ptxas report (evidence `compiled`). None when that build failed or
+    cannot describe itself: the caller sizes the config the static probe's own way (probe_static)."""
+    if not build.ok or build.binary is None:
+        return None
+    try:
+        desc = _describe(build.binary, args=("--describe",))[0]
+    except (RuntimeError, subprocess.TimeoutExpired, ValueError, KeyError, OSError):
+        return None
+    return judge(config, _info_from(desc, build), target)

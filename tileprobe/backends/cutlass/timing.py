@@ -1,8 +1,12 @@
 """Timing policy: how many input sets rotate (sized from the device's L2), how a harness times, and what the
 timings become (medians, spreads, launch gaps, bandwidth against the device's own references).
 
-Method: each of 7 repeats times enough launches to fill about 10 ms (3 to 400, after 5 warm-up launches), once as
-plain back-to-back launches and once replayed from a CUDA graph of the same launches. `us_median` is the plain
+Method: each repeat times enough launches to fill about 10 ms (1 to 400; 3 timed launches estimate the kernel's time,
+then up to 5 warm-up launches, fewer where they would pass 10 ms), once as plain back-to-back launches and once
+replayed from a CUDA graph of the same launches. Repeats adapt to the measured spread under one rule (harness.cuh,
+PROTOCOL.md): at least 3, then one more at a time until one more repeat, whatever it measured, could move the median
+by at most 0.5% (half the larger gap beside the median of the sorted samples), at most 7; plain and graph samples
+stop independently. `us_median` is the plain
 launches' median (what an engine that launches kernels one by one sees); `us_graph_median` is the graph's, which
 removes the CPU launch gaps; `launch_gap_us` is the difference. For kernels of a few µs the graph figure is the
 kernel's own time; reports show both.
@@ -20,6 +24,9 @@ from tileprobe.targets import Target
 from tileprobe.workloads import Point
 
 L2_SPAN = 4  # rotated inputs span at least 4x the L2, so no timed launch finds its data in cache
+TARGET_MS = 10  # GPU time per timed repeat
+MIN_REPEATS, MAX_REPEATS = 3, 7  # repeats: at least 3, at most 7 (the fixed count before the rule)
+MEDIAN_TOL = 0.005  # stop once one more repeat could move the median by at most 0.5%
 
 
 def set_bytes(point: Point, config: Config) -> float:
@@ -35,7 +42,8 @@ def rotation_sets(point: Point, config: Config, device: Target) -> int:
 def harness_options(config: Config, seed: int) -> list[str]:
     fam = family(config.family)
     return ["--seed", str(seed), "--atol", repr(fam.atol), "--rtol", repr(fam.rtol), "--warmup", "5",
-            "--iters", "400", "--target-ms", "10", "--repeats", "7"]
+            "--iters", "400", "--target-ms", str(TARGET_MS), "--repeats", str(MIN_REPEATS), "--max-repeats",
+            str(MAX_REPEATS), "--median-tol", repr(MEDIAN_TOL)]
 
 
 def point_timeout(base_s: float, points: list[Point], device: Target) -> float:

@@ -1,0 +1,98 @@
+"""Benchmark (no GPU): the test suite the CI way, and a cold default static sweep in the same run.
+
+1. A fresh clone of this checkout's HEAD (`git clone`, so only committed files) in a temporary folder.
+2. Install (not timed): by default the interpreter running this script is used with the clone on PYTHONPATH (it must
+   hold the packages CI installs: `pip install -c constraints.txt -e '.[test,ray]'`); `--install` makes the CI venv
+   in the clone instead (`python -m venv .venv && .venv/bin/pip install -q -c constraints.txt -e '.[test,ray]'`).
+3. Cold caches: an empty TILEPROBE_CACHE_DIR, no TILEPROBE_TEST_CACHE, an empty XDG_CACHE_HOME (so the user cache
+   ~/.cache/tileprobe is not read either).
+4. Timed: `python -m pytest -q --durations=10` in the clone (CI's command plus the durations report): total seconds,
+   the pass/fail summary and the ten slowest tests.
+5. Timed, in the same run: a cold default static sweep (`tileprobe sweep --family sm120-nvfp4 --target rtx-pro-6000
+   --static-only`, empty cache), and the suite's seconds divided by it: a figure that does not depend on the machine.
+Prints the record and appends it to results/benchmarks/test_suite.jsonl (or --record PATH).
+Run: python benchmarks/test_suite.py [--install] [--pytest-args "-x"]   (takes the suite's time plus about 2 sweeps)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cold_env(tmp: Path, clone: Path, python_path: bool) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("TILEPROBE_TEST_CACHE", "TILEPROBE_CACHE_DIR",
+                                                            "PYTHONPATH", "VIRTUAL_ENV")}
+    (tmp / "xdg").mkdir(exist_ok=True)
+    env.update(TILEPROBE_CACHE_DIR=str(tmp / "cache"), XDG_CACHE_HOME=str(tmp / "xdg"), PYTHONUNBUFFERED="1")
+    if python_path:
+        env["PYTHONPATH"] = str(clone)
+    return env
+
+
+def slowest(text: str) -> list[dict]:
+    """The `--durations` report's lines: seconds, phase, test id."""
+    out = []
+    for m in re.finditer(r"^\s*([\d.]+)s (call|setup|teardown)\s+(\S+)", text, re.M):
+        out.append({"s": float(m.group(1)), "phase": m.group(2), "test": m.group(3)})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--install", action="store_true", help="make CI's venv in the clone (not timed)")
+    ap.add_argument("--pytest-args", default="", help="extra pytest arguments (e.g. one file, for a dry run)")
+    ap.add_argument("--record", type=Path, default=ROOT / "results" / "benchmarks" / "test_suite.jsonl")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="tp-suite-"))
+    clone = tmp / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=600)
+    commit = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    py = sys.executable
+    if args.install:
+        subprocess.run([sys.executable, "-m", "venv", str(clone / ".venv")], check=True, timeout=600)
+        py = str(clone / ".venv" / "bin" / "python")
+        subprocess.run([py, "-m", "pip", "install", "-q", "-c", "constraints.txt", "-e", ".[test,ray]"], cwd=clone,
+                       check=True, timeout=3600)
+    env = cold_env(tmp, clone, not args.install)
+    start = time.perf_counter()
+    p = subprocess.run([py, "-m", "pytest", "-q", "--durations=10", *args.pytest_args.split()], cwd=clone, env=env,
+                       capture_output=True, text=True, timeout=4 * 3600)
+    suite_s = time.perf_counter() - start
+    (tmp / "pytest.log").write_text(p.stdout + p.stderr)
+    summary = next((line for line in reversed(p.stdout.splitlines()) if re.search(r"\d+ (passed|failed)", line)),
+                   p.stdout.strip().splitlines()[-1] if p.stdout.strip() else "")
+    sweep_env = cold_env(tmp, clone, not args.install) | {"TILEPROBE_CACHE_DIR": str(tmp / "sweep-cache")}
+    start = time.perf_counter()
+    s = subprocess.run([py, "-m", "tileprobe", "sweep", "--family", "sm120-nvfp4", "--target", "rtx-pro-6000",
+                        "--static-only", "--out", str(tmp / "sweep"), "--json"], cwd=clone, env=sweep_env,
+                       capture_output=True, text=True, timeout=3600)
+    sweep_s = time.perf_counter() - start
+    rec = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit, "cores": os.cpu_count(),
+           "machine": platform.machine(), "loadavg_at_end": round(os.getloadavg()[0], 2),
+           "command": " ".join(["python -m pytest -q --durations=10", args.pytest_args]).strip(),
+           "installed": "ci venv" if args.install else "this interpreter, clone on PYTHONPATH",
+           "suite_s": round(suite_s, 1), "exit_code": p.returncode, "summary": summary,
+           "slowest": slowest(p.stdout)[:10], "cold_static_sweep_s": round(sweep_s, 1),
+           "cold_static_sweep_ok": s.returncode == 0,
+           "suite_over_sweep": round(suite_s / sweep_s, 2) if s.returncode == 0 else None,
+           "targets": {"suite_s": 600}, "log": str(tmp / "pytest.log")}
+    print(json.dumps(rec, indent=1))
+    args.record.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.record, "a") as f:
+        f.write(json.dumps(rec) + "\n")
+
+
+if __name__ == "__main__":
+    main()
