@@ -227,3 +227,21 @@ def test_committed_blocklists_are_current(tmp_path):
                                     [prov["dtypes"]], [prov["finalize_fusion"]], [doc["_metadata"]["gpu"]])
         assert json.loads(fresh.path.read_text())["invalid_tactics"] == doc["invalid_tactics"], f
         assert all(b["evidence"] == "sized" for b in prov["blocked"])
+
+
+@pytest.mark.nvcc
+def test_check_is_not_exact_for_a_tree_whose_enumeration_does_not_compile(tmp_path):
+    """The review's repro: a flashinfer-shaped tree without the headers getTactics lives in
+    (moe_gemm_template_dispatch.h, moe_kernels.h) numbers tactics nobody can check; with nvcc present, --check must
+    compile the engine's own enumeration, fail to, and say so instead of "exact"."""
+    path = _export_one(tmp_path)
+    fake = _fake_tree(tmp_path)
+    kernels = fake / ef.HEURISTIC.parent
+    assert not (kernels / "moe_gemm" / "moe_gemm_template_dispatch.h").exists()
+    assert not (kernels / "include" / "moe_kernels.h").exists()
+    p = tileprobe("export", "flashinfer-blocklist", "--check", str(path), "--flashinfer-dir", str(fake))
+    said = p.stdout + p.stderr
+    assert p.returncode == 2, said
+    assert "Traceback" not in said and not any(l.rstrip().endswith(f"exact for flashinfer {_installed().version}")
+                                               for l in said.splitlines()), said
+    assert "own enumeration" in p.stderr and "not compile" in p.stderr, said
