@@ -107,6 +107,14 @@ def device_names(name: str) -> tuple[str, ...]:
     return names
 
 
+def arch_of_name(device_name: str) -> tuple[str, str] | None:
+    """(profile, arch) of a device name tileprobe knows (a profile's SKU names and its own device name), else None."""
+    for prof, t in PROFILES.items():
+        if device_name == t.device_name or device_name in DEVICE_NAMES.get(prof, ()):
+            return prof, t.arch
+    return None
+
+
 def profile(name: str) -> Target:
     try:
         return PROFILES[name]
