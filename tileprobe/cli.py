@@ -33,6 +33,10 @@ Examples:
   tileprobe sweep --family flashinfer-moe --target rtx-pro-6000 --jobs 2 --out fi-results
   tileprobe sweep --tiles 128x128x128,128x256x64B --stages auto,2,3 --target dgx-spark-gb10
   tileprobe sweep --predict-only --tiles 128,256x32..256x128,256      no nvcc: the model's answer
+                                           (a..b steps by a: 32..256 is 32, 64, 96, ..., 256; a..b:s steps by s)
+  tileprobe sweep --family vllm-moe --target rtx-pro-6000 --static-only     vLLM's own CUTLASS MoE kernels
+  tileprobe export flashinfer-blocklist --engine vllm --wheels DIR --target rtx-5090 --out bl/
+                                           FLASHINFER_TACTICS_BLOCKLIST files for the flashinfer vLLM pins
   tileprobe sweep --shape 64:16:4096:7168 --seed 7      one explicit E:M:N:K problem, reproducible data
   tileprobe explain 128x256x64B --target dgx-spark-gb10
   tileprobe report fi-results --format csv --out rows.csv
@@ -45,7 +49,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
                   help="Which CUTLASS grouped-GEMM tiles fit, launch, are correct and are fastest on a GPU.")
 console = Console(width=None if sys.stdout.isatty() else WIDTH)
 
-FamilyOpt = Annotated[Optional[str], typer.Option("--family", help="sm120-nvfp4, sm90-fp8, flashinfer-moe or vllm-moe (default: by device)")]
+FamilyOpt = Annotated[Optional[str], typer.Option("--family", metavar="NAME", help="sm120-nvfp4, sm90-fp8, flashinfer-moe or vllm-moe (default: by device)")]
 TargetOpt = Annotated[Optional[str], typer.Option(
     "--target", help="offline profile (rtx-pro-6000, rtx-5090, dgx-spark-gb10, b200, h100, h200); a real GPU wins "
                      "when present unless this is given")]
@@ -92,13 +96,13 @@ def _shard(text: str | None) -> tuple[int, int] | None:
 def sweep(
     family: FamilyOpt = None,
     target: TargetOpt = None,
-    tiles: Annotated[Optional[list[str]], typer.Option("--tiles", help="comma list: 128x256x128 or 128x256x64B")] = None,
-    schedules: Annotated[Optional[list[str]], typer.Option("--schedules", help="auto, cooperative, pingpong")] = None,
-    stages: Annotated[Optional[list[str]], typer.Option("--stages", help="auto (also spelled 0: the most stages the carveout fits) or explicit counts, e.g. auto,2,3")] = None,
-    epilogue: Annotated[Optional[list[str]], typer.Option("--epilogue", help="no-c (bf16 D) and/or with-c (bf16 C source)")] = None,
-    swap_ab: Annotated[Optional[list[str]], typer.Option("--swap-ab", help="off, on, or off,on")] = None,
+    tiles: Annotated[Optional[list[str]], typer.Option("--tiles", metavar="MxNxK[,...]", help="comma list: 128x256x128 or 128x256x64B")] = None,
+    schedules: Annotated[Optional[list[str]], typer.Option("--schedules", metavar="auto,cooperative,pingpong", help="auto, cooperative, pingpong")] = None,
+    stages: Annotated[Optional[list[str]], typer.Option("--stages", metavar="auto,2,3", help="auto (also spelled 0: the most stages the carveout fits) or explicit counts, e.g. auto,2,3")] = None,
+    epilogue: Annotated[Optional[list[str]], typer.Option("--epilogue", metavar="no-c,with-c", help="no-c (bf16 D) and/or with-c (bf16 C source)")] = None,
+    swap_ab: Annotated[Optional[list[str]], typer.Option("--swap-ab", metavar="off,on", help="off, on, or off,on")] = None,
     cluster: Annotated[str, typer.Option("--cluster", help="cluster shape; SM120 supports 1x1x1 only")] = "1x1x1",
-    dtypes: Annotated[Optional[list[str]], typer.Option("--dtypes", help="flashinfer-moe: nvfp4xnvfp4, mxfp8xmxfp4 (SM120), fp8xfp8 (SM90); default: every pair the engine dispatches")] = None,
+    dtypes: Annotated[Optional[list[str]], typer.Option("--dtypes", metavar="PAIR[,...]", help="flashinfer-moe: nvfp4xnvfp4, mxfp8xmxfp4 (SM120), fp8xfp8 (SM90); default: every pair the engine dispatches")] = None,
     flashinfer_dir: Annotated[Optional[Path], typer.Option("--flashinfer-dir", help="flashinfer-moe: another flashinfer package folder than the installed one (e.g. to diff two installs)")] = None,
     out: Annotated[Path, typer.Option("--out", help="results folder")] = Path("tileprobe-results"),
     jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles", show_default="cores")] = os.cpu_count() or 1,
@@ -110,14 +114,14 @@ def sweep(
     resume: Annotated[bool, typer.Option("--resume", help="keep rows in --out and skip what they cover")] = False,
     shard: Annotated[Optional[str], typer.Option("--shard", help="i/n: probe a deterministic 1/n of the configs")] = None,
     gpus: Annotated[Optional[str], typer.Option("--gpus", help="GPU indices, e.g. 0,1 (default: all visible)")] = None,
-    workload: Annotated[Optional[list[str]], typer.Option("--workload", help="model preset(s) (default deepseek-v3)")] = None,
-    shape: Annotated[Optional[list[str]], typer.Option("--shape", help="explicit E:M:N:K problem(s)")] = None,
-    batch: Annotated[Optional[list[str]], typer.Option("--batch", help="decode batch sizes (default 1,8,32,128,512)")] = None,
+    workload: Annotated[Optional[list[str]], typer.Option("--workload", metavar="PRESET[,...]", help="model preset(s) (default deepseek-v3)")] = None,
+    shape: Annotated[Optional[list[str]], typer.Option("--shape", metavar="E:M:N:K[,...]", help="explicit E:M:N:K problem(s)")] = None,
+    batch: Annotated[Optional[list[str]], typer.Option("--batch", metavar="1,8,32", help="decode batch sizes (default 1,8,32,128,512)")] = None,
     routing: Annotated[str, typer.Option("--routing", help="uniform, balanced or skewed")] = "uniform",
     tp: Annotated[int, typer.Option("--tp", help="tensor-parallel ways (splits I)")] = 1,
     ep: Annotated[int, typer.Option("--ep", help="expert-parallel ways (splits experts)")] = 1,
     seed: Annotated[int, typer.Option("--seed", help="routing and data seed (a whole number; negative: new each run)", show_default="new each run")] = -1,
-    compile_timeout: Annotated[float, typer.Option("--compile-timeout", help="seconds per nvcc run")] = 1200,
+    compile_timeout: Annotated[Optional[float], typer.Option("--compile-timeout", metavar="SECONDS", help="seconds per nvcc run", show_default="1200")] = None,
     run_timeout: Annotated[float, typer.Option("--run-timeout", help="seconds per runtime probe")] = 120,
     as_json: Annotated[bool, typer.Option("--json", help="print rows as JSON lines instead of a table")] = False,
     peer: Annotated[Optional[str], typer.Option("--peer", help="torch: also time torch._scaled_grouped_mm (FP8) on the same problems; rows gain peer_us and speedup")] = None,
@@ -132,6 +136,11 @@ def sweep(
 
     if jobs < 1:
         raise UsageError("--jobs must be at least 1")
+    if predict_only:
+        ignored = [o for o, v in (("--compile", compile_), ("--rebuild", rebuild), ("--gpus", gpus),
+                                  ("--compile-timeout", compile_timeout is not None)) if v]
+        if ignored:
+            raise UsageError(f"--predict-only compiles and launches nothing, so {', '.join(ignored)} would be ignored")
     swaps = None
     if swap_ab:
         swaps = []
@@ -146,7 +155,8 @@ def sweep(
         family=family, target=target, tiles=[",".join(tiles)] if tiles else None, schedules=_split_csv(schedules),
         stages=_ints(stages, "--stages"), epilogues=_split_csv(epilogue), swap_ab=swaps, dtypes=_split_csv(dtypes),
         cluster=families.parse_cluster(cluster), out=out, jobs=jobs, compile=compile_, rebuild=rebuild, predict_only=predict_only, model_skip=model_skip, peer=peer, static_only=static_only,
-        resume=resume, shard=_shard(shard), gpus=gpu_list, compile_timeout_s=compile_timeout,
+        resume=resume, shard=_shard(shard), gpus=gpu_list,
+        compile_timeout_s=1200 if compile_timeout is None else compile_timeout,
         run_timeout_s=run_timeout, cutlass_dir=cutlass_dir, nvcc=nvcc, cache_dir=cache_dir,
         workload={"presets": _split_csv(workload), "shapes": _split_csv(shape),
                   "batches": _ints(batch, "--batch"), "routing": routing, "tp": tp, "ep": ep, "seed": seed},
