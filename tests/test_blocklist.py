@@ -367,3 +367,25 @@ def test_check_is_not_exact_for_a_tree_whose_enumeration_does_not_compile(tmp_pa
                                                for l in said.splitlines()), said
     assert "own tactic enumeration does not compile" in p.stderr and "not called exact" in p.stderr, said
     assert "moe_gemm_template_dispatch.h" in p.stderr or "moe_kernels.h" in p.stderr, said
+
+
+def test_explain_gives_the_stage_count_that_would_fit(rng):
+    """The blocked tactics' stage answer: under the 3 stages the carveout picks, 2 would fit. The model's 2-stage
+    mainloop equals the committed sized row of the swap-AB twin (which the carveout builds with 2 stages), and its
+    epilogue the sized no-swap finalize row's."""
+    tactic = rng.choice(["CtaShape256x128x64B", "CtaShape128x256x64B"])
+    p = tileprobe("explain", tactic, "--family", "flashinfer-moe", "--target", "rtx-pro-6000", "--epilogue",
+                  "finalize", "--predict-only")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    i = next(k for k, l in enumerate(lines) if "nvfp4xnvfp4 gemm2 (finalize) swap off" in l)
+    assert "OVER by 1024 B" in lines[i] and "(3 stages)" in lines[i]
+    rows = [json.loads(l) for l in (SWEEPS["rtx-pro-6000"] / "results.jsonl").read_text().splitlines()]
+    twin = next(r for r in rows if r["tactic"] == tactic and r["epilogue"] == "finalize" and r["swap_ab"]
+                and r["dtypes"] == "nvfp4xnvfp4")
+    over = next(r for r in rows if r["tactic"] == tactic and r["epilogue"] == "finalize" and not r["swap_ab"]
+                and r["dtypes"] == "nvfp4xnvfp4")
+    assert twin["stages"] == 2 and over["verdict"] == "smem-over-limit"
+    assert lines[i + 1].strip().startswith("2 stage(s) would fit:")
+    assert f"mainloop {twin['smem_mainloop_bytes']} + epilogue {over['smem_epilogue_bytes']}" in lines[i + 1]
+    assert "predicted" in lines[i + 1]
