@@ -18,6 +18,7 @@ from tileprobe.results import resultset
 from tileprobe.engines import flashinfer as ef
 from tileprobe.engines import flashinfer_tactic_ids as tid
 from tileprobe.errors import UsageError
+from tileprobe import targets
 from tileprobe.targets import device_names
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -304,13 +305,14 @@ def test_committed_blocklists_are_current(tmp_path):
     unchanged, and a fresh export from the committed rows lists the same IDs with the same evidence. (The vLLM and
     SGLang files are checked against their own releases in tests/test_blocklist_engines.py.)"""
     files = sorted((ROOT / "results" / "blocklists" / f"flashinfer-{_installed().version}").rglob("*.json"))
-    assert len(files) == 20  # rtx-pro-6000: 3 SKU names x 2 pairs x 2 modes; rtx-5090 and dgx-spark-gb10: 4 each
+    names = sum(len(v) for k, v in targets.DEVICE_NAMES.items() if targets.profile(k).arch in tid.SM120_ARCHS)
+    assert len(files) == names * 4  # each SKU name x 2 pairs x 2 finalize modes
     for f in files:
         doc = json.loads(f.read_text())
         res = bl_check.check(f, model_only=True)
         assert res.problems == [] and res.notes == [res.numbering.note], (f, res.problems, res.notes)
         prov = doc["tileprobe"]
-        (fresh,) = blocklist.export(resultset.load(SWEEPS[prov["target"]]), prov["target"], tmp_path / f.name,
+        (fresh,) = blocklist.export(resultset.load(ROOT / prov["rows"]), prov["target"], tmp_path / f.name,
                                     [prov["dtypes"]], [prov["finalize_fusion"]], [doc["_metadata"]["gpu"]],
                                     model_only=True)
         again = json.loads(fresh.path.read_text())
@@ -389,3 +391,22 @@ def test_explain_gives_the_stage_count_that_would_fit(rng):
     assert lines[i + 1].strip().startswith("2 stage(s) would fit:")
     assert f"mainloop {twin['smem_mainloop_bytes']} + epilogue {over['smem_epilogue_bytes']}" in lines[i + 1]
     assert "predicted" in lines[i + 1]
+
+
+def test_another_sm120_gpu_gets_its_files_from_rows_of_the_same_arch_and_limit(tmp_path, rng):
+    """An RTX 5080 (or any SM120 profile without its own sweep) gets files under its exact device names from
+    rtx-pro-6000's rows, said so in the file; rows of another arch (GB10, sm_121a) are refused."""
+    target = rng.choice(["rtx-5080", "rtx-5070-ti", "rtx-5070", "rtx-5060-ti", "rtx-pro-5000", "rtx-pro-4500",
+                         "rtx-pro-4000"])
+    out = tmp_path / target
+    exports = blocklist.export(resultset.load(SWEEPS["rtx-pro-6000"]), target, out, ["nvfp4xnvfp4"], ["on"],
+                               model_only=True)
+    assert sorted(e.gpu for e in exports) == sorted(device_names(target))
+    same = json.loads(_export_one(tmp_path).read_text())
+    for e in exports:
+        doc = json.loads(e.path.read_text())
+        assert doc["_metadata"]["gpu"] == e.gpu and doc["invalid_tactics"] == same["invalid_tactics"]
+        assert doc["tileprobe"]["rows_target"] == "rtx-pro-6000" and "sm_120a" in doc["tileprobe"]["rows_note"]
+        assert doc["tileprobe"]["target"] == target
+    with pytest.raises(UsageError, match="nor for another sm_120a target"):
+        blocklist.export(resultset.load(SWEEPS["dgx-spark-gb10"]), target, tmp_path / "x", model_only=True)

@@ -21,7 +21,7 @@ from tileprobe.engines import flashinfer as ef
 from tileprobe.engines import flashinfer_tactic_ids as tid
 from tileprobe.engines import packages, serving_pins
 from tileprobe.errors import UsageError
-from tileprobe.targets import device_names
+from tileprobe.targets import DEVICE_NAMES, device_names, profile
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCKLISTS = ROOT / "results" / "blocklists"
@@ -30,7 +30,9 @@ WHEELS = Path(os.environ.get("TILEPROBE_WHEELS", "/work/dl"))
 # SGLang: "off" is its default; "on" is for SGLANG_FLASHINFER_MOE_FUSED_FINALIZE=1 (written with that variable set).
 ENGINES = {"flashinfer-0.7.4": ("flashinfer", "0.7.4", ("on", "off")), "vllm-0.33.0": ("vllm", "0.7.2.post1", ("on",)),
            "sglang-0.5.23": ("sglang", "0.7.2", ("off", "on"))}
-TARGETS = ("rtx-pro-6000", "rtx-5090", "dgx-spark-gb10")
+# Every SM120/SM121 profile with known device names: the 3 with their own sweeps, and the other SM120 GPUs whose
+# files come from rtx-pro-6000's rows (same sm_120a, same 101376 B limit; each file says so in rows_note).
+TARGETS = tuple(t for t in DEVICE_NAMES if profile(t).arch in tid.SM120_ARCHS)
 
 
 def _site(version: str, tmp_path_factory=None) -> Path:
@@ -110,6 +112,9 @@ def test_the_committed_set_is_complete():
         assert prov["flashinfer"]["version"] == ENGINES[engine_dir][1] == doc["_metadata"]["flashinfer_version"]
         assert prov["engine"]["name"] == ENGINES[engine_dir][0]
         assert prov["numbering"]["state"] == "exact", f  # committed files were compared with the engine's own
+        own_rows = prov["rows_target"] == target
+        assert own_rows == ("rows_note" not in prov) and (own_rows or target not in ("rtx-pro-6000", "rtx-5090",
+                                                                                      "dgx-spark-gb10")), f
         got.add((engine_dir, target, doc["_metadata"]["gpu"], prov["dtypes"], prov["finalize_fusion"]))
     assert got == want
 

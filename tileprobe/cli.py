@@ -51,8 +51,9 @@ console = Console(width=None if sys.stdout.isatty() else WIDTH)
 
 FamilyOpt = Annotated[Optional[str], typer.Option("--family", metavar="NAME", help="sm120-nvfp4, sm90-fp8, flashinfer-moe or vllm-moe (default: by device)")]
 TargetOpt = Annotated[Optional[str], typer.Option(
-    "--target", help="offline profile (rtx-pro-6000, rtx-5090, dgx-spark-gb10, b200, h100, h200); a real GPU wins "
-                     "when present unless this is given")]
+    "--target", metavar="NAME", help="offline profile (rtx-pro-6000, rtx-5090, dgx-spark-gb10, the other SM120 GPUs "
+                     "rtx-5080, rtx-5070-ti, rtx-5070, rtx-5060-ti, rtx-pro-5000, rtx-pro-4500, rtx-pro-4000; b200, "
+                     "h100, h200); a real GPU wins when present unless this is given")]
 CutlassOpt = Annotated[Optional[str], typer.Option("--cutlass-dir", help="CUTLASS checkout or include dir")]
 NvccOpt = Annotated[Optional[str], typer.Option("--nvcc", help="path to nvcc")]
 CacheOpt = Annotated[Optional[str], typer.Option("--cache-dir", help="build cache (default: user cache dir)")]
@@ -384,7 +385,7 @@ def export_flashinfer_blocklist(
         sys.stdout.write(e.summary() + "\n")
         for n in e.notes:
             sys.stdout.write(f"warning: {n}\n")
-    who = f"{rel.pin.label()}, flashinfer {rel.tree.version}" if rel.pin else rel.tree.label()
+    who = rel.who()
     evidence = ", ".join(sorted({e.evidence for e in exports}))
     numbering = exports[0].numbering
     sys.stdout.write(f"numbering: {numbering.word()} ({numbering.note})\n")

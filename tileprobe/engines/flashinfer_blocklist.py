@@ -95,6 +95,12 @@ class Release:
     pin: pins.EnginePin | None  # None: a flashinfer folder given directly, no engine named
     finalize: pins.Finalize | None  # the engine's own mode (None: plain flashinfer, the user picks)
 
+    def who(self) -> str:
+        """'vllm 0.33.0 (flashinfer 0.7.2.post1)', or 'flashinfer 0.7.4' for flashinfer itself."""
+        if self.pin is None or self.pin.engine == "flashinfer":
+            return self.tree.label()
+        return f"{self.pin.label()} (flashinfer {self.tree.version})"
+
     def record(self) -> dict:
         if self.pin is None:
             return {"name": "flashinfer", "version": self.tree.version, "flashinfer": self.tree.version}
@@ -202,17 +208,26 @@ def check_numbering(tree: engine.FlashinferTree, nvcc: Nvcc | None, model_only: 
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _rows(rs: resultset.ResultSet, target: str, tree: engine.FlashinferTree) -> dict[str, dict]:
-    rows = [r for r in rs.static if r.get("family") == FAMILY and r.get("target") == target]
+def _rows(rs: resultset.ResultSet, target: str, tree: engine.FlashinferTree) -> tuple[dict[str, dict], str]:
+    """(config -> row, the target the rows were sized for). Rows of another target serve only when it has the same
+    arch and opt-in limit: static sizes depend on nothing else (an RTX 5080 file from rtx-pro-6000 rows)."""
+    mine = [r for r in rs.static if r.get("family") == FAMILY]
+    rows = [r for r in mine if r.get("target") == target]
+    prof = profile(target)
     if not rows:
-        raise UsageError(f"{rs.folder} has no {FAMILY} rows for target {target}; run "
+        same = sorted({r.get("target") for r in mine if r.get("arch") == prof.arch
+                       and r.get("smem_limit_bytes") == prof.smem_optin and r.get("target")})
+        rows = [r for r in mine if same and r.get("target") == same[0]]
+    if not rows:
+        raise UsageError(f"{rs.folder} has no {FAMILY} rows for target {target} (nor for another {prof.arch} target "
+                         f"with its {prof.smem_optin} B limit); run "
                          f"`tileprobe sweep --family {FAMILY} --target {target} --static-only` first")
     engines = {(r.get("engine"), r.get("engine_hash")) for r in rows}
     if engines != {(tree.label(), tree.tree_hash)}:
         got = ", ".join(sorted(f"{e} ({h})" for e, h in engines))
         raise UsageError(f"{rs.folder} was sized against {got}, but the IDs are numbered for {tree.label()} "
                          f"({tree.tree_hash}); re-run the sweep with this flashinfer")
-    return {r["config"]: r for r in rows}
+    return {r["config"]: r for r in rows}, rows[0]["target"]
 
 
 def judge(ids: list[tid.TacticId], rows: dict[str, dict], allow_predicted: bool = False) -> list[Blocked]:
@@ -262,11 +277,11 @@ _EVIDENCE_NOTES = {
 
 def document(ids: list[tid.TacticId], blocked: list[Blocked], *, rel: Release, keys: list[str], gpu: str,
              target: str, arch: str, dtypes: str, finalize: str, source: str, evidence: str,
-             numbering: native.Numbering) -> dict:
+             numbering: native.Numbering, rows_target: str | None = None) -> dict:
     meta = {k: "*" for k in keys}
     meta.update(flashinfer_version=rel.loader_version, gpu=gpu, generator_version=f"tileprobe {__version__}")
     lim = next((b.row.get("smem_limit_bytes") for b in blocked), profile(target).smem_optin)
-    who = f"{rel.pin.label()} (flashinfer {rel.tree.version})" if rel.pin else f"flashinfer {rel.tree.version}"
+    who = rel.who()
     return {
         "_metadata": meta,
         "invalid_tactics": {key: [b.tactic.id for b in blocked if b.tactic.gemm == g]
@@ -283,7 +298,10 @@ def document(ids: list[tid.TacticId], blocked: list[Blocked], *, rel: Release, k
             "target": target, "arch": arch, "smem_limit_bytes": lim, "dtypes": dtypes, "finalize_fusion": finalize,
             "flashinfer": {"version": rel.tree.version, "tree_hash": rel.tree.tree_hash,
                            "metadata_version": rel.loader_version},
-            "rows": source, "counts": tid.counts(ids),
+            "rows": source, "rows_target": rows_target or target,
+            **({"rows_note": f"rows sized for {rows_target}: the same {arch} and {lim} B opt-in limit as {target}, "
+                             "so the same sizes and verdicts"} if rows_target and rows_target != target else {}),
+            "counts": tid.counts(ids),
             "blocked": [b.record() for b in blocked],
             "tactics": [[t.id, t.gemm, t.tactic, t.epilogue, t.swap_ab] for t in ids],
         },
@@ -365,7 +383,7 @@ def export(rs: resultset.ResultSet, target: str, out: Path, dtypes: list[str] | 
         finalize = [rel.finalize.mode]
     tree = rel.tree
     keys = metadata_keys(tree)
-    rows = _rows(rs, target, tree)
+    rows, rows_target = _rows(rs, target, tree)
     gpus = ["*"] if any_gpu else list(gpu_names or device_names(target))
     name_notes = check_gpu_names(gpus, target) if not any_gpu else []
     combos = [(g, d, f) for g in gpus for d in (dtypes or tid.PAIRS) for f in (finalize or ["on"])]
@@ -387,7 +405,8 @@ def export(rs: resultset.ResultSet, target: str, out: Path, dtypes: list[str] | 
     for gpu, dt, fin, ids, blocked, ev in plans:
         path = out if single else out / f"{_slug(gpu)}__{dt}__finalize-{fin}.json"
         write_atomic(path, document(ids, blocked, rel=rel, keys=keys, gpu=gpu, target=target, arch=prof.arch,
-                                    dtypes=dt, finalize=fin, source=str(rs.folder), evidence=ev, numbering=numbering))
+                                    dtypes=dt, finalize=fin, source=str(rs.folder), evidence=ev, numbering=numbering,
+                                    rows_target=rows_target))
         notes = [ANY_GPU_RISK] if gpu == "*" else [n for n in name_notes if repr(gpu) in n]
         results.append(Export(path, gpu, dt, fin, ids, blocked, ev, numbering, notes))
     return results
