@@ -258,8 +258,7 @@ class _Variant:
 
 def _variants(tree: ef.FlashinferTree) -> list[_Variant]:
     """gemm1 and gemm2 of NVFP4 (each with swap off and on: finalize without swap is the tactic users' autotuners try
-    and #4841 reports), the blocked finalize tiles and their swap-AB copies, MXFP8 x MXFP4 gemm1 and gemm2, one
-    sm_121a build, one SM90 FP8 cluster 2x1."""
+    and #4841 reports), MXFP8 x MXFP4 gemm1 and gemm2, one sm_121a build, one SM90 FP8 cluster 2x1."""
     nv, mx = ef.sm120_tactics(0, tree)[0], ef.sm120_tactics(1, tree)[0]
     out = []
     for swap in (False, True):
@@ -271,15 +270,6 @@ def _variants(tree: ef.FlashinferTree) -> list[_Variant]:
         out.append(_Variant(f"mxfp8xmxfp4 {fusion} swap={swap}", "120", "120a", "__nv_fp8_e4m3", "SafeFP4", fusion,
                             swap, (mx.tile_m, mx.tile_n, mx.k_elements(8)), (1, 1, 1),
                             f"{mx.tile_m}, {mx.tile_n}, {mx.k_bytes}, 1, {int(fusion == 'FINALIZE')}, {int(swap)}, 120"))
-    # The two tactics the blocklists block (gemm2 FINALIZE without swap-AB: 102400 B) and their swap-AB copies that
-    # stay (74752 B): the types whose sizes decide the files are the engine's own.
-    by_name = {t.name: t for t in ef.sm120_tactics(0, tree)}
-    for name in ("CtaShape256x128x64B", "CtaShape128x256x64B"):
-        t = by_name[name]
-        for swap in (False, True):
-            out.append(_Variant(f"nvfp4 {name} FINALIZE swap={swap} ({'blocked' if not swap else 'kept'})", "120",
-                                "120a", "SafeFP4", "SafeFP4", "FINALIZE", swap, (t.tile_m, t.tile_n, t.k_elements(4)),
-                                (1, 1, 1), f"{t.tile_m}, {t.tile_n}, {t.k_bytes}, 0, 1, {int(swap)}, 120"))
     out.append(_Variant("nvfp4 FINALIZE swap=False sm_121a", "120", "121a", "SafeFP4", "SafeFP4", "FINALIZE", False,
                         (nv.tile_m, nv.tile_n, nv.k_elements(4)), (1, 1, 1),
                         f"{nv.tile_m}, {nv.tile_n}, {nv.k_bytes}, 0, 1, 0, 120"))
