@@ -8,9 +8,9 @@ import pytest
 from tileprobe.backends.cutlass.toolchain import find_cutlass, find_nvcc
 
 
-def pytest_addoption(parser):
-    parser.addoption("--known-good", action="append", default=[],
-                     help="known-good JSON file(s) or folder(s) to guard (default: results/known_good)")
+# pytester: tests/test_pytest_plugin.py runs the tileprobe plugin in throwaway pytest sessions. The plugin itself
+# (--tileprobe-known-good) is loaded from its pytest11 entry point once tileprobe is installed.
+pytest_plugins = ["pytester"]
 
 
 def _has_gpu() -> bool:

@@ -1,9 +1,9 @@
 """The guard: every known-good file still holds (static re-probe with the real nvcc and CUTLASS), a broken copy
 fails `tileprobe check` with a one-line reason in bytes, and files are made and updated from sweeps.
 
-Which files are guarded: every *.json in results/known_good/ of this repository, or the files and folders given
-with `pytest --known-good PATH` (repeatable; declared in tests/conftest.py) or in TILEPROBE_KNOWN_GOOD
-(os.pathsep-separated). Copied into another project (without tileprobe's conftest), the environment variable works.
+Which files are guarded here: every *.json in results/known_good/ of this repository. Any other files, in this or any
+repository, are guarded one item per tile by tileprobe's pytest plugin: `pytest --tileprobe-known-good PATH`
+(tileprobe/pytest_plugin.py; tested in tests/test_pytest_plugin.py).
 """
 
 import copy
@@ -25,19 +25,9 @@ from tileprobe.errors import UsageError
 REPO_KG = Path(__file__).resolve().parent.parent / "results" / "known_good"
 
 
-def _guarded(config) -> list[Path]:
-    named = list(config.getoption("--known-good", default=None) or [])
-    env = os.environ.get("TILEPROBE_KNOWN_GOOD")
-    if env:
-        named += [p for p in env.split(os.pathsep) if p]
-    if not named:
-        return sorted(REPO_KG.glob("*.json")) if REPO_KG.is_dir() else []
-    return known_good.files_in(named)
-
-
 def pytest_generate_tests(metafunc):
     if "known_good_file" in metafunc.fixturenames:
-        files = _guarded(metafunc.config)
+        files = sorted(REPO_KG.glob("*.json")) if REPO_KG.is_dir() else []
         metafunc.parametrize("known_good_file", files, ids=[f.name for f in files])
 
 

@@ -11,7 +11,9 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from tileprobe import families, ray_sweep
+from tileprobe import families, ray_sweep, triton_sweep
+from tileprobe.triton import audit as triton_audit
+from tileprobe.triton import export as triton_export
 from tileprobe.engines import flashinfer_blocklist as blocklist
 from tileprobe.engines import flashinfer_blocklist_check as bl_check
 from tileprobe.reports import compare
@@ -26,6 +28,9 @@ from tileprobe.results.merge import merge as run_merge
 from tileprobe.reports.report import _write, devices_table, export, write_reports
 from tileprobe.reports.terminal import WIDTH, print_rows
 from tileprobe.backends.cutlass.toolchain import find_nvcc
+from tileprobe.binary import inspect as binary_inspect
+from tileprobe.binary.jit import find_jit
+from tileprobe.guard import include_dir
 
 EXAMPLES = """\b
 Examples:
@@ -41,6 +46,7 @@ Examples:
   tileprobe explain 128x256x64B --target dgx-spark-gb10
   tileprobe report fi-results --format csv --out rows.csv
   tileprobe diff results-before results-after
+  tileprobe inspect kernels.o --dynamic '(Dl+Dr+kv_len)*4' --set Dl=512,Dr=64 --solve kv_len
 """
 
 # Plain click help and errors (rich_markup_mode=None): no markup to misread ("E:M:N:K" is not an emoji), and neither
@@ -49,7 +55,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
                   help="Which CUTLASS grouped-GEMM tiles fit, launch, are correct and are fastest on a GPU.")
 console = Console(width=None if sys.stdout.isatty() else WIDTH)
 
-FamilyOpt = Annotated[Optional[str], typer.Option("--family", metavar="NAME", help="sm120-nvfp4, sm90-fp8, flashinfer-moe or vllm-moe (default: by device)")]
+FamilyOpt = Annotated[Optional[str], typer.Option("--family", metavar="NAME", help="sm120-nvfp4, sm90-fp8, flashinfer-moe, vllm-moe or triton-moe (default: by device)")]
 TargetOpt = Annotated[Optional[str], typer.Option(
     "--target", metavar="NAME", help="offline profile (rtx-pro-6000, rtx-5090, dgx-spark-gb10, the other SM120 GPUs "
                      "rtx-5080, rtx-5070-ti, rtx-5070, rtx-5060-ti, rtx-pro-5000, rtx-pro-4500, rtx-pro-4000; b200, "
@@ -129,6 +135,12 @@ def sweep(
     wide: Annotated[bool, typer.Option("--wide", help="add the evidence and reason columns to the table (they are always in the report and CSV)")] = False,
     ray: Annotated[Optional[str], typer.Option("--ray", help="run the shards as Ray tasks, then merge into --out: 'local' starts Ray here, 'auto' joins this machine's cluster, or a Ray address; --out must be a path every node shares (pip install 'tileprobe[ray]')")] = None,
     ray_shards: Annotated[Optional[int], typer.Option("--ray-shards", help="with --ray: shards, one task each (default: the cluster's GPUs, or CPUs for a static sweep)")] = None,
+    engine: Annotated[Optional[str], typer.Option("--engine", help="triton-moe: vllm or sglang (the engine whose fused_moe_kernel, configs and lookup are read)")] = None,
+    quant: Annotated[str, typer.Option("--quant", help="triton-moe: bf16, fp8 (w8a8 per-tensor) or fp8-block (w8a8 [128,128])")] = "bf16",
+    engine_wheel: Annotated[Optional[Path], typer.Option("--engine-wheel", help="triton-moe: read the engine from this wheel (a zip) instead of the installed package")] = None,
+    config_dir: Annotated[Optional[Path], typer.Option("--config-dir", help="triton-moe: the user's config folder the engine reads first (VLLM_TUNED_CONFIG_FOLDER / SGLANG_MOE_CONFIG_DIR)")] = None,
+    device_name: Annotated[Optional[list[str]], typer.Option("--device-name", help="triton-moe: the exact device name(s) to answer for (default: every SKU of --target)")] = None,
+    any_triton: Annotated[bool, typer.Option("--any-triton", help="triton-moe: size with the installed Triton even when it is not the engines' 3.8.0")] = False,
     cutlass_dir: CutlassOpt = None,
     nvcc: NvccOpt = None,
     cache_dir: CacheOpt = None,
@@ -161,6 +173,9 @@ def sweep(
         run_timeout_s=run_timeout, cutlass_dir=cutlass_dir, nvcc=nvcc, cache_dir=cache_dir,
         workload={"presets": _split_csv(workload), "shapes": _split_csv(shape),
                   "batches": _ints(batch, "--batch"), "routing": routing, "tp": tp, "ep": ep, "seed": seed},
+        triton=triton_sweep.TritonOptions(engine=engine, quant=quant, engine_wheel=engine_wheel and str(engine_wheel),
+                                             config_dir=config_dir and str(config_dir),
+                                             device_names=_split_csv(device_name), any_triton=any_triton),
     )
     if ray_shards is not None and ray is None:
         raise UsageError("--ray-shards applies with --ray only")
@@ -177,6 +192,25 @@ def sweep(
         console.print(f"[yellow]report not written: {type(exc).__name__}: {exc}[/]")
     if res and res.failed:
         raise typer.Exit(1)
+
+
+@app.command()
+def autotune(
+    kernel: Annotated[str, typer.Option("--kernel", help="PATH.py:FUNCTION of an @triton.autotune kernel; with --engine, PATH is inside the engine (e.g. sglang/kernels/ops/attention/flash_mla_sm120_triton.py:_tiled_sparse_decode_kernel)")],
+    target: TargetOpt = None,
+    engine: Annotated[Optional[str], typer.Option("--engine", help="read PATH from this engine (vllm, sglang): installed or --engine-wheel")] = None,
+    engine_wheel: Annotated[Optional[Path], typer.Option("--engine-wheel", help="the engine's wheel, read as a zip")] = None,
+    kernel_args: Annotated[Optional[Path], typer.Option("--kernel-args", help="JSON object: the launch's arguments by parameter name ('*bf16' a bf16 tensor, numbers, true/false, null); built in for SGLang's _tiled_sparse_decode_kernel")] = None,
+    any_triton: Annotated[bool, typer.Option("--any-triton", help="size with the installed Triton even when it is not 3.8.0")] = False,
+    jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles", show_default="cores")] = os.cpu_count() or 1,
+    cache_dir: CacheOpt = None,
+) -> None:
+    """Size every config of an @triton.autotune kernel for a GPU you don't have: which would be OutOfResources there,
+    and what the autotuner is left to choose from."""
+
+    report = triton_sweep.autotune_report(kernel, target, engine, engine_wheel, kernel_args, any_triton, max(1, jobs),
+                                          cache_dir)
+    sys.stdout.write("\n".join(report) + "\n")
 
 
 @app.command()
@@ -222,6 +256,35 @@ def report(
         console.print(f"{fmt}: {out or text}", highlight=False)
     else:
         sys.stdout.write(text)
+
+
+@app.command("check-configs")
+def check_configs(
+    path: Annotated[Optional[Path], typer.Argument(help="an engine's Triton fused-MoE config file or folder (default with --engine: its shipped tree)")] = None,
+    engine: Annotated[Optional[str], typer.Option("--engine", help="vllm or sglang: whose kernel and file layout (default for PATH: from its file names)")] = None,
+    engine_wheel: Annotated[Optional[str], typer.Option("--engine-wheel", help="the engine's wheel, read as a zip (default: the installed engine, then a cached wheel)")] = None,
+    target: Annotated[Optional[str], typer.Option("--target", help="check every file against this profile (default: each file against the device it is named after)")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="write the rows here, like a sweep's")] = None,
+    hidden: Annotated[Optional[int], typer.Option("--hidden", help="the model's hidden size K, for files no workload preset matches (default 4096, marked assumed)")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles", show_default="cores")] = os.cpu_count() or 1,
+    any_triton: Annotated[bool, typer.Option("--any-triton", help="compile with an installed Triton other than the engines' pinned release")] = False,
+    cache_dir: CacheOpt = None,
+) -> None:
+    """Every entry's exact shared bytes (compiled with Triton for the target, not launched); exit 1 with one line per
+    entry that does not fit."""
+
+    res = triton_audit.run(path, engine, engine_wheel, target, out, jobs, cache_dir, hidden, any_triton,
+                           sw.command_line())
+    for n in res.notes:
+        sys.stdout.write(f"note: {n}\n")
+    for line in res.over:
+        sys.stdout.write(f"OVER {line}\n")
+    s = res.seconds
+    sys.stdout.write(f"{len(res.over)} of {res.checked} entry launches do not fit ({res.not_compiled} not compiled; "
+                     f"{s['distinct']} distinct compiles, {s['compiled']} new, {s['cached']} cached; "
+                     f"plan {s['plan_s']} s, compile {s['compile_s']} s; evidence: compiled, not launched)\n")
+    if res.over:
+        raise typer.Exit(1)
 
 
 known_good_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Known-good tile sets (results/known_good/<target>__<family>.json).")
@@ -318,6 +381,36 @@ def merge(
     write_reports(out, console)
 
 
+@app.command()
+def inspect(
+    binary: Annotated[Path, typer.Argument(help="a cubin, fatbin, object file, executable or shared library with device code")],
+    kernel: Annotated[Optional[str], typer.Option("--kernel", help="only kernels whose (demangled) name matches this regular expression")] = None,
+    target: Annotated[Optional[list[str]], typer.Option("--target", help="offline profile(s), comma list (default: every profile and every GPU present)")] = None,
+    dynamic: Annotated[Optional[str], typer.Option("--dynamic", help="the launch's dynamic shared memory in bytes, e.g. '(Dl+Dr+kv_len)*4' (integers, names, + - * / // and parentheses)")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="values for the expression's names, e.g. Dl=512,Dr=64")] = None,
+    solve: Annotated[Optional[str], typer.Option("--solve", help="the name to solve for: its largest value that fits each target")] = None,
+    jit: Annotated[bool, typer.Option("--jit/--no-jit", help="for a target only PTX runs on: compile that PTX here with ptxas, as the driver would at load")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+    nvcc: NvccOpt = None,
+) -> None:
+    """Per kernel and arch, read from the binary (no GPU): static shared memory, registers, stack frame, max threads;
+    per target: does its code run there, and the largest dynamic shared memory a launch may request."""
+
+    if (set_ or solve) and not dynamic:
+        raise UsageError("--set and --solve apply with --dynamic only")
+    req = binary_inspect.Request(dynamic, binary_inspect.expr.parse_sets(set_), solve) if dynamic else None
+    report_ = binary_inspect.inspect(binary, kernel, _split_csv(target), req, find_jit(nvcc) if jit else None)
+    sys.stdout.write(json.dumps(report_, indent=1) + "\n" if as_json else binary_inspect.render(report_))
+
+
+@app.command()
+def include() -> None:
+    """Print the folder holding the C++ launch guard, for `nvcc -I"$(tileprobe include)"` and
+    `#include <tileprobe/guard.h>`."""
+
+    sys.stdout.write(f"{include_dir()}\n")
+
+
 export_app = typer.Typer(no_args_is_help=True, help="Hand tileprobe's findings to an engine (FlashInfer tactics blocklists).")
 app.add_typer(export_app, name="export")
 
@@ -391,6 +484,31 @@ def export_flashinfer_blocklist(
     sys.stdout.write(f"numbering: {numbering.word()} ({numbering.note})\n")
     sys.stdout.write(f"use: export {blocklist.ENV_VAR}=<file> with {who} (evidence: {evidence}; nothing SM120 "
                      "launched)\n")
+
+
+@export_app.command("triton-configs")
+def export_triton_configs(
+    inputs: Annotated[Path, typer.Argument(help="engine config file(s) to start from: a file or folder (e.g. the shipped H200 file for the model)")],
+    target: Annotated[str, typer.Option("--target", help="the GPU to write for (its limit and every SKU name)")],
+    out: Annotated[Path, typer.Option("--out", help="the folder to write: VLLM_TUNED_CONFIG_FOLDER / SGLANG_MOE_CONFIG_DIR")],
+    engine: Annotated[Optional[str], typer.Option("--engine", help="vllm or sglang (default: from the input file names)")] = None,
+    engine_wheel: Annotated[Optional[str], typer.Option("--engine-wheel", help="the engine's wheel, read as a zip")] = None,
+    device_name: Annotated[Optional[list[str]], typer.Option("--device-name", help="write for these SKU names only (default: every name the target profile knows)")] = None,
+    hidden: Annotated[Optional[int], typer.Option("--hidden", help="the model's hidden size K, when no workload preset matches the file's E and N")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles", show_default="cores")] = os.cpu_count() or 1,
+    any_triton: Annotated[bool, typer.Option("--any-triton", help="compile with an installed Triton other than the engines' pinned release")] = False,
+    cache_dir: CacheOpt = None,
+) -> None:
+    """Engine config files for TARGET in the engine's names and layout, every entry fitting (an over-limit entry
+    becomes the nearest fitting config by a stated rule; compiled, not timed; provenance beside them)."""
+
+    written = triton_export.run(inputs, engine, engine_wheel, target, out, _split_csv(device_name), hidden,
+                                max(1, jobs), cache_dir, any_triton)
+    for w in written:
+        sys.stdout.write(f"{w.path}: {w.entries} entries, {w.substituted} substituted\n")
+    env = "VLLM_TUNED_CONFIG_FOLDER" if (engine or triton_audit.guess_engine([w.path.name for w in written])) == "vllm" \
+        else "SGLANG_MOE_CONFIG_DIR"
+    sys.stdout.write(f"use: export {env}={out} (provenance: {out / triton_export.PROVENANCE}; compiled, not timed)\n")
 
 
 @export_app.command("flashinfer-ids-diff")

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from tileprobe import triton_sweep
 from tileprobe.predict import modeled
 from tileprobe.backends.cutlass import peer
 from tileprobe.backends.cutlass.build import cache_root
@@ -70,6 +71,7 @@ class SweepOptions:
     nvcc: str | None = None
     cache_dir: str | None = None
     workload: dict = field(default_factory=dict)  # options for the runtime workloads
+    triton: triton_sweep.TritonOptions = field(default_factory=triton_sweep.TritonOptions)  # triton-moe's options
 
 
 def make_toolchain(cutlass_dir: str | None, nvcc: str | None, cache_dir: str | None,
@@ -256,6 +258,10 @@ def run(opts: SweepOptions, console) -> list[dict]:
     points_for(w.get("presets"), w.get("shapes"), w.get("batches"), w.get("routing", "uniform"), w.get("tp", 1),
                w.get("ep", 1), 0)  # every workload option is checked before anything else happens
     fam_name = opts.family
+    if fam_name and family(fam_name).backend == "triton":
+        return triton_sweep.run(opts, opts.triton, console, command_line())
+    if opts.triton.engine:
+        raise UsageError("--engine applies to --family triton-moe")
     fixed = family(fam_name).cutlass_root if fam_name else None
     if fixed and opts.cutlass_dir:
         raise UsageError(f"{fam_name} compiles against its engine's own CUTLASS; --cutlass-dir does not apply "

@@ -95,6 +95,12 @@ PROFILES: dict[str, Target] = {
         # Measured on this project's lent H200 (233472 B/SM, 232448 opt-in); 4.8 TB/s datasheet.
         Target("h200", "NVIDIA H200", "9.0", 132, 233472, 232448, 65536, 2048,
                60 * 1024 * KIB, 4800.0, "measured on the lent H200; H200 datasheet"),
+        # Ada (sm_89): 100 KiB per SM, 101376 B opt-in, the same limit as SM120 (CuTeDSL SMEM_CAPACITY_MAP "sm_89");
+        # RTX 4090: 128 SMs, 72 MiB L2, 1008 GB/s; L40S: 142 SMs, 96 MiB L2, 864 GB/s (product datasheets).
+        Target("rtx-4090", "NVIDIA GeForce RTX 4090", "8.9", 128, 100 * KIB, 101376, 65536, 1536,
+               72 * 1024 * KIB, 1008.0, "CuTeDSL SMEM_CAPACITY_MAP; GeForce RTX 4090 spec"),
+        Target("l40s", "NVIDIA L40S", "8.9", 142, 100 * KIB, 101376, 65536, 1536,
+               96 * 1024 * KIB, 864.0, "CuTeDSL SMEM_CAPACITY_MAP; L40S datasheet"),
     )
 }
 
@@ -131,6 +137,14 @@ DEVICE_NAMES: dict[str, tuple[str, ...]] = {
     "rtx-pro-4500": ("NVIDIA RTX PRO 4500 Blackwell", "NVIDIA RTX PRO 4500 Blackwell Server Edition"),
     # rigaya/NVEnc #751 (title); the SFF Edition: FlashML-org/FreeToken #277.
     "rtx-pro-4000": ("NVIDIA RTX PRO 4000 Blackwell", "NVIDIA RTX PRO 4000 Blackwell SFF Edition"),
+    # The names below are the ones the serving engines' shipped Triton MoE config files were tuned under: each file
+    # name is the engine's own spelling of the device name (vLLM 0.33.0 fused_moe/configs, SGLang 0.5.23
+    # triton_utils/configs), e.g. device_name=NVIDIA_H100_80GB_HBM3, NVIDIA_H100_PCIe, NVIDIA_H200_NVL.
+    "h100": ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H100"),
+    "h200": ("NVIDIA H200", "NVIDIA H200 NVL"),
+    "b200": ("NVIDIA B200",),
+    "rtx-4090": ("NVIDIA GeForce RTX 4090",),
+    "l40s": ("NVIDIA L40S",),
 }
 # Laptop parts (e.g. "NVIDIA GeForce RTX 5080 Laptop GPU") are sm_120 with the same limit but other SM counts and
 # bandwidth: no profile here; pass their name with --gpu-name.

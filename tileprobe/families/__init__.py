@@ -9,11 +9,12 @@ import itertools
 import re
 
 from tileprobe.errors import UnsupportedConfig, UsageError
-from tileprobe.families import flashinfer_moe, sm90_fp8, sm120_nvfp4, vllm_moe
+from tileprobe.families import flashinfer_moe, sm90_fp8, sm120_nvfp4, triton_moe, vllm_moe
 from tileprobe.families.base import (EPILOGUES, SCHEDULE_IDS, SCHEDULE_SHORT, Config, Family, Tile, expand_tile_specs,
                                      parse_tile)
 
-FAMILIES: dict[str, Family] = {m.FAMILY.name: m.FAMILY for m in (sm120_nvfp4, sm90_fp8, flashinfer_moe, vllm_moe)}
+FAMILIES: dict[str, Family] = {m.FAMILY.name: m.FAMILY for m in (sm120_nvfp4, sm90_fp8, flashinfer_moe, vllm_moe,
+                                                                  triton_moe)}
 
 __all__ = ["EPILOGUES", "FAMILIES", "SCHEDULE_IDS", "SCHEDULE_SHORT", "Config", "Family", "Tile", "arch_for",
            "expand_configs", "expand_tile_specs", "family", "family_for_cc", "parse_cluster", "parse_tile"]

@@ -14,7 +14,7 @@ from typing import Callable
 from tileprobe.errors import UnsupportedConfig, UsageError
 
 SCHEDULE_IDS = {"auto": 0, "cooperative": 1, "pingpong": 2}
-SCHEDULE_SHORT = {"auto": "auto", "cooperative": "coop", "pingpong": "pp"}
+SCHEDULE_SHORT = {"auto": "auto", "cooperative": "coop", "pingpong": "pp", "triton": "triton"}  # triton: Triton families
 EPILOGUES = {"no-c": 0, "with-c": 1}  # bf16 D only / bf16 D = alpha*acc + beta*C with a bf16 C source
 
 
@@ -173,6 +173,7 @@ class Family:
     explicit_stages: bool = True  # False: configs are built with the engine's stage rule only (no StageCount<N>)
     # Output elements a full check of a point compares (config, point, harness answer), when not sum M x N.
     checked_count: Callable[[Config, object, dict], int | None] | None = None
+    backend: str = "cutlass"  # how a config becomes bytes and a launch: "cutlass" (nvcc) or "triton"
 
     def bits(self, cfg: Config) -> int:
         """Width of the activation elements (operand A before any swap): tile K bytes are spelled in it."""

@@ -23,11 +23,15 @@ from tileprobe.families import family as family_named
 from tileprobe.reports.recommend import recommendations
 from tileprobe.results.writer import TOOLCHAIN_COLUMNS, ResultsWriter, now
 from tileprobe.results.resultset import ResultSet, config_from_entry, config_from_row, target_from_dict
+from tileprobe import triton_sweep
+from tileprobe.backends.triton.compile import compile_many
+from tileprobe.backends.triton.toolchain import require_triton
+from tileprobe.families import triton_moe
 from tileprobe.backends.cutlass.runtime import RuntimeJob, runtime_rows
 from tileprobe.backends.cutlass.static_probe import probe_static
 from tileprobe.targets import NoDevice, query_devices
 from tileprobe.backends.cutlass.toolchain import family_cutlass
-from tileprobe.verdict import Evidence, Verdict
+from tileprobe.verdict import Evidence, Verdict, evidence_for
 from tileprobe.workloads import points_for
 
 FORMAT = "tileprobe-known-good/1"
@@ -83,6 +87,25 @@ def _config_verdicts(rs: ResultSet, target: str, family: str) -> list[dict]:
     return out
 
 
+def _one_per_config(recs: list[dict]) -> list[dict]:
+    """One record per config. A Triton family has a static row per (device name, GEMM, batch M) of one config: the
+    config works only when every one of them does (else its first failing row stands for it); the batch sizes it was
+    compiled at travel with it (`batches`), so `check` compiles the same launches again. Other families have one
+    static row per config already."""
+    by: dict[str, list[dict]] = {}
+    for r in recs:
+        by.setdefault(r["config"], []).append(r)
+    out = []
+    for rows in by.values():
+        bad = [r for r in rows if r["verdict"] not in GOOD]
+        rec = dict(bad[0] if bad else rows[0])
+        if any(r.get("batch") is not None and r.get("routing") == "engine-pick" for r in rows):
+            rec["batches"] = sorted({int(r["batch"]) for r in rows})
+            rec["device_names"] = sorted({r["device_name"] for r in rows if r.get("device_name")})
+        out.append(rec)
+    return out
+
+
 def counts(recs: list[dict], runtime: list[dict], tiles: list[dict]) -> dict:
     """What the file holds and what its sweep ran: tiles by evidence; the sweep's configs by verdict (working =
     fits statically, or ok at every launched point); its runtime points by verdict."""
@@ -104,7 +127,7 @@ def entry(rec: dict) -> dict:
          "smem_epilogue_bytes": rec.get("smem_epilogue_bytes"), "smem_limit_bytes": rec.get("smem_limit_bytes"),
          "headroom_bytes": rec.get("headroom_bytes")}
     e.pop("stages_configured", None)
-    for k in ("runtime", "devices", "engine", "engine_hash"):
+    for k in ("runtime", "devices", "engine", "engine_hash", "batches", "device_names", "triton_version"):
         if rec.get(k):
             e[k] = rec[k]
     return e
@@ -124,7 +147,7 @@ def _toolchain(rows: list[dict], where: str) -> dict:
 
 def build(rs: ResultSet, target: str, family: str) -> dict:
     """The known-good document for one (target, family) of a results set."""
-    recs = _config_verdicts(rs, target, family)
+    recs = _one_per_config(_config_verdicts(rs, target, family))
     runtime = [r for r in rs.runtime if r["target"] == target and r["family"] == family
                and r["verdict"] != "not-runnable-here"]
     if not recs:
@@ -265,9 +288,19 @@ def files_in(paths: list[str | Path] | None, default: Path = DEFAULT_DIR) -> lis
     return out
 
 
-def check_file(path: Path, tc, jobs: int = 1, timeout_s: float = 1200) -> CheckResult:
-    """Re-probe a file's tiles statically against its target; every tile that no longer works is a regression.
-    When a GPU of the file's arch is present, the verified-correct tiles are also launched again (runtime re-probe)."""
+@dataclass
+class Prepared:
+    """A known-good file ready to re-probe: its document, target, toolchain and (entry, config) pairs."""
+    path: Path
+    doc: dict
+    target: object
+    tc: object
+    configs: list
+    res: CheckResult
+
+
+def prepare(path: Path, tc) -> Prepared:
+    """Read a file and pick the toolchain its tiles are re-probed with (notes on the file's CheckResult)."""
     doc = load_file(path)
     target = target_from_dict(doc["target"])
     res = CheckResult(Path(path))
@@ -283,23 +316,105 @@ def check_file(path: Path, tc, jobs: int = 1, timeout_s: float = 1200) -> CheckR
                                                   "nvcc_version": tc.nvcc.version_text}})
     if mism:
         res.notes.append(f"re-probed with another toolchain than the file's: {'; '.join(mism)}")
-    outcomes = probe_static([c for _, c in configs], target, tc.cutlass, tc.nvcc, tc.cache, jobs, timeout_s)
+    return Prepared(Path(path), doc, target, tc, configs, res)
+
+
+def tile_label(name: str, target, cfg) -> str:
+    return f"{name}: {target.name} {cfg.tile} {cfg.schedule} stages={cfg.stages_label} {cfg.epilogue}" + \
+        (" swap-ab" if cfg.swap_ab else "") + f" [{cfg.key}]"
+
+
+def static_finding(name: str, target, e: dict, cfg, o) -> tuple[str | None, str | None]:
+    """(regression line, note) for one re-probed tile: a regression when it no longer works, a note when it still
+    fits with other bytes or stages."""
+    was = (f"was {e.get('verdict')} ({e.get('evidence')}: SharedStorage {e.get('smem_bytes')} B, headroom "
+           f"{e.get('headroom_bytes')} B)")
+    what = tile_label(name, target, cfg)
+    if o.verdict.value not in GOOD:
+        now = evidence_for(o.verdict, compiled=o.info.compiled, predicted=o.info.predicted)
+        return f"{what}: {was}; now {o.verdict.value} ({now.value}): {o.reason}", None
+    if o.info.smem_bytes != e.get("smem_bytes") or o.info.stages != e.get("stages_resolved"):
+        return None, (f"{what}: still fits; SharedStorage {e.get('smem_bytes')} -> {o.info.smem_bytes} B, "
+                      f"stages {e.get('stages_resolved')} -> {o.info.stages}")
+    return None, None
+
+
+def check_file(path: Path, tc, jobs: int = 1, timeout_s: float = 1200) -> CheckResult:
+    """Re-probe a file's tiles statically against its target; every tile that no longer works is a regression.
+    When a GPU of the file's arch is present, the verified-correct tiles are also launched again (runtime re-probe).
+    A Triton family's tiles are compiled again with Triton instead."""
+    doc = load_file(path)
+    if backend_of(doc) == "triton":
+        return _check_triton(doc, target_from_dict(doc["target"]), CheckResult(Path(path)), jobs)
+    prep = prepare(path, tc)
+    res, target, configs = prep.res, prep.target, prep.configs
+    outcomes = probe_static([c for _, c in configs], target, prep.tc.cutlass, prep.tc.nvcc, prep.tc.cache, jobs,
+                            timeout_s)
     res.checked = len(outcomes)
     for (e, cfg), o in zip(configs, outcomes):
-        was = (f"was {e.get('verdict')} ({e.get('evidence')}: SharedStorage {e.get('smem_bytes')} B, headroom "
-               f"{e.get('headroom_bytes')} B)")
-        what = f"{res.path.name}: {target.name} {cfg.tile} {cfg.schedule} stages={cfg.stages_label} {cfg.epilogue}" + \
-            (" swap-ab" if cfg.swap_ab else "") + f" [{cfg.key}]"
-        if o.verdict.value not in GOOD:
-            res.regressions.append(f"{what}: {was}; now {o.verdict.value}: {o.reason}")
-        elif o.info.smem_bytes != e.get("smem_bytes") or o.info.stages != e.get("stages_resolved"):
-            res.notes.append(f"{what}: still fits; SharedStorage {e.get('smem_bytes')} -> {o.info.smem_bytes} B, "
-                             f"stages {e.get('stages_resolved')} -> {o.info.stages}")
+        line, note = static_finding(res.path.name, target, e, cfg, o)
+        res.regressions += [line] if line else []
+        res.notes += [note] if note else []
     # Every tile recorded as working is launched where a GPU of the file's arch is present: verified tiles and
     # static (sized/compiled) ones alike, so an SM120 file is tested by an SM120 GPU, not only re-sized.
     working = [(e, cfg, o) for (e, cfg), o in zip(configs, outcomes) if o.verdict.value in GOOD]
     if working:
-        _runtime_recheck(doc, target, working, tc, jobs, res)
+        found, note = launch_findings(prep.doc, target, working, prep.tc, jobs, res.path.name)
+        res.regressions += [line for lines in found.values() for line in lines]
+        res.notes.append(note)
+    return res
+
+
+def backend_of(doc: dict) -> str:
+    """'triton' or 'cutlass': how a known-good file's family is built."""
+    try:
+        return family_named(str(doc.get("family"))).backend
+    except UsageError:
+        return "cutlass"  # an unknown family fails where its tiles are read, with its own line
+
+
+def triton_findings(doc: dict, target, res: CheckResult, jobs: int, keys: set[str] | None = None) -> dict:
+    """Compile a Triton family's tiles (all, or those in `keys`) again, with the installed Triton and the engine's
+    kernel as installed or cached, at every batch size each was recorded at: {config key: (regression lines, notes)}.
+    A tile that no longer fits, or no longer compiles, is a regression."""
+    triton = require_triton(bool(doc.get("any_triton")))
+    res.tree = triton.label()
+    was = (doc.get("toolchain") or {}).get("triton_version") or next(
+        (e.get("triton_version") for e in doc["tiles"] if e.get("triton_version")), None)
+    if was and was != triton.version:
+        res.notes.append(f"the file's tiles were compiled with triton {was}; re-compiled with {triton.label()}")
+    sources: dict[str, object] = {}
+    planned = []
+    found: dict[str, tuple[list[str], list[str]]] = {}
+    for e in doc["tiles"]:
+        cfg = config_from_entry(e)
+        if keys is not None and cfg.key not in keys:
+            continue
+        found[cfg.key] = ([], [])
+        engine = str(cfg.get("engine")).split()[0]
+        if engine not in sources:
+            sources[engine] = triton_sweep.engine_kernel_source(engine, None)[1]
+        for m in e.get("batches") or [1]:
+            planned.append((e, cfg, m, triton_moe.job_of(cfg, sources[engine], m)))
+    builds = compile_many([p[3] for p in planned], jobs)
+    for (e, cfg, m, _), b in zip(planned, builds):
+        o = triton_sweep.outcome(cfg, b, target, triton)
+        what = f"{res.path.name}: {target.name} {cfg.tile} s{cfg.stages} M={m} [{cfg.key}]"
+        if o.verdict.value not in GOOD:
+            found[cfg.key][0].append(f"{what}: was {e.get('verdict')} ({e.get('evidence')}, {e.get('smem_bytes')} "
+                                     f"B); now {o.verdict.value}: {o.reason}")
+        elif o.info.smem_bytes != e.get("smem_bytes"):
+            found[cfg.key][1].append(f"{what}: still fits; metadata.shared {e.get('smem_bytes')} -> "
+                                     f"{o.info.smem_bytes} B")
+    return found
+
+
+def _check_triton(doc: dict, target, res: CheckResult, jobs: int) -> CheckResult:
+    found = triton_findings(doc, target, res, jobs)
+    res.checked = len(doc["tiles"])
+    for lines, notes in found.values():
+        res.regressions += lines
+        res.notes += notes
     return res
 
 
@@ -326,33 +441,38 @@ def _file_toolchain(doc: dict, tc, res: CheckResult):
     return tc
 
 
-def _runtime_recheck(doc: dict, target, ok: list, tc, jobs: int, res: CheckResult) -> None:
-    """Launch the working tiles (verified or static) on a GPU of the file's arch, on one decode point of the file's
-    first recommended workload (batch 8); anything but `ok` is a regression, and what each launch showed is noted.
-    Without such a GPU, say so."""
+def devices_for(target) -> list:
+    """The GPUs here of the target's arch (none without a driver)."""
     try:
-        devices = [d for d in query_devices() if d.arch == target.arch]
+        return [d for d in query_devices() if d.arch == target.arch]
     except NoDevice:
-        devices = []
+        return []
+
+
+def launch_findings(doc: dict, target, ok: list, tc, jobs: int, name: str) -> tuple[dict[str, list[str]], str]:
+    """Launch the working tiles (verified or static) on a GPU of the file's arch, on one decode point of the file's
+    first recommended workload (batch 8): {config key: regression lines (one per failing point)} for anything but
+    `ok`, and a note saying what the launches showed. Without such a GPU, no launches and a note saying so."""
+    devices = devices_for(target)
     if not devices:
-        res.notes.append(f"{len(ok)} working tile(s) re-checked statically only (sized): no {target.arch} GPU here")
-        return
+        return {}, f"{len(ok)} working tile(s) re-checked statically only (sized): no {target.arch} GPU here"
     workloads = list(((doc.get("recommended") or {}).get("workloads") or {}).keys()) or ["deepseek-v3"]
     points = points_for(workloads[:1], None, [8], "uniform", 1, 1, 1)
     job = RuntimeJob(points, 1, devices, [o for _, _, o in ok], tc, jobs, 1200, 120)
     with tempfile.TemporaryDirectory(prefix="tileprobe-check-") as tmp, ResultsWriter(Path(tmp)) as writer:
         rows = runtime_rows(job, writer, Console(quiet=True))
     by_cfg = {cfg.key: (e, cfg) for e, cfg, _ in ok}
+    found: dict[str, list[str]] = {}
     for r in rows:
         if r["verdict"] != "ok" and r["config"] in by_cfg:
             e, cfg = by_cfg[r["config"]]
-            res.regressions.append(f"{res.path.name}: {target.name} {cfg.tile} {cfg.schedule} [{cfg.key}]: was "
-                                   f"{e.get('verdict')} ({e.get('evidence')}); now {r['verdict']} on GPU "
-                                   f"{r['gpu_index']} ({r['device_name']}) at {r['workload']} {r['gemm']} batch "
-                                   f"{r['batch']}: {r['reason']}")
+            found.setdefault(r["config"], []).append(
+                f"{name}: {target.name} {cfg.tile} {cfg.schedule} [{cfg.key}]: was {e.get('verdict')} "
+                f"({e.get('evidence')}); now {r['verdict']} on GPU {r['gpu_index']} ({r['device_name']}) at "
+                f"{r['workload']} {r['gemm']} batch {r['batch']}: {r['reason']}")
     shown = sum(1 for r in rows if r["verdict"] == "ok")
-    res.notes.append(f"{len(ok)} working tile(s) launched on {devices[0].device_name}: {shown} of {len(rows)} "
-                     f"point(s) verified")
+    return found, (f"{len(ok)} working tile(s) launched on {devices[0].device_name}: {shown} of {len(rows)} "
+                   f"point(s) verified")
 
 
 def check(paths: list[str | Path] | None, tc, jobs: int = 1, timeout_s: float = 1200) -> list[CheckResult]:

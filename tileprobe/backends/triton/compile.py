@@ -1,0 +1,273 @@
+"""Compile one Triton kernel launch for an arch with no GPU, and read what its launch-time check would compare.
+
+A launch is reproduced with Triton's own code: the binder Triton builds for the kernel
+(`triton.runtime.jit.create_function_from_signature`, whose `native_specialize_impl` marks 16-divisible pointers and
+ints, turns ints equal to 1 and None into constexprs) runs on stand-in arguments, `JITFunction._pack_args` turns
+that into the signature, constexprs and attributes, and `triton.compile(ASTSource(...), GPUTarget("cuda", cc, 32))`
+builds the cubin with the bundled ptxas. `metadata.shared` is the number `CompiledKernel._init_handles`
+(triton/compiler/compiler.py) compares with the device's MAX_SHARED_MEMORY_PER_BLOCK_OPTIN at the first launch.
+Registers and spills are what Triton's driver reads after loading the cubin (driver.c `load_binary`:
+CU_FUNC_ATTRIBUTE_NUM_REGS, and LOCAL_SIZE_BYTES / 4 as n_spills); with no driver they are read from the cubin by the
+bundled cuobjdump (--dump-resource-usage: REG, LOCAL).
+
+Results are cached by content (kernel module text, Triton version, arguments, options, target) in the user cache
+dir: an entry is built in a temporary folder and renamed into place, under a file lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock
+
+from tileprobe.backends.triton import source as src_mod
+from tileprobe.backends.triton.source import KernelSource
+from tileprobe.backends.triton.toolchain import cache_root, installed
+from tileprobe.errors import OutOfResources, TileprobeError
+from tileprobe.lazy import LazyModule
+
+_triton = LazyModule("triton")
+_tl = LazyModule("triton.language")
+_jit = LazyModule("triton.runtime.jit")
+_compiler = LazyModule("triton.compiler")
+_backends = LazyModule("triton.backends.compiler")
+_knobs = LazyModule("triton.knobs")
+_errors = LazyModule("triton.runtime.errors")
+
+CACHE_VERSION = 1
+CUOBJDUMP_TIMEOUT_S = 60
+
+
+class TritonCompileError(TileprobeError):
+    """Triton could not compile the launch: `line` is the compiler's own one-line error."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__(line)
+        self.line = line
+
+
+class TritonOutOfResources(OutOfResources):
+    """The compiled kernel needs more shared memory than the target allows; `text` is Triton's own error text
+    (triton.runtime.errors.OutOfResources, what the engine's first launch raises on that GPU)."""
+
+    def __init__(self, required: int, limit: int, text: str) -> None:
+        super().__init__("shared memory", required, limit)
+        self.text = text
+
+
+@dataclass(frozen=True)
+class KernelJob:
+    """One launch to compile: the kernel, its stand-in arguments (see `stand_in`), keyword arguments (constexprs and
+    Triton options such as num_warps, num_stages) and the target's compute capability (120, 90, ...)."""
+
+    source: KernelSource
+    args: tuple  # positional stand-ins, JSON values
+    kwargs: tuple[tuple[str, object], ...]
+    cc: int
+
+    def identity(self, triton_version: str) -> dict:
+        return {"v": CACHE_VERSION, "source": self.source.sha256, "triton": triton_version,
+                "args": list(self.args), "kwargs": [[k, v] for k, v in self.kwargs], "target": ["cuda", self.cc, 32]}
+
+    def key(self, triton_version: str) -> str:
+        return hashlib.sha256(json.dumps(self.identity(triton_version), sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class TritonBuild:
+    shared: int  # metadata.shared: dynamic shared bytes, what the launch check compares with the opt-in limit
+    regs: int | None  # registers per thread (cuobjdump REG; the driver's n_regs)
+    spills: int | None  # LOCAL bytes / 4 (the driver's n_spills)
+    static_shared: int | None  # cuobjdump SHARED: static shared plus the 1 KiB system reserve (1024: none static)
+    num_warps: int
+    num_stages: int
+    seconds: float  # compile wall time (of the run that filled the cache)
+    cached: bool = False
+    triton_version: str = ""
+    arch: str = ""  # metadata.arch, e.g. sm120
+
+    def fits(self, limit: int) -> TritonOutOfResources | None:
+        """What the first launch on a device with opt-in `limit` would raise (None: the check passes)."""
+        if self.shared <= limit:
+            return None
+        return TritonOutOfResources(self.shared, limit, str(_errors.OutOfResources(self.shared, limit,
+                                                                                   "shared memory")))
+
+
+class _Ptr:
+    """A tensor as the binder sees it: a dtype and a data pointer (0: 16-byte aligned, as every torch allocation)."""
+
+    def __init__(self, dtype) -> None:
+        self.dtype = dtype
+
+    @staticmethod
+    def data_ptr() -> int:
+        return 0
+
+
+def stand_in(value):
+    """JSON value -> what the launcher passes: '*bf16' a tensor of that Triton dtype, 'tl.bfloat16' a dtype,
+    anything else (int, float, bool, None) itself. A pointer's dtype names are Triton's (bf16, fp16, fp32, fp8e4nv,
+    i32, i64, u8)."""
+    if isinstance(value, str) and value.startswith("*"):
+        return _Ptr(_dtype(value[1:]))
+    if isinstance(value, str) and value.startswith("tl."):
+        return getattr(_tl, value[3:])
+    return value
+
+
+_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8e4nv": "float8e4nv", "fp8e5": "float8e5",
+           "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "i1": "int1"}
+
+
+def _dtype(name: str):
+    if name not in _DTYPES:
+        raise TritonCompileError(f"unknown pointer dtype *{name}; known: {', '.join('*' + d for d in _DTYPES)}")
+    return getattr(_tl, _DTYPES[name])
+
+
+def one_line(exc: BaseException) -> str:
+    """The compiler's own error as one line: its type and the last non-empty line of its message."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and set(ln.strip()) != {"^"}]
+    return f"{type(exc).__name__}: {lines[-1] if lines else repr(exc)}"[:500]
+
+
+def _resource_usage(cubin: Path, cuobjdump: Path, name: str) -> dict:
+    try:
+        out = subprocess.run([str(cuobjdump), "--dump-resource-usage", str(cubin)], capture_output=True, text=True,
+                             timeout=CUOBJDUMP_TIMEOUT_S).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    found = {}
+    block = out.split(f"Function {name}:")[-1] if f"Function {name}:" in out else out
+    for field in ("REG", "SHARED", "LOCAL"):
+        m = re.search(rf"\b{field}:(\d+)", block)
+        if m:
+            found[field] = int(m.group(1))
+    return found
+
+
+def jit_function(kernel):
+    """The JITFunction under an @triton.autotune / @triton.heuristics wrapper (each keeps it in `.fn`)."""
+    while not hasattr(kernel, "params") and hasattr(kernel, "fn"):
+        kernel = kernel.fn
+    return kernel
+
+
+def _compile_now(job: KernelJob, work: Path, cache: Path) -> dict:
+    """Compile in this process into `work`; the result as a JSON dict ({'error': line} on a compile failure)."""
+    os.environ["TRITON_CACHE_DIR"] = str(work / "triton-cache")  # Triton's own cache: this entry's, never shared
+    kernel = src_mod.load(job.source, cache)
+    fn = jit_function(kernel)
+    t0 = time.perf_counter()
+    try:
+        target = _backends.GPUTarget("cuda", job.cc, 32)
+        backend = _compiler.make_backend(target)
+        binder = _jit.create_function_from_signature(fn.signature, fn.params, backend)
+        kwargs = {k: stand_in(v) for k, v in job.kwargs}
+        kwargs.setdefault("debug", _knobs.runtime.debug)  # as JITFunction.run adds them
+        kwargs.setdefault("instrumentation_mode", _knobs.compilation.instrumentation_mode)
+        bound, spec, options = binder(*[stand_in(a) for a in job.args], **kwargs)
+        options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, spec, options)
+        compiled = _triton.compile(_compiler.ASTSource(fn, signature, constexprs, attrs), target=target,
+                                   options=options.__dict__)
+    except TritonCompileError:
+        raise
+    except Exception as exc:  # Triton's frontend, MLIR passes or ptxas: the row carries its one line
+        return {"error": one_line(exc), "seconds": time.perf_counter() - t0}
+    seconds = time.perf_counter() - t0
+    cubin = work / "kernel.cubin"
+    cubin.write_bytes(compiled.kernel)
+    md = compiled.metadata
+    inst = installed()
+    usage = _resource_usage(cubin, inst.cuobjdump, md.name) if inst else {}
+    return {"shared": int(md.shared), "regs": usage.get("REG"),
+            "spills": usage["LOCAL"] // 4 if "LOCAL" in usage else None, "static_shared": usage.get("SHARED"),
+            "num_warps": int(md.num_warps), "num_stages": int(md.num_stages), "seconds": seconds,
+            "triton_version": str(getattr(md, "triton_version", "")), "arch": str(md.arch)}
+
+
+def _entry(cache: Path, key: str) -> Path:
+    return cache / "triton" / key[:2] / key
+
+
+def _from_entry(path: Path) -> dict | None:
+    f = path / "result.json"
+    return json.loads(f.read_text()) if f.is_file() else None
+
+
+def _as_result(doc: dict, cached: bool) -> TritonBuild | TritonCompileError:
+    if "error" in doc:
+        return TritonCompileError(doc["error"])
+    return TritonBuild(cached=cached, **{k: doc[k] for k in (
+        "shared", "regs", "spills", "static_shared", "num_warps", "num_stages", "seconds", "triton_version", "arch")})
+
+
+def compile_job(job: KernelJob, cache_dir: str | os.PathLike | None = None,
+                rebuild: bool = False) -> TritonBuild | TritonCompileError:
+    """The build of one launch, from the cache or compiled now (a compile failure is returned, not raised)."""
+    cache = cache_root(cache_dir)
+    inst = installed()
+    version = inst.version if inst else "none"
+    key = job.key(version)
+    entry = _entry(cache, key)
+    if not rebuild and (doc := _from_entry(entry)) is not None:
+        return _as_result(doc, True)
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(entry) + ".lock"):
+        if not rebuild and (doc := _from_entry(entry)) is not None:
+            return _as_result(doc, True)
+        work = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
+        try:
+            doc = _compile_now(job, work, cache)
+            doc["identity"] = job.identity(version)
+            (work / "result.json").write_text(json.dumps(doc, indent=1, default=str))
+            shutil.rmtree(work / "triton-cache", ignore_errors=True)
+            if entry.exists():
+                shutil.rmtree(entry)
+            os.rename(work, entry)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return _as_result(doc, False)
+
+
+def _worker(args) -> TritonBuild | TritonCompileError:
+    job, cache_dir, rebuild = args
+    try:
+        return compile_job(job, cache_dir, rebuild)
+    except TritonCompileError as exc:
+        return exc
+
+
+def compile_many(jobs: list[KernelJob], n_jobs: int = 1, cache_dir: str | os.PathLike | None = None,
+                 rebuild: bool = False) -> list[TritonBuild | TritonCompileError]:
+    """Every job's build, in order; cache misses compiled by `n_jobs` processes (distinct jobs compiled once)."""
+    cache = cache_root(cache_dir)
+    version = (installed().version if installed() else "none")
+    keys = [j.key(version) for j in jobs]
+    done: dict[str, TritonBuild | TritonCompileError] = {}
+    for k in dict.fromkeys(keys):
+        doc = None if rebuild else _from_entry(_entry(cache, k))
+        if doc is not None:
+            done[k] = _as_result(doc, True)
+    todo = {k: j for k, j in zip(keys, jobs) if k not in done}
+    work = [(j, str(cache), rebuild) for j in todo.values()]
+    if n_jobs <= 1 or len(work) <= 1:
+        results = [_worker(w) for w in work]
+    else:
+        with ProcessPoolExecutor(max_workers=min(n_jobs, len(work)),
+                                 mp_context=multiprocessing.get_context("spawn")) as pool:
+            results = list(pool.map(_worker, work))
+    done.update(zip(todo, results))
+    return [done[k] for k in keys]

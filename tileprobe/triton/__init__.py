@@ -1,0 +1,1 @@
+"""The Triton MoE commands beside the sweep: check-configs (audit.py) and export triton-configs (export.py)."""

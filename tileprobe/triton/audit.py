@@ -1,0 +1,232 @@
+"""`tileprobe check-configs`: every entry of an engine's Triton fused-MoE config files, compiled for a target, with
+its exact shared bytes; which would raise OutOfResources at the engine's first launch on that GPU.
+
+A file named after a device is checked against that device's limit unless --target says otherwise. The file name
+gives E and N (the per-shard intermediate size); the hidden size K is not in it: it comes from the workload preset
+whose experts and intermediate size match (E = experts / ep, N = inter / tp), else --hidden, else 4096 (recorded in
+the row as assumed). Each entry is compiled as the engine launches it for M = its key: both GEMMs for vLLM (one
+config serves both) and for an SGLang up file with no _down file beside it, the down GEMM only for a _down file.
+
+Compiles are shared across files: ints the kernel does not take as constexprs enter Triton's specialisation only as
+"equal to 1", "divisible by 16" or neither, so they are replaced by 1, 16 or 17 before the cache key is taken.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from tileprobe.backends.triton.compile import KernelJob, compile_many
+from tileprobe.backends.triton.source import KernelSource
+from tileprobe.backends.triton.toolchain import require_triton
+from tileprobe.engines import triton_configs as tc
+from tileprobe.engines import triton_lookup
+from tileprobe.errors import UsageError
+from tileprobe.families import arch_for, family
+from tileprobe.families import triton_moe as tm
+from tileprobe.results.rows import make_row, now
+from tileprobe.results.writer import ResultsWriter, row_key
+from tileprobe.targets import Target, profile
+from tileprobe.triton_sweep import engine_kernel_source, outcome, toolchain_columns
+from tileprobe.workloads import PRESETS
+
+ASSUMED_HIDDEN = 4096
+ASSUMED_TOP_K = 8
+# Triton 3.8's CUDAOptions defaults (triton/backends/nvidia/compiler.py): what an entry without them launches with.
+TRITON_DEFAULT_WARPS, TRITON_DEFAULT_STAGES = 4, 3
+
+
+@dataclass(frozen=True)
+class Problem:
+    hidden: int
+    top_k: int
+    experts_global: int
+    ep: int
+    how: str  # "qwen3-30b-a3b tp1" or "assumed"
+
+
+def problem_for(E: int, N: int, hidden: int | None) -> Problem:
+    for m in PRESETS.values():
+        for ep in (1, 2, 4, 8, 16, 32):
+            if m.experts % ep == 0 and m.experts // ep == E and m.inter % N == 0 and m.inter // N in (1, 2, 4, 8, 16):
+                return Problem(hidden or m.hidden, m.top_k, m.experts, ep,
+                               f"{m.name} tp{m.inter // N}" + (f" ep{ep}" if ep > 1 else ""))
+    return Problem(hidden or ASSUMED_HIDDEN, ASSUMED_TOP_K, E, 1,
+                   f"hidden {hidden} given" if hidden else f"no preset has E={E}, N={N}: hidden {ASSUMED_HIDDEN} "
+                                                          "assumed")
+
+
+def guess_engine(files_names: list[str]) -> str:
+    """SGLang's spellings (block_shape=[128, 128], per_channel_quant=True, _down) mark a SGLang file; else vLLM."""
+    if any(", " in n or "per_channel_quant=" in n or n.endswith("_down.json") for n in files_names):
+        return "sglang"
+    return "vllm"
+
+
+def device_targets(engine: str) -> dict[str, Target]:
+    """The engine's file-name spelling of every known device name, to its target profile."""
+    mod = triton_lookup.engine_module(engine)
+    return {mod.device_file_name(n): profile(t) for n, t in triton_lookup.known_device_names().items()}
+
+
+def constexpr_positions(source: KernelSource) -> set[int]:
+    """Positions of the kernel's tl.constexpr parameters (the launcher passes some positionally: group_n, group_k)."""
+    tree = ast.parse(source.text)
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == source.function)
+    return {i for i, a in enumerate(fn.args.args) if a.annotation is not None and "constexpr" in ast.unparse(a.annotation)}
+
+
+def canonical(job: KernelJob, constexprs: set[int]) -> KernelJob:
+    """The same launch with each non-constexpr int replaced by its specialisation class (1, 16-divisible, other)."""
+    def cls(i, a):
+        if i in constexprs or isinstance(a, bool) or not isinstance(a, int) or not -2**31 <= a < 2**31:
+            return a
+        return 1 if a == 1 else 16 if a % 16 == 0 else 17
+    return replace(job, args=tuple(cls(i, a) for i, a in enumerate(job.args)))
+
+
+@dataclass(frozen=True)
+class Check:
+    file: tc.ConfigFile
+    key: int
+    gemm: str
+    target: Target
+    config: object | None  # families.base.Config, None when the entry is not a launchable config
+    job: KernelJob | None
+    problem: Problem
+    why_not: str = ""  # the entry is not compiled: why
+
+
+def _entry(raw: dict) -> tuple[dict | None, str]:
+    why = tc.triton_entry_problem(raw)
+    if why:
+        return None, why
+    e = {k: raw[k] for k in tm.ENTRY_KEYS if k in raw}
+    e.setdefault("num_warps", TRITON_DEFAULT_WARPS)
+    e.setdefault("num_stages", TRITON_DEFAULT_STAGES)
+    if raw.get("USE_TMA"):
+        return None, "USE_TMA: the TMA-descriptor launch is not reproduced"
+    return e, ""
+
+
+def plan(files: list[tc.ConfigFile], engine: str, source: KernelSource, target: Target | None, hidden: int | None
+         ) -> tuple[list[Check], list[str]]:
+    """Every (file, entry, GEMM) to compile, and notes for files skipped (scheme not sized, device unknown)."""
+    by_device = device_targets(engine)
+    fam = family(tm.NAME)
+    consts = constexpr_positions(source)
+    checks, notes = [], []
+    downs = {(f.triton_dir, replace(f.name, down=False)) for f in files if f.name.down}
+    for f in files:
+        scheme = tc.scheme_of(f.name)
+        if scheme is None or scheme.name not in tm.QUANTS:
+            notes.append(f"{f.rel}: not sized (dtype={f.name.dtype}, block_shape={f.name.block_shape}, "
+                         f"per_channel_quant={f.name.per_channel_quant}, backend={f.name.backend}: a launch "
+                         f"tileprobe does not reproduce)")
+            continue
+        t = target or by_device.get(f.name.device_name)
+        if t is None:
+            notes.append(f"{f.rel}: device {f.name.device_name} unknown to tileprobe: pass --target")
+            continue
+        arch = arch_for(fam, t.cc)
+        if arch is None:
+            notes.append(f"{f.rel}: triton-moe does not compile for {t.name} (sm_{t.cc_int})")
+            continue
+        cc = tm.arch_cc(arch)
+        prob = problem_for(f.name.E, f.name.N, hidden)
+        if engine == "vllm":
+            gemms = tm.GEMMS
+        elif f.name.down:
+            gemms = ("down",)
+        else:
+            gemms = ("gate_up",) if (f.triton_dir, f.name) in downs else tm.GEMMS
+        for key, raw in f.entries.items():
+            e, why = _entry(raw)
+            for gemm in gemms:
+                if e is None:
+                    checks.append(Check(f, key, gemm, t, None, None, prob, why))
+                    continue
+                n, k = tm.gemm_shape(gemm, prob.hidden, f.name.N)
+                cfg = tm.make_config(engine, scheme.name, gemm, prob.experts_global, n, k, prob.top_k, e, arch,
+                                     f"{f.rel}#{key}", prob.ep)
+                job = tm.launch_job(engine, source, scheme.name, gemm, prob.experts_global, n, k, key, prob.top_k,
+                                    e, cc, prob.ep)
+                checks.append(Check(f, key, gemm, t, cfg, canonical(job, consts), prob))
+    return checks, notes
+
+
+@dataclass
+class AuditResult:
+    rows: list[dict]
+    over: list[str]  # one line per entry that does not fit
+    notes: list[str]
+    checked: int
+    not_compiled: int
+    seconds: dict
+
+
+def run(path: Path | None, engine: str | None, wheel: str | None, target_name: str | None, out: Path | None,
+        jobs: int, cache_dir: str | None, hidden: int | None, any_triton: bool, command: str) -> AuditResult:
+    if path is None and engine is None:
+        raise UsageError("check-configs needs PATH (a config file or folder) or --engine vllm|sglang")
+    if jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    if hidden is not None and hidden < 1:
+        raise UsageError("--hidden must be at least 1")
+    t0 = time.perf_counter()
+    if path is not None:
+        if not Path(path).exists():
+            raise UsageError(f"{path}: no such file or folder")
+        names = [p.name for p in ([Path(path)] if Path(path).is_file() else Path(path).rglob("*.json"))]
+        engine = engine or guess_engine(names)
+    mod = triton_lookup.engine_module(engine)
+    target = profile(target_name) if target_name else None
+    files = tc.read_tree(Path(path), engine) if path is not None else None  # bad input first: before Triton
+    triton = require_triton(any_triton)
+    src, source = engine_kernel_source(engine, wheel)
+    files = files if files is not None else tc.read_source_tree(src, mod.CONFIGS_DIR)
+    checks, notes = plan(files, engine, source, target, hidden)
+    t_plan = time.perf_counter() - t0
+    todo = [c for c in checks if c.job is not None]
+    t1 = time.perf_counter()
+    builds = compile_many([c.job for c in todo], jobs, cache_dir)
+    t_compile = time.perf_counter() - t1
+    cols = toolchain_columns(triton)
+    rows, over = [], []
+    for c, b in zip(todo, builds):
+        o = outcome(c.config, b, c.target, triton)
+        point = {"workload": c.file.rel, "gemm": c.gemm, "batch": c.key, "routing": "config-file",
+                 "device_name": c.file.name.device_name,
+                 "problem": f"M={c.key} E={c.file.name.E} N={c.config.get('N')} K={c.config.get('K')} ({c.problem.how})",
+                 "problems_hash": f"{c.file.rel}#{c.key}#{c.gemm}"}
+        row = make_row(c.config, c.target, cols, o, point=point,
+                       extra={"engine": src.label(), "engine_hash": source.sha256[:16]})
+        rows.append(row)
+        if row["verdict"] != "fits":
+            over.append(f"{c.file.rel} [M={c.key}] {c.gemm} on {c.target.name}: {row['verdict']}: {o.reason}")
+    for c in checks:
+        if c.job is None:
+            notes.append(f"{c.file.rel} [M={c.key}] {c.gemm}: not compiled ({c.why_not})")
+    distinct = {c.job: b for c, b in zip(todo, builds)}
+    seconds = {"plan_s": round(t_plan, 2), "compile_s": round(t_compile, 2),
+               "compiled": sum(1 for b in distinct.values() if not getattr(b, "cached", True)),
+               "cached": sum(1 for b in distinct.values() if getattr(b, "cached", False)),
+               "distinct": len(distinct),
+               "compiler_s": round(sum(getattr(b, "seconds", 0.0) for b in distinct.values()
+                                       if not getattr(b, "cached", True)), 2)}
+    if out is not None:
+        with ResultsWriter(out, resume=False) as writer:
+            (out / "run.json").write_text(json.dumps({
+                "command": command, "date": now(), "seed": None, "family": tm.NAME,
+                "target": (target or (todo[0].target if todo else profile("rtx-pro-6000"))).as_dict(),
+                "devices": [], "configs": len(todo), "shard": None, "toolchain": cols,
+                "engine": src.label(), "engine_origin": src.origin, "kernel_sha256": source.sha256,
+                "checked": str(path) if path is not None else f"{src.label()} shipped tree",
+                "phases": seconds}, indent=1))
+            for row in rows:
+                if not writer.has(row_key(row)):
+                    writer.write(row)
+    return AuditResult(rows, over, notes, len(todo), len(checks) - len(todo), seconds)

@@ -1,0 +1,172 @@
+"""`tileprobe export triton-configs`: a folder of engine config files for a GPU without one to tune on, in the
+engine's own names and layout, every entry fitting the target (compiled, not timed).
+
+Input: engine config files (a file or folder: e.g. the shipped H200 file for the model). Output, for every device
+name of the target: vLLM `OUT/E=..,N=..,device_name=<name>[,dtype=..][,block_shape=..].json` (use with
+VLLM_TUNED_CONFIG_FOLDER=OUT); SGLang `OUT/configs/triton_3_8_0/<name>[_down].json` (SGLANG_MOE_CONFIG_DIR=OUT).
+Entries keep their batch-size keys. The provenance goes beside them in OUT/tileprobe-provenance.json: the engines read
+every key of a config file as a batch size, so nothing else can go inside one.
+
+The substitution rule, for an entry over the target's limit (compiled bytes, both GEMMs it serves): the first of
+these that fits, each compiled: (1) the same tile with fewer stages (num_stages - 1 down to 1); (2) BLOCK_SIZE_K
+halved (down to 32; not below the fp8 block's 128 / 4), with stages from the original down; (3) BLOCK_SIZE_N halved
+(down to 32), with stages from the original down; BLOCK_SIZE_M, GROUP_SIZE_M and num_warps are kept (the M tile
+follows the engine's moe_align_block_size, shared by both GEMMs). Nothing is timed: the substitute is the nearest
+fitting config by that order, not the fastest.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from tileprobe.backends.triton.compile import TritonBuild, compile_many
+from tileprobe.backends.triton.toolchain import require_triton
+from tileprobe.engines import sglang
+from tileprobe.engines import triton_configs as tc
+from tileprobe.engines import triton_lookup
+from tileprobe.errors import UsageError
+from tileprobe.families import arch_for, family
+from tileprobe.families import triton_moe as tm
+from tileprobe.targets import profile
+from tileprobe.triton.audit import _entry, canonical, constexpr_positions, guess_engine, problem_for
+from tileprobe.triton_sweep import engine_kernel_source
+
+PROVENANCE = "tileprobe-provenance.json"
+
+
+def candidates(entry: dict, scheme: tc.Scheme) -> list[dict]:
+    """The substitutes for an over-limit entry, nearest first (the module docstring's rule)."""
+    out = []
+    s0 = entry["num_stages"]
+    out += [entry | {"num_stages": s} for s in range(s0 - 1, 0, -1)]
+    floor_k = 32
+    bk = entry["BLOCK_SIZE_K"] // 2
+    while bk >= floor_k:
+        out += [entry | {"BLOCK_SIZE_K": bk, "num_stages": s} for s in range(s0, 0, -1)]
+        bk //= 2
+    bn = entry["BLOCK_SIZE_N"] // 2
+    while bn >= 32:
+        out += [entry | {"BLOCK_SIZE_N": bn, "num_stages": s} for s in range(s0, 0, -1)]
+        bn //= 2
+    return out
+
+
+@dataclass
+class Written:
+    path: Path
+    entries: int
+    substituted: int
+    notes: list[str]
+
+
+def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, out: Path,
+        device_names: list[str] | None, hidden: int | None, jobs: int, cache_dir: str | None,
+        any_triton: bool) -> list[Written]:
+    if jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    if not Path(inputs).exists():
+        raise UsageError(f"{inputs}: no such file or folder")
+    names_in = [p.name for p in ([Path(inputs)] if Path(inputs).is_file() else Path(inputs).rglob("*.json"))]
+    engine = engine or guess_engine(names_in)
+    mod = triton_lookup.engine_module(engine)
+    target = profile(target_name)
+    fam = family(tm.NAME)
+    arch = arch_for(fam, target.cc)
+    if arch is None:
+        raise UsageError(f"triton-moe compiles for {', '.join(tm.ARCHS)}; not {target.name}")
+    cc = tm.arch_cc(arch)
+    devs = triton_lookup.device_names(target, device_names)
+    files = tc.read_tree(Path(inputs), engine)  # bad input first: before Triton
+    require_triton(any_triton)
+    src, source = engine_kernel_source(engine, wheel)
+    consts = constexpr_positions(source)
+    written: list[Written] = []
+    provenance: dict = {"tool": "tileprobe export triton-configs", "engine": src.label(), "target": target.name,
+                        "smem_limit_bytes": target.smem_optin, "arch": arch, "evidence": "compiled, not timed",
+                        "rule": __doc__.split("The substitution rule, ")[1].split("\n\n")[0].replace("\n", " "),
+                        "files": {}}
+    downs = {(f.triton_dir, f.name) for f in files if f.name.down}
+    for f in files:
+        scheme = tc.scheme_of(f.name)
+        if scheme is None or scheme.name not in tm.QUANTS:
+            raise UsageError(f"{f.rel}: a scheme tileprobe does not size (dtype={f.name.dtype}, "
+                             f"block_shape={f.name.block_shape}); export handles {', '.join(tm.QUANTS)}")
+        prob = problem_for(f.name.E, f.name.N, hidden)
+        # vLLM: one config serves both GEMMs; SGLang: a _down file the down GEMM, an up file the gate_up GEMM
+        # and the down GEMM too when no _down file comes with it (the engine reuses it).
+        gemms = ("down",) if f.name.down else ("gate_up",) if (f.triton_dir, replace(f.name, down=True)) in downs \
+            else tm.GEMMS
+
+        def jobs_for(entry: dict, key: int):
+            return [canonical(tm.launch_job(engine, source, scheme.name, g, prob.experts_global,
+                                            *tm.gemm_shape(g, prob.hidden, f.name.N), key, prob.top_k, entry, cc,
+                                            prob.ep), consts) for g in gemms]
+
+        entries: dict[int, dict] = {}
+        raw_keep: dict[int, dict] = {}
+        for key, raw in f.entries.items():
+            e, why = _entry(raw)
+            if e is None:
+                raise UsageError(f"{f.rel} [{key}]: cannot size this entry ({why})")
+            entries[key], raw_keep[key] = e, raw
+        first = compile_many([j for k, e in entries.items() for j in jobs_for(e, k)], jobs, cache_dir)
+        per = len(gemms)
+        out_entries: dict[str, dict] = {}
+        prov_entries: dict[str, dict] = {}
+        subs = 0
+        over_keys = []
+        for i, (key, e) in enumerate(entries.items()):
+            bs = first[i * per:(i + 1) * per]
+            bad = [b for b in bs if not isinstance(b, TritonBuild)]
+            if bad:
+                raise UsageError(f"{f.rel} [{key}]: does not compile: {bad[0]}")
+            need = max(b.shared for b in bs)
+            if need <= target.smem_optin:
+                out_entries[str(key)] = raw_keep[key]
+                prov_entries[str(key)] = {"original": e, "original_bytes": need, "kept": True}
+            else:
+                over_keys.append((key, e, need))
+        # Substitutes, nearest first: each round compiles the next few candidates of every entry still open (in
+        # parallel), and an entry takes the first candidate, in the rule's order, that fits.
+        cand = {key: candidates(e, scheme) for key, e, _ in over_keys}
+        chosen: dict[int, tuple[dict, int]] = {}
+        step = max(2, jobs)
+        for start in range(0, max((len(c) for c in cand.values()), default=0), step):
+            flat = [(key, c) for key, cs in cand.items() if key not in chosen for c in cs[start:start + step]]
+            if not flat:
+                break
+            builds = compile_many([j for key, c in flat for j in jobs_for(c, key)], jobs, cache_dir)
+            for idx, (key, c) in enumerate(flat):
+                if key in chosen:
+                    continue
+                bs = builds[idx * per:(idx + 1) * per]
+                if all(isinstance(b, TritonBuild) for b in bs) and max(b.shared for b in bs) <= target.smem_optin:
+                    chosen[key] = (c, max(b.shared for b in bs))
+        for key, e, need in over_keys:
+            if key not in chosen:
+                raise UsageError(f"{f.rel} [{key}]: no substitute by the rule fits {target.smem_optin} B "
+                                 f"(original {need} B)")
+            c, got = chosen[key]
+            out_entries[str(key)] = c
+            prov_entries[str(key)] = {"original": e, "original_bytes": need, "substitute": c,
+                                      "substitute_bytes": got, "kept": False}
+            subs += 1
+        out_entries = {str(k): out_entries[str(k)] for k in f.entries}  # the input's key order (the tie rule's)
+        for dev in devs:
+            if engine == "vllm":
+                path = out / mod.config_file_name(f.name.E, f.name.N, scheme, dev)
+            else:
+                vdir = f"triton_{sglang.TRITON_VERSION.replace('.', '_')}"
+                path = out / "configs" / vdir / mod.config_file_name(f.name.E, f.name.N, scheme, dev, f.name.down)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(out_entries, indent=4) + "\n")
+            provenance["files"][str(path.relative_to(out))] = {"from": f.path, "device_name": dev,
+                                                               "problem": prob.how, "gemms": list(gemms),
+                                                               "entries": prov_entries}
+            written.append(Written(path, len(out_entries), subs, []))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / PROVENANCE).write_text(json.dumps(provenance, indent=1) + "\n")
+    return written
+

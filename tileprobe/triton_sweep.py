@@ -1,0 +1,312 @@
+"""A triton-moe sweep: for every batch size M the engine runs on the target's GPUs, which config it launches
+(the engine's own lookup: tileprobe.engines.triton_lookup) and whether it fits, from the compiled kernel's bytes.
+
+Each distinct launch is compiled once (tileprobe.backends.triton.compile, cached by content), rows are written as
+in every sweep (rows.make_row, evidence `compiled`: a cubin was built for the arch, nothing was launched).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from tileprobe.backends.triton import autotune
+from tileprobe.backends.triton import runtime as rt
+from tileprobe.backends.triton.compile import KernelJob, TritonBuild, TritonCompileError, compile_many, one_line
+from tileprobe.backends.triton.source import KernelSource, extract, load
+from tileprobe.backends.triton.toolchain import TritonInstall, cache_root, require_triton
+from tileprobe.engines import triton_configs as tc
+from tileprobe.engines import triton_lookup
+from tileprobe.errors import UsageError
+from tileprobe.families import arch_for, family
+from tileprobe.families import triton_moe as tm
+from tileprobe.results.rows import Outcome, StaticInfo, make_row, now
+from tileprobe.results.writer import ResultsWriter, row_key
+from tileprobe.targets import Target, resolve_target
+from tileprobe.verdict import Verdict
+from tileprobe.workloads import DEFAULT_PRESET, PRESETS, MoEModel
+
+
+@dataclass
+class TritonOptions:
+    engine: str | None = None
+    quant: str = "bf16"
+    engine_wheel: str | None = None
+    config_dir: str | None = None  # the user's folder (VLLM_TUNED_CONFIG_FOLDER / SGLANG_MOE_CONFIG_DIR), if any
+    device_names: list[str] | None = None
+    any_triton: bool = False
+    max_m: int = triton_lookup.DEFAULT_MAX_M
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The model as one rank sees it: local experts (the file's E), N of the file (I / tp), hidden, top-k."""
+    model: MoEModel
+    tp: int
+    ep: int
+
+    @property
+    def experts_local(self) -> int:
+        return self.model.experts // self.ep
+
+    @property
+    def inter(self) -> int:
+        return self.model.inter // self.tp
+
+
+def shape_for(presets: list[str] | None, tp: int, ep: int) -> Shape:
+    names = presets or [DEFAULT_PRESET]
+    if len(names) != 1:
+        raise UsageError("--family triton-moe answers for one --workload at a time")
+    if names[0] not in PRESETS:
+        raise UsageError(f"unknown workload {names[0]!r}; known: {', '.join(PRESETS)}")
+    model = PRESETS[names[0]]
+    if tp < 1 or ep < 1:
+        raise UsageError("--tp and --ep must be at least 1")
+    if model.inter % tp:
+        raise UsageError(f"{model.name}: intermediate size {model.inter} does not split {tp} ways")
+    if model.experts % ep:
+        raise UsageError(f"{model.name}: {model.experts} experts do not split {ep} ways")
+    return Shape(model, tp, ep)
+
+
+def engine_kernel_source(engine: str, wheel: str | None) -> tuple[tc.EngineSource, KernelSource]:
+    """The engine's files and its fused_moe_kernel module; UsageError for a release whose launcher is not read."""
+    ek = tm.engine_kernel(engine)
+    src = tc.find_engine(engine, wheel)
+    if src.version != ek.release:
+        raise UsageError(f"{src.label()} ({src.origin}): tileprobe reproduces the launcher of {ek.label} only; "
+                         f"pass --engine-wheel with the {ek.label} wheel")
+    km = tc.kernel_module(src, ek.path, ek.function)
+    return src, KernelSource(km.text, ek.function, f"{src.label()} {ek.path}")
+
+
+@dataclass(frozen=True)
+class Planned:
+    config: object  # families.base.Config
+    job: KernelJob | None  # None: not compiled (the config says why)
+    point: dict
+    pick: triton_lookup.Pick
+
+
+def plan(shape: Shape, engine: str, quant: str, source: KernelSource, src: tc.EngineSource, target: Target,
+         arch: str, names: tuple[str, ...], batches: list[int] | None, user_dir: str | None, max_m: int
+         ) -> list[Planned]:
+    """Every (device name, GEMM, M) to answer, with the config the engine picks and the launch to compile."""
+    scheme = tc.scheme(quant)
+    model, cc = shape.model, tm.arch_cc(arch)
+    out = []
+    for name in names:
+        ps = triton_lookup.picks(engine, src, shape.experts_local, shape.inter, model.hidden, model.top_k, scheme,
+                                 target, name, user_dir, max_m)
+        for gemm in tm.GEMMS:
+            mine = [p for p in ps if p.gemm == gemm]
+            bad = [p for p in mine if p.source == "engine-error"]
+            if bad:
+                raise UsageError(f"{engine} on {name}: {bad[0].note}")
+            ms = batches or [p.m_lo for p in mine]
+            for m in ms:
+                p = next((p for p in mine if p.m_lo <= m and (p.m_hi is None or m <= p.m_hi)), None)
+                if p is None:
+                    raise UsageError(f"--batch {m}: beyond the M range answered (1..{max_m})")
+                entry = tm.parse_entry(p.config, f"{engine} {p.source} config for M={m}")
+                n, k = tm.gemm_shape(gemm, model.hidden, shape.inter)
+                where = "default" if p.source == "default" else f"{p.source}:{Path(p.path).name}#{p.key}"
+                cfg = tm.make_config(engine, quant, gemm, model.experts, n, k, model.top_k, entry, arch, where,
+                                     shape.ep)
+                # SGLang's down entry with USE_TMA also changes the gate_up launch (c_sorted): neither is reproduced
+                down = [d for d in ps if d.gemm == "down" and d.m_lo <= m and (d.m_hi is None or m <= d.m_hi)]
+                if p.config.get("USE_TMA") or (engine == "sglang" and down and down[0].config.get("USE_TMA")):
+                    cfg = replace(cfg, unsupported_reason=tm.TMA_REASON)
+                job = None if cfg.unsupported_reason else tm.launch_job(
+                    engine, source, quant, gemm, model.experts, n, k, m, model.top_k, entry, cc, shape.ep)
+                ident = f"{name}|{gemm}|{p.m_text()}|{m}"
+                model_text = model.name + (f" tp{shape.tp}" if shape.tp > 1 else "") + (
+                    f" ep{shape.ep}" if shape.ep > 1 else "")
+                # static rows (no `workload`: nothing is launched); the batch M and the pick's range are the point
+                point = {"gemm": gemm, "batch": m, "routing": "engine-pick", "device_name": name,
+                         "problem": f"{model_text} {p.m_text()} E={shape.experts_local} N={n} K={k} ({where})",
+                         "problems_hash": hashlib.sha256(ident.encode()).hexdigest()[:12]}
+                out.append(Planned(cfg, job, point, p))
+    return out
+
+
+def outcome(cfg, build: TritonBuild | TritonCompileError | None, target: Target, triton: TritonInstall) -> Outcome:
+    """The verdict of one compiled launch against the target's opt-in limit, with Triton's own error text (None:
+    not compiled, the config's unsupported_reason says why)."""
+    if build is None:
+        return Outcome(cfg, Verdict.UNSUPPORTED, cfg.unsupported_reason or "not compiled",
+                       StaticInfo(stages=cfg.stages, threads_per_cta=int(cfg.get("num_warps")) * 32))
+    if isinstance(build, TritonCompileError):
+        return Outcome(cfg, Verdict.COMPILE_ERROR, f"{triton.label()}: {build.line}")
+    info = StaticInfo(stages=build.num_stages, smem_bytes=build.shared, regs_per_thread=build.regs,
+                      spill_bytes=None if build.spills is None else build.spills * 4,
+                      threads_per_cta=build.num_warps * 32, compile_seconds=round(build.seconds, 3),
+                      compile_configs=1, compiled=True)
+    over = build.fits(target.smem_optin)
+    if over is None:
+        return Outcome(cfg, Verdict.FITS, f"metadata.shared {build.shared} B <= {target.smem_optin} B opt-in "
+                                          f"({triton.label()}, {build.arch}; not launched)", info)
+    return Outcome(cfg, Verdict.SMEM_OVER_LIMIT, f"{over.text} ({triton.label()}, {build.arch}: the engine's first "
+                                                 f"launch on this GPU raises OutOfResources)", info)
+
+
+def toolchain_columns(triton: TritonInstall) -> dict:
+    return {"cutlass_version": None, "cutlass_source": None, "cutlass_hash": None, "nvcc_version": None,
+            "host_compiler": None, "triton_version": triton.version}
+
+
+def run(opts, topts: TritonOptions, console, command: str) -> list[dict]:
+    """The triton-moe sweep (opts: sweep.SweepOptions for the shared options)."""
+    fam = family(tm.NAME)
+    if not topts.engine:
+        raise UsageError("--family triton-moe needs --engine vllm or --engine sglang")
+    tm.engine_kernel(topts.engine)
+    tm.check_quant(topts.quant)
+    w = opts.workload
+    shape = shape_for(w.get("presets"), w.get("tp", 1), w.get("ep", 1))
+    if w.get("shapes"):
+        raise UsageError("--shape does not apply to --family triton-moe: the engine's E, N, K come from --workload")
+    batches = w.get("batches")
+    for b in batches or ():
+        if b < 1:
+            raise UsageError(f"batch size {b} must be at least 1")
+    if opts.jobs < 1:
+        raise UsageError(f"--jobs {opts.jobs}: must be at least 1")
+    target, devices = resolve_target(opts.target, opts.gpus)
+    devices = [] if opts.static_only else devices
+    arch = arch_for(fam, target.cc)
+    if arch is None:
+        raise UsageError(f"triton-moe compiles for {', '.join(tm.ARCHS)}; not sm_{target.cc_int} ({target.name})")
+    # on a GPU: the name it reports (the engine keys its files by it); offline: every SKU name of the target
+    names = (target.device_name,) if target.is_device and not topts.device_names else \
+        triton_lookup.device_names(target, topts.device_names)
+    triton = require_triton(topts.any_triton)
+    src, source = engine_kernel_source(topts.engine, topts.engine_wheel)
+    user_dir = topts.config_dir or triton_lookup.engine_module(topts.engine).user_dir_from_env()
+    if user_dir is not None and not Path(user_dir).is_dir():
+        raise UsageError(f"--config-dir {user_dir}: no such folder")
+    start = time.perf_counter()
+    planned = plan(shape, topts.engine, topts.quant, source, src, target, arch, names, batches, user_dir, topts.max_m)
+    plan_s = time.perf_counter() - start
+    start = time.perf_counter()
+    jobs = [p.job for p in planned if p.job is not None]
+    done = iter(compile_many(jobs, opts.jobs, opts.cache_dir, opts.rebuild))
+    builds = [next(done) if p.job is not None else None for p in planned]
+    compile_s = time.perf_counter() - start
+    cols = toolchain_columns(triton)
+    rows = []
+    with ResultsWriter(opts.out, resume=opts.resume) as writer:
+        (opts.out / "run.json").write_text(json.dumps({
+            "command": command, "date": now(), "seed": None, "family": fam.name, "target": target.as_dict(),
+            "devices": [], "configs": len(planned), "shard": None,
+            "toolchain": cols | {"triton_root": str(triton.root), "cache": str(cache_root(opts.cache_dir))},
+            "engine": src.label(), "engine_origin": src.origin, "kernel_sha256": source.sha256,
+            "quant": topts.quant, "device_names": list(names), "config_dir": user_dir,
+            "phases": {"plan_s": round(plan_s, 2), "compile_s": round(compile_s, 2),
+                       "distinct": len({id(b) for b in builds if b is not None}),  # a repeated launch: once
+                       "compiled": len({id(b) for b in builds if b is not None and not getattr(b, "cached", False)}),
+                       "cached": len({id(b) for b in builds if getattr(b, "cached", False)}),
+                       "not_compiled": sum(b is None for b in builds)}}, indent=1))
+        console.print(f"[bold]triton-moe[/] {src.label()} {topts.quant} {shape.model.name} on [bold]{target.name}[/] "
+                      f"(opt-in {target.smem_optin} B; {', '.join(names)}): {len(planned)} launches, "
+                      f"{len({p.job for p in planned if p.job})} distinct, {triton.label()}")
+        for p, b in zip(planned, builds):
+            o = outcome(p.config, b, target, triton)
+            row = make_row(p.config, target, cols, o, point=p.point,
+                           extra={"engine": src.label(), "engine_hash": source.sha256[:16]})
+            if not writer.has(row_key(row)):
+                writer.write(row)
+                rows.append(row)
+        if devices and shape.ep > 1:
+            console.print("[yellow]--ep > 1: the runtime launch holds every expert on one GPU; not launched[/]")
+        elif devices:
+            seed = w.get("seed", -1)
+            seed = seed if seed >= 0 else random.randrange(2**31)
+            start = time.perf_counter()
+            rows += runtime_rows(planned, shape, source, devices[0], seed, cols, writer, console,
+                                 cache_root(opts.cache_dir))
+            meta = json.loads((opts.out / "run.json").read_text())
+            meta.update(seed=seed, devices=[devices[0].as_dict()])
+            meta["phases"]["runtime_s"] = round(time.perf_counter() - start, 2)
+            (opts.out / "run.json").write_text(json.dumps(meta, indent=1))
+    return rows
+
+
+def runtime_rows(planned: list[Planned], shape: Shape, source: KernelSource, device: Target, seed: int, cols: dict,
+                 writer: ResultsWriter, console, cache: Path) -> list[dict]:
+    """On a GPU of the arch: at every (GEMM, M) of the plan, launch each config the engine uses for that GEMM at any
+    M (its pick among them, so `recommend` says per M whether the engine's choice is the fastest), check every
+    element against the fp64 reference, time it from a CUDA graph over rotated routings."""
+    fam = family(tm.NAME)
+    kernel = load(source, cache)
+    model = shape.model
+    candidates: dict[str, dict[str, object]] = {}
+    for p in planned:
+        if p.job is not None:  # a config not compiled (unsupported) is not launched either
+            candidates.setdefault(str(p.config.get("gemm")), {}).setdefault(p.config.key, p.config)
+    points = sorted({(str(p.config.get("gemm")), int(p.point["batch"])) for p in planned})
+    out = []
+    for i, (gemm, m) in enumerate(points):
+        n, k = tm.gemm_shape(gemm, model.hidden, shape.inter)
+        prob = rt.Problem(tm.engine_of(next(iter(candidates[gemm].values()))), str(
+            next(iter(candidates[gemm].values())).get("quant")), gemm, model.experts, n, k, m, model.top_k)
+        for cfg in candidates[gemm].values():
+            job = tm.job_of(cfg, source, m)
+            naive = bool(dict(job.kwargs).get("naive_block_assignment", False))
+            try:
+                got = rt.run_point(kernel, job, prob, seed + i, "cuda", fam.atol, fam.rtol, device.l2_bytes, naive)
+                verdict = Verdict.OK if got.pop("verified") else Verdict.INCORRECT
+                reason = (f"every one of {got['checked_elements']} elements within {fam.atol} + {fam.rtol}*|ref| "
+                          f"of the fp64 reference" if verdict is Verdict.OK else
+                          f"{got['bad_elements']} of {got['checked_elements']} elements off the fp64 reference")
+                status = "ok"
+            except Exception as exc:  # the launch's own error (OutOfResources, a Triton or CUDA error): one line
+                got, verdict, reason, status = {}, Verdict.LAUNCH_ERROR, one_line(exc), "error"
+            info = StaticInfo(stages=cfg.stages, threads_per_cta=int(cfg.get("num_warps")) * 32)
+            o = Outcome(cfg, verdict, reason, info)
+            ident = f"{device.device_name}|{gemm}|{m}|{seed + i}"
+            point = {"workload": model.name, "gemm": gemm, "batch": m, "routing": "uniform",
+                     "experts_active": None, "problem": f"M={m} E={model.experts} N={n} K={k} top_k={model.top_k}",
+                     "problems_hash": hashlib.sha256(ident.encode()).hexdigest()[:12], "seed": seed + i}
+            runtime = {**got, "gpu_index": device.gpu_index, "launch_status": status, "launch_reason": reason}
+            row = make_row(cfg, device, cols, o, runtime, point)
+            if not writer.has(row_key(row)):
+                writer.write(row)
+                out.append(row)
+        console.print(f"  {gemm} M={m}: {len(candidates[gemm])} config(s) launched on {device.device_name}")
+    return out
+
+
+def autotune_report(kernel: str, target_name: str | None, engine: str | None, wheel, args_file, any_triton: bool,
+                    jobs: int, cache_dir) -> list[str]:
+    """`tileprobe autotune`: the lines that say, per autotune config, its bytes and whether it fits the target."""
+    path, sep, function = kernel.rpartition(":")
+    if not sep or not path or not function:
+        raise UsageError(f"--kernel {kernel!r}: expected PATH.py:FUNCTION")
+    target, _ = resolve_target(target_name, None)
+    triton = require_triton(any_triton)
+    if engine:
+        src = tc.find_engine(engine, wheel)
+        text, origin = src.read_text(path), f"{src.label()} {path}"
+    else:
+        try:
+            text, origin = Path(path).read_text(), path
+        except OSError as exc:
+            raise UsageError(f"--kernel {path}: {exc.strerror}") from None
+    source = extract(text, function, origin)
+    builtin = autotune.BUILTIN_ARGS.get((path, function))
+    sized, notes = autotune.size_autotune(
+        source, lambda: autotune.read_args(args_file, builtin() if builtin else None), target.cc_int, jobs, cache_dir)
+    lines, left = autotune.verdict_lines(sized, target.smem_optin, target.name)
+    out = [f"{function} ({origin}), {len(sized)} autotune configs compiled for {target.name} (sm_{target.cc_int}, "
+           f"opt-in {target.smem_optin} B) with {triton.label()}; evidence compiled, nothing launched"]
+    out += [f"  {ln}" for ln in lines] + [f"note: {n}" for n in notes]
+    out.append(f"the autotuner is left with {len(left)} of {len(sized)}: "
+               + ("; ".join(s.label() for s in left) if left else "none (every config fails: the launch raises)"))
+    return out
