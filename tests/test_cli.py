@@ -150,3 +150,14 @@ def test_flashinfer_moe_options_it_cannot_honour_are_refused(args, needle, tmp_p
     lines = [l for l in p.stderr.splitlines() if l.strip()]
     assert len(lines) == 1 and needle in lines[0], p.stderr
     assert not (tmp_path / "o" / "results.jsonl").exists() or not (tmp_path / "o" / "results.jsonl").read_text()
+
+
+@pytest.mark.parametrize("extra", [["--compile"], ["--rebuild"], ["--gpus", "0"], ["--compile-timeout", "60"],
+                                   ["--compile", "--gpus", "1"]])
+def test_predict_only_refuses_what_it_would_ignore(extra, tmp_path):
+    p = tileprobe("sweep", "--predict-only", "--tiles", "128x128x128", "--out", str(tmp_path / "o"), *extra)
+    assert p.returncode == 2, p.stdout + p.stderr
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    named = [a for a in extra if a.startswith("--")]
+    assert len(lines) == 1 and "would be ignored" in lines[0] and all(o in lines[0] for o in named), p.stderr
+    assert not (tmp_path / "o").exists()  # nothing started

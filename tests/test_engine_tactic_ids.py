@@ -54,7 +54,7 @@ def test_whole_map_equals_flashinfers_own_enumeration(tmp_path, nvcc_path):
                 assert ours == theirs, f"{runner} sm{sm} finalize={fin}"
                 compared += len(ours)
     assert compared == len(lines)
-    # The same comparison as `export flashinfer-blocklist --verify` runs for a user's flashinfer.
+    # The comparison every export, --check and flashinfer-ids-diff runs when nvcc is there.
     assert native.mismatches(lines, tid.tactic_ids) == []
     # The comparison sees order: the same variants numbered with gemm2's swap copies before its FINALIZE copies
     # (a plausible misreading of getTmaWarpSpecializedConfigs) must not pass.

@@ -76,3 +76,21 @@ def test_a_child_runs_on_this_process_device_not_the_physical_index(rng):
         assert child_visible_devices(i, {"CUDA_VISIBLE_DEVICES": outer}) == str(dev)
     assert child_visible_devices(1, {"CUDA_VISIBLE_DEVICES": f" {physical[0]} , {physical[1]} "}) == str(physical[1])
     assert child_visible_devices(2, {}) == "2"  # nothing narrowed: the index is the physical device
+
+
+def test_a_longer_sku_name_is_not_filed_under_a_shorter_one():
+    """'RTX 5070 Ti' contains 'RTX 5070': the longest profile name a device's name contains wins."""
+    from dataclasses import replace
+
+    from tileprobe import targets
+
+    for name, want in (("NVIDIA GeForce RTX 5070 Ti", "rtx-5070-ti"), ("NVIDIA GeForce RTX 5070", "rtx-5070"),
+                       ("NVIDIA RTX PRO 4000 Blackwell SFF Edition", "rtx-pro-4000"),
+                       ("NVIDIA GeForce RTX 5070 Ti Laptop GPU", "rtx-5070-ti")):
+        dev = replace(PROFILES["rtx-5090"], name="gpu0", device_name=name, gpu_index=0)
+        assert targets._profile_name_for(dev) == want, name
+    for name in ("rtx-5080", "rtx-5070-ti", "rtx-5070", "rtx-5060-ti", "rtx-pro-5000", "rtx-pro-4500",
+                 "rtx-pro-4000"):
+        p = PROFILES[name]
+        assert p.arch == "sm_120a" and p.smem_optin == 101376 == p.smem_per_sm - 1024 and p.source
+        assert targets.arch_of_name(targets.device_names(name)[0]) == (name, "sm_120a")

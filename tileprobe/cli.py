@@ -15,6 +15,7 @@ from tileprobe import families, ray_sweep, triton_sweep
 from tileprobe.triton import audit as triton_audit
 from tileprobe.triton import export as triton_export
 from tileprobe.engines import flashinfer_blocklist as blocklist
+from tileprobe.engines import flashinfer_blocklist_check as bl_check
 from tileprobe.reports import compare
 from tileprobe.results import known_good
 from tileprobe.results import resultset
@@ -37,6 +38,10 @@ Examples:
   tileprobe sweep --family flashinfer-moe --target rtx-pro-6000 --jobs 2 --out fi-results
   tileprobe sweep --tiles 128x128x128,128x256x64B --stages auto,2,3 --target dgx-spark-gb10
   tileprobe sweep --predict-only --tiles 128,256x32..256x128,256      no nvcc: the model's answer
+                                           (a..b steps by a: 32..256 is 32, 64, 96, ..., 256; a..b:s steps by s)
+  tileprobe sweep --family vllm-moe --target rtx-pro-6000 --static-only     vLLM's own CUTLASS MoE kernels
+  tileprobe export flashinfer-blocklist --engine vllm --wheels DIR --target rtx-5090 --out bl/
+                                           FLASHINFER_TACTICS_BLOCKLIST files for the flashinfer vLLM pins
   tileprobe sweep --shape 64:16:4096:7168 --seed 7      one explicit E:M:N:K problem, reproducible data
   tileprobe explain 128x256x64B --target dgx-spark-gb10
   tileprobe report fi-results --format csv --out rows.csv
@@ -50,10 +55,11 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
                   help="Which CUTLASS grouped-GEMM tiles fit, launch, are correct and are fastest on a GPU.")
 console = Console(width=None if sys.stdout.isatty() else WIDTH)
 
-FamilyOpt = Annotated[Optional[str], typer.Option("--family", help="sm120-nvfp4, sm90-fp8, flashinfer-moe, vllm-moe or triton-moe (default: by device)")]
+FamilyOpt = Annotated[Optional[str], typer.Option("--family", metavar="NAME", help="sm120-nvfp4, sm90-fp8, flashinfer-moe, vllm-moe or triton-moe (default: by device)")]
 TargetOpt = Annotated[Optional[str], typer.Option(
-    "--target", help="offline profile (rtx-pro-6000, rtx-5090, dgx-spark-gb10, b200, h100, h200); a real GPU wins "
-                     "when present unless this is given")]
+    "--target", metavar="NAME", help="offline profile (rtx-pro-6000, rtx-5090, dgx-spark-gb10, the other SM120 GPUs "
+                     "rtx-5080, rtx-5070-ti, rtx-5070, rtx-5060-ti, rtx-pro-5000, rtx-pro-4500, rtx-pro-4000; b200, "
+                     "h100, h200); a real GPU wins when present unless this is given")]
 CutlassOpt = Annotated[Optional[str], typer.Option("--cutlass-dir", help="CUTLASS checkout or include dir")]
 NvccOpt = Annotated[Optional[str], typer.Option("--nvcc", help="path to nvcc")]
 CacheOpt = Annotated[Optional[str], typer.Option("--cache-dir", help="build cache (default: user cache dir)")]
@@ -97,13 +103,13 @@ def _shard(text: str | None) -> tuple[int, int] | None:
 def sweep(
     family: FamilyOpt = None,
     target: TargetOpt = None,
-    tiles: Annotated[Optional[list[str]], typer.Option("--tiles", help="comma list: 128x256x128 or 128x256x64B")] = None,
-    schedules: Annotated[Optional[list[str]], typer.Option("--schedules", help="auto, cooperative, pingpong")] = None,
-    stages: Annotated[Optional[list[str]], typer.Option("--stages", help="auto (also spelled 0: the most stages the carveout fits) or explicit counts, e.g. auto,2,3")] = None,
-    epilogue: Annotated[Optional[list[str]], typer.Option("--epilogue", help="no-c (bf16 D) and/or with-c (bf16 C source)")] = None,
-    swap_ab: Annotated[Optional[list[str]], typer.Option("--swap-ab", help="off, on, or off,on")] = None,
+    tiles: Annotated[Optional[list[str]], typer.Option("--tiles", metavar="MxNxK[,...]", help="comma list: 128x256x128 or 128x256x64B")] = None,
+    schedules: Annotated[Optional[list[str]], typer.Option("--schedules", metavar="auto,cooperative,pingpong", help="auto, cooperative, pingpong")] = None,
+    stages: Annotated[Optional[list[str]], typer.Option("--stages", metavar="auto,2,3", help="auto (also spelled 0: the most stages the carveout fits) or explicit counts, e.g. auto,2,3")] = None,
+    epilogue: Annotated[Optional[list[str]], typer.Option("--epilogue", metavar="no-c,with-c", help="no-c (bf16 D) and/or with-c (bf16 C source)")] = None,
+    swap_ab: Annotated[Optional[list[str]], typer.Option("--swap-ab", metavar="off,on", help="off, on, or off,on")] = None,
     cluster: Annotated[str, typer.Option("--cluster", help="cluster shape; SM120 supports 1x1x1 only")] = "1x1x1",
-    dtypes: Annotated[Optional[list[str]], typer.Option("--dtypes", help="flashinfer-moe: nvfp4xnvfp4, mxfp8xmxfp4 (SM120), fp8xfp8 (SM90); default: every pair the engine dispatches")] = None,
+    dtypes: Annotated[Optional[list[str]], typer.Option("--dtypes", metavar="PAIR[,...]", help="flashinfer-moe: nvfp4xnvfp4, mxfp8xmxfp4 (SM120), fp8xfp8 (SM90); default: every pair the engine dispatches")] = None,
     flashinfer_dir: Annotated[Optional[Path], typer.Option("--flashinfer-dir", help="flashinfer-moe: another flashinfer package folder than the installed one (e.g. to diff two installs)")] = None,
     out: Annotated[Path, typer.Option("--out", help="results folder")] = Path("tileprobe-results"),
     jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles", show_default="cores")] = os.cpu_count() or 1,
@@ -115,14 +121,14 @@ def sweep(
     resume: Annotated[bool, typer.Option("--resume", help="keep rows in --out and skip what they cover")] = False,
     shard: Annotated[Optional[str], typer.Option("--shard", help="i/n: probe a deterministic 1/n of the configs")] = None,
     gpus: Annotated[Optional[str], typer.Option("--gpus", help="GPU indices, e.g. 0,1 (default: all visible)")] = None,
-    workload: Annotated[Optional[list[str]], typer.Option("--workload", help="model preset(s) (default deepseek-v3)")] = None,
-    shape: Annotated[Optional[list[str]], typer.Option("--shape", help="explicit E:M:N:K problem(s)")] = None,
-    batch: Annotated[Optional[list[str]], typer.Option("--batch", help="decode batch sizes (default 1,8,32,128,512)")] = None,
+    workload: Annotated[Optional[list[str]], typer.Option("--workload", metavar="PRESET[,...]", help="model preset(s) (default deepseek-v3)")] = None,
+    shape: Annotated[Optional[list[str]], typer.Option("--shape", metavar="E:M:N:K[,...]", help="explicit E:M:N:K problem(s)")] = None,
+    batch: Annotated[Optional[list[str]], typer.Option("--batch", metavar="1,8,32", help="decode batch sizes (default 1,8,32,128,512)")] = None,
     routing: Annotated[str, typer.Option("--routing", help="uniform, balanced or skewed")] = "uniform",
     tp: Annotated[int, typer.Option("--tp", help="tensor-parallel ways (splits I)")] = 1,
     ep: Annotated[int, typer.Option("--ep", help="expert-parallel ways (splits experts)")] = 1,
     seed: Annotated[int, typer.Option("--seed", help="routing and data seed (a whole number; negative: new each run)", show_default="new each run")] = -1,
-    compile_timeout: Annotated[float, typer.Option("--compile-timeout", help="seconds per nvcc run")] = 1200,
+    compile_timeout: Annotated[Optional[float], typer.Option("--compile-timeout", metavar="SECONDS", help="seconds per nvcc run", show_default="1200")] = None,
     run_timeout: Annotated[float, typer.Option("--run-timeout", help="seconds per runtime probe")] = 120,
     as_json: Annotated[bool, typer.Option("--json", help="print rows as JSON lines instead of a table")] = False,
     peer: Annotated[Optional[str], typer.Option("--peer", help="torch: also time torch._scaled_grouped_mm (FP8) on the same problems; rows gain peer_us and speedup")] = None,
@@ -143,6 +149,11 @@ def sweep(
 
     if jobs < 1:
         raise UsageError("--jobs must be at least 1")
+    if predict_only:
+        ignored = [o for o, v in (("--compile", compile_), ("--rebuild", rebuild), ("--gpus", gpus),
+                                  ("--compile-timeout", compile_timeout is not None)) if v]
+        if ignored:
+            raise UsageError(f"--predict-only compiles and launches nothing, so {', '.join(ignored)} would be ignored")
     swaps = None
     if swap_ab:
         swaps = []
@@ -157,7 +168,8 @@ def sweep(
         family=family, target=target, tiles=[",".join(tiles)] if tiles else None, schedules=_split_csv(schedules),
         stages=_ints(stages, "--stages"), epilogues=_split_csv(epilogue), swap_ab=swaps, dtypes=_split_csv(dtypes),
         cluster=families.parse_cluster(cluster), out=out, jobs=jobs, compile=compile_, rebuild=rebuild, predict_only=predict_only, model_skip=model_skip, peer=peer, static_only=static_only,
-        resume=resume, shard=_shard(shard), gpus=gpu_list, compile_timeout_s=compile_timeout,
+        resume=resume, shard=_shard(shard), gpus=gpu_list,
+        compile_timeout_s=1200 if compile_timeout is None else compile_timeout,
         run_timeout_s=run_timeout, cutlass_dir=cutlass_dir, nvcc=nvcc, cache_dir=cache_dir,
         workload={"presets": _split_csv(workload), "shapes": _split_csv(shape),
                   "batches": _ints(batch, "--batch"), "routing": routing, "tp": tp, "ep": ep, "seed": seed},
@@ -304,9 +316,11 @@ def check(
 ) -> None:
     """Re-probe known-good tiles statically against their targets; exit 1 listing each regression on one line."""
 
+    if jobs < 1:
+        raise UsageError("--jobs must be at least 1")
     paths = known_good.files_in(files)
     tc = sw.make_toolchain(cutlass_dir, nvcc, cache_dir)
-    results = known_good.check(paths, tc, max(1, jobs))
+    results = known_good.check(paths, tc, jobs)
     bad = [line for r in results for line in r.regressions]
     for r in results:
         for n in r.notes:
@@ -403,52 +417,73 @@ app.add_typer(export_app, name="export")
 
 @export_app.command("flashinfer-blocklist")
 def export_flashinfer_blocklist(
-    results: Annotated[Optional[Path], typer.Argument(help="a flashinfer-moe static sweep folder (default: run that sweep into --sweep-out)")] = None,
-    target: Annotated[Optional[str], typer.Option("--target", help="rtx-pro-6000, rtx-5090 or dgx-spark-gb10")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", help="a .json file (one blocklist) or a folder (one file per GPU name x dtype pair x finalize mode)")] = None,
-    dtypes: Annotated[Optional[list[str]], typer.Option("--dtypes", help="nvfp4xnvfp4 and/or mxfp8xmxfp4 (default: both, one file each)")] = None,
-    finalize: Annotated[Optional[list[str]], typer.Option("--finalize", help="gemm2 finalize fusion: on (cutlass_fused_moe's default) and/or off (torch deterministic algorithms, or use_fused_finalize=False)")] = None,
-    gpu_name: Annotated[Optional[list[str]], typer.Option("--gpu-name", help="the device name(s) to write into _metadata.gpu (default: every SKU name the target profile knows)")] = None,
+    results: Annotated[Optional[Path], typer.Argument(metavar="RESULTS", help="a flashinfer-moe static sweep folder (default: run that sweep into --sweep-out)")] = None,
+    engine: Annotated[Optional[str], typer.Option("--engine", metavar="vllm|sglang|flashinfer[==VER]", help="the serving engine the file is for: its pinned flashinfer release and its finalize mode, read from its install or its wheel in --wheels (default: the flashinfer installed or at --flashinfer-dir)")] = None,
+    wheels: Annotated[Optional[Path], typer.Option("--wheels", metavar="DIR", help="a folder of downloaded wheels (pip download --no-deps): the engine's and its pinned flashinfer's, read as zips, never installed")] = None,
+    target: Annotated[Optional[str], typer.Option("--target", metavar="NAME", help="rtx-pro-6000, rtx-5090 or dgx-spark-gb10")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", metavar="FILE.json|DIR", help="a .json file (one blocklist) or a folder (one file per GPU name x dtype pair x finalize mode)")] = None,
+    dtypes: Annotated[Optional[list[str]], typer.Option("--dtypes", metavar="nvfp4xnvfp4,mxfp8xmxfp4", help="dtype pairs (default: both, one file each)")] = None,
+    finalize: Annotated[Optional[list[str]], typer.Option("--finalize", metavar="on,off", help="gemm2 finalize fusion, plain flashinfer only (default on); with --engine vllm|sglang the engine's own mode is used")] = None,
+    gpu_name: Annotated[Optional[list[str]], typer.Option("--gpu-name", metavar="NAME", help="the device name(s) to write into _metadata.gpu (default: every SKU name the target profile knows); a name of another arch is refused")] = None,
     any_gpu: Annotated[bool, typer.Option("--any-gpu", help="write gpu '*': the file then loads on every GPU, including ones whose tactic numbering differs")] = False,
-    check_file: Annotated[Optional[Path], typer.Option("--check", help="instead of exporting: is this blocklist still exact for the installed flashinfer? exit 1 naming each changed ID")] = None,
-    verify: Annotated[bool, typer.Option("--verify", help="first compile flashinfer's own tactic enumeration (nvcc, host only, ~1-2 min) and refuse unless tileprobe's numbering equals it everywhere")] = False,
+    check_file: Annotated[Optional[Path], typer.Option("--check", metavar="FILE", help="instead of exporting: is this blocklist still exact for the flashinfer installed, at --flashinfer-dir or pinned by --engine? exit 1 naming each changed ID")] = None,
+    verify: Annotated[bool, typer.Option("--verify", help="refuse unless the numbering is checked against flashinfer's own compiled enumeration (needs nvcc; without --verify a machine with no nvcc gets tileprobe's model, and the file says so)")] = False,
+    model_only: Annotated[bool, typer.Option("--model-only", help="skip compiling flashinfer's enumeration (~1 min, cached): the numbering is tileprobe's model, unchecked, and the file says so")] = False,
+    allow_predicted: Annotated[bool, typer.Option("--allow-predicted", help="write a blocklist from --predict-only rows (its evidence then says 'predicted')")] = False,
     nvcc: NvccOpt = None,
-    flashinfer_dir: Annotated[Optional[Path], typer.Option("--flashinfer-dir", help="number the tactics for this flashinfer package folder instead of the installed one")] = None,
-    sweep_out: Annotated[Path, typer.Option("--sweep-out", help="where the static sweep goes when no results folder is given")] = Path("tileprobe-results"),
-    jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles for that sweep")] = os.cpu_count() or 1,
+    flashinfer_dir: Annotated[Optional[Path], typer.Option("--flashinfer-dir", metavar="DIR", help="number the tactics for this flashinfer package folder instead of the installed one")] = None,
+    sweep_out: Annotated[Optional[Path], typer.Option("--sweep-out", metavar="DIR", help="where the static sweep goes when no results folder is given", show_default="tileprobe-results")] = None,
+    jobs: Annotated[Optional[int], typer.Option("--jobs", metavar="N", help="parallel compiles for that sweep", show_default="cores")] = None,
+    cache_dir: CacheOpt = None,
 ) -> None:
     """FlashInfer's FLASHINFER_TACTICS_BLOCKLIST file for an SM120 GPU, made without the GPU: the CUTLASS fused-MoE
-    tactic IDs whose kernels do not fit (evidence: sized)."""
+    tactic IDs whose kernels do not fit, for the flashinfer release and finalize mode an engine runs."""
 
-    if verify:
-        n = blocklist.verify_numbering(str(find_nvcc(nvcc).path), flashinfer_dir)
-        sys.stdout.write(f"verified: tileprobe's numbering equals flashinfer's own getTactics on all {n} IDs "
-                         "(sm 120/121, finalize on/off, both dtype pairs)\n")
     if check_file is not None:
-        problems, notes, label = blocklist.check(check_file, flashinfer_dir)
-        for n in notes:
+        given = [o for o, v in (("RESULTS", results), ("--target", target), ("--out", out), ("--dtypes", dtypes),
+                                ("--finalize", finalize), ("--gpu-name", gpu_name), ("--any-gpu", any_gpu),
+                                ("--allow-predicted", allow_predicted), ("--sweep-out", sweep_out),
+                                ("--jobs", jobs)) if v]
+        if given:
+            raise UsageError(f"--check reads a written file; {', '.join(given)} only apply to an export")
+    if jobs is not None and jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    if verify and model_only:
+        raise UsageError("--verify and --model-only contradict each other")
+    nv = find_nvcc(nvcc) if verify else blocklist.find_nvcc_or_none(nvcc)
+    rel = blocklist.release(engine, wheels, flashinfer_dir, cache_dir)
+    if check_file is not None:
+        res = bl_check.check(check_file, nvcc=nv, model_only=model_only, cache_dir=cache_dir, rel=rel)
+        for n in res.notes:
             sys.stdout.write(f"note: {n}\n")
-        for p in problems:
+        for p in res.problems:
             sys.stdout.write(f"CHANGED {p}\n")
-        sys.stdout.write(f"{check_file}: {'stale, ' + str(len(problems)) + ' change(s)' if problems else 'exact'} "
-                         f"for {label}\n")
-        if problems:
+        sys.stdout.write(f"{check_file}: {res.verdict()} for {res.label}\n")
+        if res.problems:
             raise typer.Exit(1)
         return
     if target is None or out is None:
         raise UsageError("export flashinfer-blocklist needs --target and --out (or --check FILE)")
+    numbering = None  # with a results folder, export checks the numbering once the rows are read
     if results is None:
-        if flashinfer_dir is not None:
-            os.environ["TILEPROBE_FLASHINFER_DIR"] = str(flashinfer_dir)
-        sw.run(sw.SweepOptions(family=blocklist.FAMILY, target=target, static_only=True, out=sweep_out,
-                               jobs=max(1, jobs)), console)
-        results = sweep_out
-    for e in blocklist.export(resultset.load(results), target, out, _split_csv(dtypes), _split_csv(finalize),
-                              gpu_name, any_gpu, flashinfer_dir):
+        numbering = blocklist.check_numbering(rel.tree, nv, model_only, cache_dir)  # before a sweep is spent
+        os.environ["TILEPROBE_FLASHINFER_DIR"] = str(rel.tree.root)  # read by the flashinfer-moe family
+        results = sweep_out or Path("tileprobe-results")
+        sw.run(sw.SweepOptions(family=blocklist.FAMILY, target=target, static_only=True, out=results,
+                               jobs=jobs or os.cpu_count() or 1, nvcc=nvcc, cache_dir=cache_dir), console)
+    exports = blocklist.export(resultset.load(results), target, out, _split_csv(dtypes), _split_csv(finalize),
+                               gpu_name, any_gpu, rel=rel, nvcc=nv, model_only=model_only,
+                               allow_predicted=allow_predicted, cache_dir=cache_dir, numbering=numbering)
+    for e in exports:
         sys.stdout.write(e.summary() + "\n")
         for n in e.notes:
             sys.stdout.write(f"warning: {n}\n")
-    sys.stdout.write(f"use: export {blocklist.ENV_VAR}=<file> (evidence: sized; nothing SM120 launched)\n")
+    who = rel.who()
+    evidence = ", ".join(sorted({e.evidence for e in exports}))
+    numbering = exports[0].numbering
+    sys.stdout.write(f"numbering: {numbering.word()} ({numbering.note})\n")
+    sys.stdout.write(f"use: export {blocklist.ENV_VAR}=<file> with {who} (evidence: {evidence}; nothing SM120 "
+                     "launched)\n")
 
 
 @export_app.command("triton-configs")
@@ -478,14 +513,21 @@ def export_triton_configs(
 
 @export_app.command("flashinfer-ids-diff")
 def export_flashinfer_ids_diff(
-    old: Annotated[Path, typer.Argument(help="a flashinfer package folder (or the folder holding it)")],
-    new: Annotated[Path, typer.Argument(help="another flashinfer package folder")],
-    dtypes: Annotated[Optional[list[str]], typer.Option("--dtypes", help="nvfp4xnvfp4 and/or mxfp8xmxfp4 (default both)")] = None,
-    finalize: Annotated[Optional[list[str]], typer.Option("--finalize", help="on and/or off (default both)")] = None,
+    old: Annotated[Path, typer.Argument(metavar="OLD", help="a flashinfer package folder (or the folder holding it)")],
+    new: Annotated[Path, typer.Argument(metavar="NEW", help="another flashinfer package folder")],
+    dtypes: Annotated[Optional[list[str]], typer.Option("--dtypes", metavar="nvfp4xnvfp4,mxfp8xmxfp4", help="dtype pairs (default both)")] = None,
+    finalize: Annotated[Optional[list[str]], typer.Option("--finalize", metavar="on,off", help="finalize modes (default both)")] = None,
+    model_only: Annotated[bool, typer.Option("--model-only", help="compare tileprobe's model of each numbering, without compiling either release's own enumeration")] = False,
+    nvcc: NvccOpt = None,
+    cache_dir: CacheOpt = None,
 ) -> None:
     """The SM120 CUTLASS fused-MoE tactic IDs that moved between two flashinfer installs."""
 
-    lines = blocklist.diff_installs(old, new, _split_csv(dtypes), _split_csv(finalize))
+    lines, notes = bl_check.diff_installs(old, new, _split_csv(dtypes), _split_csv(finalize),
+                                          nvcc=blocklist.find_nvcc_or_none(nvcc), model_only=model_only,
+                                          cache_dir=cache_dir)
+    for n in notes:
+        sys.stdout.write(f"note: {n}\n")
     for line in lines:
         sys.stdout.write(f"MOVED {line}\n")
     sys.stdout.write(f"{len(lines)} tactic variant(s) moved\n")

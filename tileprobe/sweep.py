@@ -18,7 +18,8 @@ from tileprobe.backends.cutlass import peer
 from tileprobe.backends.cutlass.build import cache_root
 from tileprobe.errors import UsageError
 from tileprobe.families import Config, Family, arch_for, expand_configs, family, family_for_cc
-from tileprobe.results.writer import ResultsWriter, row_key
+from tileprobe.results import provenance
+from tileprobe.results.writer import JSONL_NAME, ResultsWriter, read_rows, row_key
 from tileprobe.results.rows import Outcome, make_row, now
 from tileprobe.backends.cutlass.pipeline import probe_and_launch
 from tileprobe.backends.cutlass.runtime import RuntimeJob
@@ -251,12 +252,15 @@ def predict_only(opts: SweepOptions, console) -> list[dict]:
                              "--predict-only to compile instead")
         outs.append(o)
     rows = []
+    if opts.resume:
+        provenance.check_resume(opts.out, p.family.name, tc_cols | engine_meta(p.family), "predicted",
+                                _rows_in(opts.out))
     with ResultsWriter(opts.out, resume=opts.resume) as writer:
         (opts.out / "run.json").write_text(json.dumps({
             "command": command_line(), "date": now(), "seed": None, "family": p.family.name,
             "target": p.target.as_dict(), "devices": [], "configs": len(p.configs), "shard": opts.shard,
             "toolchain": tc_cols | {"cutlass_dir": str(cutlass.root), "nvcc": None} | engine_meta(p.family),
-            "predict_only": True}, indent=1))
+            "predict_only": True, "evidence_mode": "predicted"}, indent=1))
         console.print(f"[bold]{p.family.name}[/] on [bold]{p.target.name}[/]: {len(p.configs)} configs predicted "
                       f"by tileprobe's model of CUTLASS {cutlass.version} ({cutlass.source}, tree {cutlass.tree_hash}; "
                       "nothing compiled)")
@@ -266,6 +270,10 @@ def predict_only(opts: SweepOptions, console) -> list[dict]:
                 writer.write(row)
                 rows.append(row)
     return rows
+
+
+def _rows_in(out: Path) -> list[dict]:
+    return read_rows(out)[0] if (Path(out) / JSONL_NAME).is_file() else []
 
 
 def command_line() -> str:
@@ -298,10 +306,14 @@ def run(opts: SweepOptions, console) -> list[dict]:
     tc = make_toolchain(opts.cutlass_dir, opts.nvcc, opts.cache_dir, family(fam_name) if fam_name else None)
     p = plan(opts, tc.cutlass.version)
     fam, target, devices, configs = p.family, p.target, p.devices, p.configs
+    mode = provenance.evidence_mode(False, opts.compile)
+    if opts.resume:
+        provenance.check_resume(opts.out, fam.name, tc.columns() | engine_meta(fam), mode, _rows_in(opts.out))
     seed = opts.workload.get("seed", -1)
     previous = opts.out / "run.json"
     if seed < 0 and opts.resume and previous.is_file():
-        seed = json.loads(previous.read_text()).get("seed", -1)  # resume the same routing and data
+        seed = json.loads(previous.read_text()).get("seed")  # resume the same routing and data
+        seed = seed if isinstance(seed, int) else -1
     if seed < 0:
         seed = random.randrange(2**31)  # fresh random inputs every run, recorded for reproduction
     opts.workload["seed"] = seed
@@ -312,7 +324,7 @@ def run(opts: SweepOptions, console) -> list[dict]:
             "command": command_line(), "date": now(), "seed": seed, "family": fam.name, "target": target.as_dict(),
             "devices": [d.as_dict() for d in devices + p.foreign], "configs": len(configs), "shard": opts.shard,
             "toolchain": tc.columns() | {"cutlass_dir": str(tc.cutlass.root), "nvcc": str(tc.nvcc.path)}
-            | engine_meta(fam)}, indent=1))
+            | engine_meta(fam), "evidence_mode": mode}, indent=1))
         where = f"{len(devices)} GPU(s)" if devices else "static only (no GPU of this arch here)"
         console.print(f"[bold]{fam.name}[/] on [bold]{target.name}[/] ({target.device_name}, sm_{target.cc_int}, "
                       f"opt-in {target.smem_optin} B): {len(configs)} configs, {where}; CUTLASS "

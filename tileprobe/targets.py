@@ -64,6 +64,28 @@ PROFILES: dict[str, Target] = {
         # TensorRT-LLM issue #12141: all SM12x report 101,376; GB10 has 48 SMs and 273 GB/s LPDDR5x.
         Target("dgx-spark-gb10", "NVIDIA GB10", "12.1", 48, 100 * KIB, 101376, 65536, 1536,
                24 * 1024 * KIB, 273.0, "TensorRT-LLM #12141; DGX Spark spec"),
+        # The other SM120 GPUs. Shared memory: TensorRT-LLM #12141 ("all SM12x report 101,376") and CUTLASS arch.h
+        # sm120_smem_capacity_bytes; SMs = published CUDA cores / 128; L2 and DRAM bandwidth from NVIDIA's product
+        # pages, not read from a device here (a real GPU's own values replace them, except the peak).
+        Target("rtx-5080", "NVIDIA GeForce RTX 5080", "12.0", 84, 100 * KIB, 101376, 65536, 1536,
+               64 * 1024 * KIB, 960.0, "TRT-LLM #12141 (SM12x opt-in); GeForce RTX 5080 spec (10752 cores, 960 GB/s)"),
+        Target("rtx-5070-ti", "NVIDIA GeForce RTX 5070 Ti", "12.0", 70, 100 * KIB, 101376, 65536, 1536,
+               48 * 1024 * KIB, 896.0, "TRT-LLM #12141 (SM12x opt-in); GeForce RTX 5070 Ti spec (8960 cores, "
+                                       "896 GB/s; 8960 cores also in rigaya/NVEnc #675)"),
+        Target("rtx-5070", "NVIDIA GeForce RTX 5070", "12.0", 48, 100 * KIB, 101376, 65536, 1536,
+               48 * 1024 * KIB, 672.0, "TRT-LLM #12141 (SM12x opt-in); GeForce RTX 5070 spec (6144 cores, 672 GB/s)"),
+        Target("rtx-5060-ti", "NVIDIA GeForce RTX 5060 Ti", "12.0", 36, 100 * KIB, 101376, 65536, 1536,
+               32 * 1024 * KIB, 448.0, "TRT-LLM #12141 (SM12x opt-in); GeForce RTX 5060 Ti spec (4608 cores, "
+                                       "448 GB/s)"),
+        Target("rtx-pro-5000", "NVIDIA RTX PRO 5000 Blackwell", "12.0", 110, 100 * KIB, 101376, 65536, 1536,
+               96 * 1024 * KIB, 1344.0, "TRT-LLM #12141 (SM12x opt-in); RTX PRO 5000 Blackwell spec (14080 cores, "
+                                        "1344 GB/s; L2 not published here: GB202's 128 MiB cut, assumed 96 MiB)"),
+        Target("rtx-pro-4500", "NVIDIA RTX PRO 4500 Blackwell", "12.0", 82, 100 * KIB, 101376, 65536, 1536,
+               64 * 1024 * KIB, 896.0, "TRT-LLM #12141 (SM12x opt-in); RTX PRO 4500 Blackwell spec (10496 cores, "
+                                       "896 GB/s)"),
+        Target("rtx-pro-4000", "NVIDIA RTX PRO 4000 Blackwell", "12.0", 70, 100 * KIB, 101376, 65536, 1536,
+               48 * 1024 * KIB, 672.0, "TRT-LLM #12141 (SM12x opt-in); RTX PRO 4000 Blackwell spec (8960 cores, "
+                                       "672 GB/s)"),
         # CUTLASS sm100_smem_capacity_bytes = 232448; Blackwell tuning guide (228 KiB per SM).
         Target("b200", "NVIDIA B200", "10.0", 148, 228 * KIB, 232448, 65536, 2048,
                126 * 1024 * KIB, 7700.0, "CUTLASS arch.h sm100_smem_capacity_bytes; Blackwell tuning guide"),
@@ -100,6 +122,21 @@ DEVICE_NAMES: dict[str, tuple[str, ...]] = {
     "rtx-5090": ("NVIDIA GeForce RTX 5090",),
     # nvidia-smi on a DGX Spark: NVIDIA/k8s-device-plugin #1482; gpustack/gpustack #3306.
     "dgx-spark-gb10": ("NVIDIA GB10",),
+    # PyTorch's sm_120 warning quotes them: lllyasviel/FramePack #702, lllyasviel/stable-diffusion-webui-forge #2601.
+    "rtx-5080": ("NVIDIA GeForce RTX 5080",),
+    # PyTorch's warning: RVC-Project/Retrieval-based-Voice-Conversion-WebUI #2636, pytorch/pytorch #159847.
+    "rtx-5070-ti": ("NVIDIA GeForce RTX 5070 Ti",),
+    # nvidia-smi output in shkhln/libc6-shim #14.
+    "rtx-5070": ("NVIDIA GeForce RTX 5070",),
+    # PyTorch's warning: remsky/Kokoro-FastAPI #306, collabora/WhisperLive #396.
+    "rtx-5060-ti": ("NVIDIA GeForce RTX 5060 Ti",),
+    # RunPod's GPU type ids (the NVML names) and benchmark notes in public code, found by exact-string search;
+    # NVIDIA/DCGM #312 names the product (device 2bb3, 48 and 72 GB versions).
+    "rtx-pro-5000": ("NVIDIA RTX PRO 5000 Blackwell",),
+    # RunPod's GPU type ids in public code; the Server Edition: an AWS g7.4xlarge node-group script in public code.
+    "rtx-pro-4500": ("NVIDIA RTX PRO 4500 Blackwell", "NVIDIA RTX PRO 4500 Blackwell Server Edition"),
+    # rigaya/NVEnc #751 (title); the SFF Edition: FlashML-org/FreeToken #277.
+    "rtx-pro-4000": ("NVIDIA RTX PRO 4000 Blackwell", "NVIDIA RTX PRO 4000 Blackwell SFF Edition"),
     # The names below are the ones the serving engines' shipped Triton MoE config files were tuned under: each file
     # name is the engine's own spelling of the device name (vLLM 0.33.0 fused_moe/configs, SGLang 0.5.23
     # triton_utils/configs), e.g. device_name=NVIDIA_H100_80GB_HBM3, NVIDIA_H100_PCIe, NVIDIA_H200_NVL.
@@ -109,6 +146,8 @@ DEVICE_NAMES: dict[str, tuple[str, ...]] = {
     "rtx-4090": ("NVIDIA GeForce RTX 4090",),
     "l40s": ("NVIDIA L40S",),
 }
+# Laptop parts (e.g. "NVIDIA GeForce RTX 5080 Laptop GPU") are sm_120 with the same limit but other SM counts and
+# bandwidth: no profile here; pass their name with --gpu-name.
 
 
 def device_names(name: str) -> tuple[str, ...]:
@@ -119,6 +158,14 @@ def device_names(name: str) -> tuple[str, ...]:
         raise UsageError(f"no known device names for target {name!r} (known for: {', '.join(DEVICE_NAMES)}); "
                          "pass the name your GPU reports")
     return names
+
+
+def arch_of_name(device_name: str) -> tuple[str, str] | None:
+    """(profile, arch) of a device name tileprobe knows (a profile's SKU names and its own device name), else None."""
+    for prof, t in PROFILES.items():
+        if device_name == t.device_name or device_name in DEVICE_NAMES.get(prof, ()):
+            return prof, t.arch
+    return None
 
 
 def profile(name: str) -> Target:
@@ -248,12 +295,12 @@ def _named(device: Target) -> Target:
 
 
 def _profile_name_for(device: Target) -> str:
-    """A readable target name for a real device: 'h200' for an H200, else 'gpu-sm90' style. A known SKU name
-    (DEVICE_NAMES: 'NVIDIA H100 PCIe' is an h100) wins over the profile's own device-name match."""
+    """A readable target name for a real device: 'h200' for an H200, else 'gpu-sm90' style. An exact SKU name wins,
+    then the longest profile name the device's name contains ('RTX 5070 Ti' is not an 'RTX 5070')."""
     for p in PROFILES.values():
         if device.device_name in DEVICE_NAMES.get(p.name, ()) and p.cc == device.cc:
             return p.name
-    for p in PROFILES.values():
-        if p.device_name.lower() in device.device_name.lower() and p.cc == device.cc:
-            return p.name
+    hits = [p for p in PROFILES.values() if p.device_name.lower() in device.device_name.lower() and p.cc == device.cc]
+    if hits:
+        return max(hits, key=lambda p: len(p.device_name)).name
     return f"gpu-sm{device.cc.replace('.', '')}"

@@ -4,8 +4,13 @@ FlashInfer's autotuner loads the JSON file named by FLASHINFER_TACTICS_BLOCKLIST
 `TacticsBlocklist.load`): `_metadata` must match the running environment key by key (`"*"` matches anything; a
 mismatch skips the whole file), and `invalid_tactics["<custom_op>::<RunnerClass>"]` lists tactics its `filter()`
 removes after `get_valid_tactics`. For the CUTLASS fused MoE the keys are OP_KEYS and a tactic is an integer
-(tileprobe.engines.flashinfer_tactic_ids). The integers depend on the dtype pair and on finalize fusion, which the key does not
-carry: one file per (GPU name, dtype pair, finalize mode).
+(tileprobe.engines.flashinfer_tactic_ids). The integers depend on the dtype pair and on finalize fusion, which the key
+does not carry: one file per (GPU name, dtype pair, finalize mode).
+
+A file is made for the flashinfer release a serving engine runs (tileprobe.engines.serving_pins: vLLM and SGLang pin
+one each, and decide finalize fusion), with the `flashinfer_version` that release's `_collect_metadata` reports.
+Its numbering is compared with the release's own compiled enumeration whenever nvcc is there, and the file says
+whether it was (`tileprobe.numbering`). Its evidence word is the weakest of the rows it was judged from.
 
 Everything tileprobe adds lives under the top-level key "tileprobe", which FlashInfer's loader never reads.
 """
@@ -13,30 +18,32 @@ Everything tileprobe adds lives under the top-level key "tileprobe", which Flash
 from __future__ import annotations
 
 import json
+import os
 import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tileprobe import __version__
-from tileprobe.results import resultset
+from tileprobe.backends.cutlass.toolchain import Nvcc, find_nvcc
 from tileprobe.engines import flashinfer as engine
 from tileprobe.engines import flashinfer_native_ids as native
 from tileprobe.engines import flashinfer_tactic_ids as tid
-from tileprobe.errors import CompileError, UsageError
-from tileprobe.targets import device_names, profile
+from tileprobe.engines import serving_pins as pins
+from tileprobe.errors import ToolchainError, UsageError
+from tileprobe.results import resultset
+from tileprobe.targets import arch_of_name, device_names, profile
+from tileprobe.verdict import Evidence
 
 FAMILY = "flashinfer-moe"
 ENV_VAR = "FLASHINFER_TACTICS_BLOCKLIST"
-# cutlass_fused_moe(use_fused_finalize=None) resolves to `not torch.are_deterministic_algorithms_enabled()`
-# (flashinfer/fused_moe/core.py): finalize fusion is on unless deterministic algorithms are.
-DEFAULT_FINALIZE = "on"
 ANY_GPU_RISK = ("gpu '*': FlashInfer loads this file on every GPU, and on a non-SM120 GPU (SM90, SM100) the same "
                 "integers name other tactics of another list, so it would block tactics that work and let the "
                 "ones that fail through")
 _LOADER = Path("tactics_blocklist.py")
 _AUTOTUNER = (Path("autotuner") / "autotuner.py", Path("autotuner.py"))
-_SIZED = ("sized", "compiled", "launched", "verified")
+_WEAKEST_FIRST = [str(e) for e in Evidence]
+_JUDGED = ("fits", "ok", "smem-over-limit")  # verdicts whose evidence is a size (unsupported rows quote the source)
 
 
 @dataclass
@@ -63,6 +70,8 @@ class Export:
     finalize: str
     ids: list[tid.TacticId]
     blocked: list[Blocked]
+    evidence: str
+    numbering: native.Numbering
     notes: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
@@ -77,9 +86,40 @@ class Export:
                 f"{len(self.ids)} tactics blocked" + (": " + ", ".join(parts) if parts else ""))
 
 
+@dataclass(frozen=True)
+class Release:
+    """The flashinfer a blocklist is for, and the engine that runs it."""
+
+    tree: engine.FlashinferTree
+    loader_version: str  # what that release's _collect_metadata reports as flashinfer_version
+    pin: pins.EnginePin | None  # None: a flashinfer folder given directly, no engine named
+    finalize: pins.Finalize | None  # the engine's own mode (None: plain flashinfer, the user picks)
+
+    def who(self) -> str:
+        """'vllm 0.33.0 (flashinfer 0.7.2.post1)', or 'flashinfer 0.7.4' for flashinfer itself."""
+        if self.pin is None or self.pin.engine == "flashinfer":
+            return self.tree.label()
+        return f"{self.pin.label()} (flashinfer {self.tree.version})"
+
+    def record(self) -> dict:
+        if self.pin is None:
+            return {"name": "flashinfer", "version": self.tree.version, "flashinfer": self.tree.version}
+        out = {"name": self.pin.engine, "version": self.pin.version, "flashinfer": self.pin.flashinfer,
+               "read_from": self.pin.where}
+        if self.finalize is not None:
+            out.update(finalize_fusion=self.finalize.mode, finalize_read=self.finalize.why,
+                       finalize_env_var=self.finalize.env_var)
+        return out
+
+
 # ----------------------------------------------------------------------------------------------------------------
-# The engine's loader and its metadata keys
+# The engine's loader, its metadata and the release an engine runs
 # ----------------------------------------------------------------------------------------------------------------
+
+
+def _autotuner_text(tree: engine.FlashinferTree) -> str:
+    src = next((tree.path(p) for p in _AUTOTUNER if tree.path(p).is_file()), None)
+    return src.read_text(errors="replace") if src else ""
 
 
 def metadata_keys(tree: engine.FlashinferTree) -> list[str]:
@@ -89,8 +129,7 @@ def metadata_keys(tree: engine.FlashinferTree) -> list[str]:
     if not loader.is_file() or "class TacticsBlocklist" not in loader.read_text(errors="replace"):
         raise UsageError(f"flashinfer {tree.version} at {tree.root} cannot read tactics blocklists "
                          f"(no TacticsBlocklist in {loader}); upgrade flashinfer")
-    src = next((tree.path(p) for p in _AUTOTUNER if tree.path(p).is_file()), None)
-    text = src.read_text(errors="replace") if src else ""
+    text = _autotuner_text(tree)
     m = re.search(r"def _collect_metadata\(.*?\n(.*?)\n(?:def |\S)", text, re.S)
     keys = list(dict.fromkeys(re.findall(r'meta\["(\w+)"\]\s*=', m.group(1)))) if m else []
     if ENV_VAR not in text or "gpu" not in keys or "flashinfer_version" not in keys:
@@ -99,22 +138,69 @@ def metadata_keys(tree: engine.FlashinferTree) -> list[str]:
     return keys
 
 
-def verify_numbering(nvcc: str, flashinfer_dir: str | Path | None = None) -> int:
-    """Compile the engine's own tactic enumeration (tileprobe.engines.flashinfer_native_ids) and compare it whole with
-    tileprobe's numbering; returns how many IDs were compared. UsageError when they differ anywhere: tileprobe
-    then cannot number this flashinfer and writes nothing."""
-    tree = engine.find_flashinfer(flashinfer_dir)
-    with tempfile.TemporaryDirectory(prefix="tileprobe-fi-ids-") as work:
-        try:
-            lines = native.native_tactics(tree, nvcc, Path(work))
-        except CompileError as exc:
-            last = next((ln for ln in reversed(exc.log.splitlines()) if "error" in ln), "")
-            raise UsageError(f"cannot verify: {exc} {last.strip()[:200]}".rstrip()) from None
-    bad = native.mismatches(lines, lambda d, f, a: tid.tactic_ids(d, f, a, flashinfer_dir))
-    if bad:
-        raise UsageError(f"tileprobe numbers {tree.label()}'s tactics differently from its own getTactics at "
-                         f"{len(bad)} ID(s), first: {bad[0]}; not writing a blocklist")
-    return len(lines)
+def loader_version(tree: engine.FlashinferTree) -> str:
+    """The flashinfer_version this release's `_collect_metadata` reports, read where it reads it: the autotuner's
+    `_flashinfer_version` is `flashinfer.version.__version__`, which is `_build_meta.__version__` (or
+    "0.0.0+unknown" when _build_meta is absent, as version.py falls back)."""
+    text = _autotuner_text(tree)
+    version_py = tree.path(Path("version.py"))
+    vtext = version_py.read_text(errors="replace") if version_py.is_file() else ""
+    ok = (re.search(r'meta\["flashinfer_version"\]\s*=\s*_flashinfer_version\b', text)
+          and re.search(r"from\s+(?:flashinfer|\.\.?)\.?version\s+import\s+__version__\s+as\s+_flashinfer_version",
+                        text)
+          and re.search(r"__version__\s*:?\s*(?:str)?\s*=\s*_build_meta\.__version__", vtext))
+    if not ok:
+        raise UsageError(f"structure not recognized in {tree.root}: _collect_metadata's flashinfer_version no longer "
+                         "reads flashinfer.version.__version__ <- _build_meta.__version__")
+    meta = tree.path(Path("_build_meta.py"))
+    if not meta.is_file():
+        fallback = re.search(r"except ImportError:\s*__version__\s*=\s*['\"]([^'\"]+)['\"]", vtext)
+        if not fallback:
+            raise UsageError(f"{tree.root} has no _build_meta.py and version.py has no fallback read here")
+        return fallback.group(1)
+    m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", meta.read_text(errors="replace"), re.M)
+    if not m:
+        raise UsageError(f"structure not recognized in {meta}: no __version__ = '...'")
+    return m.group(1)
+
+
+def release(engine_spec: str | None, wheels: Path | None, flashinfer_dir: Path | None,
+            cache_dir: str | Path | None = None) -> Release:
+    """The flashinfer the engine `engine_spec` (vllm, sglang, flashinfer, NAME==VER; None: plain flashinfer) runs:
+    its pinned release from --flashinfer-dir, the install or a wheel in `wheels`, and the finalize mode it uses."""
+    pin = pins.read_pin(engine_spec, wheels) if engine_spec else None
+    if pin is None:
+        if wheels is not None and flashinfer_dir is None:
+            pin = pins.read_pin("flashinfer", wheels)
+        else:
+            tree = engine.find_flashinfer(flashinfer_dir)
+            return Release(tree, loader_version(tree), None, None)
+    folder = pins.flashinfer_dir(pin, flashinfer_dir, wheels, cache_dir)
+    tree = engine.find_flashinfer(folder)
+    if tree.version != pin.flashinfer:
+        raise UsageError(f"{pin.label()} pins flashinfer-python {pin.flashinfer}, but {tree.root} is "
+                         f"{tree.version}; pass that release (--flashinfer-dir, or --wheels with its wheel)")
+    fin = pins.finalize_mode(pin, tree.root) if pin.engine != "flashinfer" else None
+    return Release(tree, loader_version(tree), pin, fin)
+
+
+def find_nvcc_or_none(nvcc: str | None) -> Nvcc | None:
+    """nvcc for the numbering check: an explicit --nvcc must exist; otherwise None when there is none."""
+    try:
+        return find_nvcc(nvcc)
+    except ToolchainError:
+        if nvcc:
+            raise
+        return None
+
+
+def check_numbering(tree: engine.FlashinferTree, nvcc: Nvcc | None, model_only: bool = False,
+                    cache_dir: str | Path | None = None) -> native.Numbering:
+    """Is tileprobe's numbering of `tree` FlashInfer's own? Compiled and compared when nvcc is there (`nvcc` None:
+    looked up on PATH / CUDA_HOME)."""
+    if nvcc is None and not model_only:
+        nvcc = find_nvcc_or_none(None)
+    return native.numbering(tree, lambda d, f, a: tid.tactic_ids(d, f, a, tree.root), nvcc, model_only, cache_dir)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -122,20 +208,29 @@ def verify_numbering(nvcc: str, flashinfer_dir: str | Path | None = None) -> int
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _rows(rs: resultset.ResultSet, target: str, tree: engine.FlashinferTree) -> dict[str, dict]:
-    rows = [r for r in rs.static if r.get("family") == FAMILY and r.get("target") == target]
+def _rows(rs: resultset.ResultSet, target: str, tree: engine.FlashinferTree) -> tuple[dict[str, dict], str]:
+    """(config -> row, the target the rows were sized for). Rows of another target serve only when it has the same
+    arch and opt-in limit: static sizes depend on nothing else (an RTX 5080 file from rtx-pro-6000 rows)."""
+    mine = [r for r in rs.static if r.get("family") == FAMILY]
+    rows = [r for r in mine if r.get("target") == target]
+    prof = profile(target)
     if not rows:
-        raise UsageError(f"{rs.folder} has no {FAMILY} rows for target {target}; run "
+        same = sorted({r.get("target") for r in mine if r.get("arch") == prof.arch
+                       and r.get("smem_limit_bytes") == prof.smem_optin and r.get("target")})
+        rows = [r for r in mine if same and r.get("target") == same[0]]
+    if not rows:
+        raise UsageError(f"{rs.folder} has no {FAMILY} rows for target {target} (nor for another {prof.arch} target "
+                         f"with its {prof.smem_optin} B limit); run "
                          f"`tileprobe sweep --family {FAMILY} --target {target} --static-only` first")
     engines = {(r.get("engine"), r.get("engine_hash")) for r in rows}
     if engines != {(tree.label(), tree.tree_hash)}:
         got = ", ".join(sorted(f"{e} ({h})" for e, h in engines))
         raise UsageError(f"{rs.folder} was sized against {got}, but the IDs are numbered for {tree.label()} "
                          f"({tree.tree_hash}); re-run the sweep with this flashinfer")
-    return {r["config"]: r for r in rows}
+    return {r["config"]: r for r in rows}, rows[0]["target"]
 
 
-def judge(ids: list[tid.TacticId], rows: dict[str, dict]) -> list[Blocked]:
+def judge(ids: list[tid.TacticId], rows: dict[str, dict], allow_predicted: bool = False) -> list[Blocked]:
     """The IDs whose config does not fit or cannot be dispatched, from the sweep's rows."""
     out = []
     for t in ids:
@@ -146,7 +241,8 @@ def judge(ids: list[tid.TacticId], rows: dict[str, dict]) -> list[Blocked]:
         if verdict in ("fits", "ok"):
             continue
         if verdict == "smem-over-limit":
-            if row.get("evidence") not in _SIZED:
+            if row.get("evidence") not in _WEAKEST_FIRST[_WEAKEST_FIRST.index("sized"):] and not \
+                    (allow_predicted and row.get("evidence") == "predicted"):
                 raise UsageError(f"tactic {t.id} ({t.label()}) is over the limit by evidence "
                                  f"{row.get('evidence')!r} only; re-run the sweep without --predict-only")
             out.append(Blocked(t, row, f"SharedStorage {row.get('smem_bytes')} B > opt-in "
@@ -160,26 +256,52 @@ def judge(ids: list[tid.TacticId], rows: dict[str, dict]) -> list[Blocked]:
     return out
 
 
-def document(ids: list[tid.TacticId], blocked: list[Blocked], *, tree: engine.FlashinferTree, keys: list[str],
-             gpu: str, target: str, arch: str, dtypes: str, finalize: str, source: str) -> dict:
+def evidence_of(ids: list[tid.TacticId], rows: dict[str, dict]) -> str:
+    """The weakest evidence among the size-judged rows behind `ids` (what the file may claim)."""
+    seen = {rows[t.config.name].get("evidence") for t in ids if rows[t.config.name].get("verdict") in _JUDGED}
+    known = [e for e in _WEAKEST_FIRST if e in seen]
+    if not known or seen - set(_WEAKEST_FIRST):
+        raise UsageError(f"the rows carry no evidence word tileprobe knows ({', '.join(map(str, sorted(seen, key=str)))})")
+    return known[0]
+
+
+_EVIDENCE_NOTES = {
+    "predicted": "every ID is judged from tileprobe's model of the CUTLASS builders (--predict-only rows): nothing "
+                 "was compiled or sized; nothing SM120 was launched",
+    "sized": "every ID is judged from SharedStorage sizes of the engine's own kernel types, instantiated on the "
+             "host (nvcc); nothing SM120 was launched",
+    "compiled": "every ID is judged from SharedStorage sizes of the engine's own kernel types, compiled for the "
+                "arch by ptxas; nothing SM120 was launched",
+}
+
+
+def document(ids: list[tid.TacticId], blocked: list[Blocked], *, rel: Release, keys: list[str], gpu: str,
+             target: str, arch: str, dtypes: str, finalize: str, source: str, evidence: str,
+             numbering: native.Numbering, rows_target: str | None = None) -> dict:
     meta = {k: "*" for k in keys}
-    meta.update(flashinfer_version=tree.version, gpu=gpu, generator_version=f"tileprobe {__version__}")
+    meta.update(flashinfer_version=rel.loader_version, gpu=gpu, generator_version=f"tileprobe {__version__}")
     lim = next((b.row.get("smem_limit_bytes") for b in blocked), profile(target).smem_optin)
+    who = rel.who()
     return {
         "_metadata": meta,
         "invalid_tactics": {key: [b.tactic.id for b in blocked if b.tactic.gemm == g]
                             for g, key in tid.OP_KEYS.items()},
         "tileprobe": {
-            "version": __version__, "evidence": "sized",
-            "evidence_note": "every ID is judged from SharedStorage sizes of the engine's own kernel types, "
-                             "instantiated on the host (nvcc); nothing SM120 was launched",
-            "use": f"export {ENV_VAR}=<this file>, on a GPU named {gpu!r}, with flashinfer {tree.version}, for "
-                   f"{dtypes} MoE layers with gemm2 finalize fusion {finalize}",
-            "finalize_note": "cutlass_fused_moe fuses finalize unless torch.are_deterministic_algorithms_enabled() "
-                             "or use_fused_finalize=False; the tactic numbering differs between the two modes",
+            "version": __version__, "evidence": evidence,
+            "evidence_note": _EVIDENCE_NOTES.get(evidence, f"the weakest evidence of the rows is {evidence!r}"),
+            "use": f"export {ENV_VAR}=<this file>, on a GPU named {gpu!r}, with {who}, for {dtypes} MoE layers with "
+                   f"gemm2 finalize fusion {finalize}",
+            "finalize_note": (rel.finalize.why if rel.finalize else
+                              "cutlass_fused_moe's use_fused_finalize decides; the tactic numbering differs between "
+                              "the two modes"),
+            "engine": rel.record(), "numbering": numbering.record(),
             "target": target, "arch": arch, "smem_limit_bytes": lim, "dtypes": dtypes, "finalize_fusion": finalize,
-            "flashinfer": {"version": tree.version, "tree_hash": tree.tree_hash},
-            "rows": source, "counts": tid.counts(ids),
+            "flashinfer": {"version": rel.tree.version, "tree_hash": rel.tree.tree_hash,
+                           "metadata_version": rel.loader_version},
+            "rows": source, "rows_target": rows_target or target,
+            **({"rows_note": f"rows sized for {rows_target}: the same {arch} and {lim} B opt-in limit as {target}, "
+                             "so the same sizes and verdicts"} if rows_target and rows_target != target else {}),
+            "counts": tid.counts(ids),
             "blocked": [b.record() for b in blocked],
             "tactics": [[t.id, t.gemm, t.tactic, t.epilogue, t.swap_ab] for t in ids],
         },
@@ -190,129 +312,101 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "any-gpu"
 
 
-def _write(path: Path, doc: dict) -> None:
+def write_atomic(path: Path, doc: dict) -> None:
+    """Write through a temporary file in the same folder, then rename: the engine reads the file at start-up with
+    no guard, so it must never see half a file."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(doc, indent=1) + "\n")
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(doc, indent=1) + "\n")
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
+def _unique(values: list[str] | None, option: str, known) -> list[str] | None:
+    if values is None:
+        return None
+    for v in values:
+        if v not in known:
+            raise UsageError(f"{option} {v!r}: expected {' or '.join(known)}")
+    dup = sorted({v for v in values if values.count(v) > 1})
+    if dup:
+        raise UsageError(f"{option} names {', '.join(dup)} twice: each file would be written twice")
+    return values
+
+
+def check_gpu_names(names: list[str], target: str) -> list[str]:
+    """Refuse a name tileprobe knows to be another arch than `target`'s (its numbering would block other tactics);
+    notes for names it does not know."""
+    arch = profile(target).arch
+    notes = []
+    for n in names:
+        known = arch_of_name(n)
+        if known and known[1] != arch:
+            raise UsageError(f"--gpu-name {n!r} is a {known[0]} ({known[1]}), not {target} ({arch}): its tactic "
+                             "list is another, so this file would block tactics that work there")
+        if known is None:
+            notes.append(f"gpu {n!r} is not a device name tileprobe knows for {target}: FlashInfer loads the file "
+                         "only on a GPU that reports exactly this name")
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise UsageError(f"--gpu-name names {dup[0]!r} twice")
+    return notes
+
+
 def export(rs: resultset.ResultSet, target: str, out: Path, dtypes: list[str] | None = None,
            finalize: list[str] | None = None, gpu_names: list[str] | None = None, any_gpu: bool = False,
-           flashinfer_dir: str | Path | None = None) -> list[Export]:
+           flashinfer_dir: str | Path | None = None, *, rel: Release | None = None, nvcc: Nvcc | None = None,
+           model_only: bool = False, allow_predicted: bool = False, cache_dir: str | Path | None = None,
+           numbering: native.Numbering | None = None) -> list[Export]:
     """Write one blocklist per (GPU name, dtype pair, finalize mode). `out` is a file when exactly one is written,
-    else a folder."""
+    else a folder. `rel` is the release (default: the flashinfer at `flashinfer_dir` or installed); its engine's
+    finalize mode is the only one written unless `finalize` is given for plain flashinfer."""
     prof = profile(target)
     if prof.arch not in tid.SM120_ARCHS:
         raise UsageError(f"target {target} is {prof.arch}; tileprobe numbers FlashInfer tactics for SM120/SM121")
-    for f in finalize or ():
-        if f not in tid.FINALIZE_MODES:
-            raise UsageError(f"--finalize {f!r}: expected on or off")
-    for d in dtypes or ():
-        if d not in tid.PAIRS:
-            raise UsageError(f"unknown dtype pair {d!r}; known on SM120: {', '.join(tid.PAIRS)}")
-    tree = engine.find_flashinfer(flashinfer_dir)
+    finalize = _unique(finalize, "--finalize", tuple(tid.FINALIZE_MODES))
+    dtypes = _unique(dtypes, "--dtypes", tid.PAIRS)
+    rel = rel or release(None, None, Path(flashinfer_dir) if flashinfer_dir else None, cache_dir)
+    if rel.finalize is not None:
+        if finalize and finalize != [rel.finalize.mode]:
+            env = (f"; set {rel.finalize.env_var}=1 to write its finalize-on file" if rel.finalize.env_var
+                   and rel.finalize.mode == "off" else "")
+            raise UsageError(f"--finalize {','.join(finalize)}: {rel.pin.label()} runs finalize fusion "
+                             f"{rel.finalize.mode} ({rel.finalize.why}){env}")
+        finalize = [rel.finalize.mode]
+    tree = rel.tree
     keys = metadata_keys(tree)
-    rows = _rows(rs, target, tree)
+    rows, rows_target = _rows(rs, target, tree)
     gpus = ["*"] if any_gpu else list(gpu_names or device_names(target))
-    combos = [(g, d, f) for g in gpus for d in (dtypes or tid.PAIRS) for f in (finalize or [DEFAULT_FINALIZE])]
+    name_notes = check_gpu_names(gpus, target) if not any_gpu else []
+    combos = [(g, d, f) for g in gpus for d in (dtypes or tid.PAIRS) for f in (finalize or ["on"])]
     single = out.suffix == ".json"
     if single and len(combos) > 1:
         raise UsageError(f"--out {out} is one file, but {len(combos)} blocklists are due (GPU names x dtype pairs x "
                          "finalize modes); pass a folder, or narrow with --gpu-name/--dtypes/--finalize")
-    results = []
+    plans = []
     for gpu, dt, fin in combos:
-        ids = tid.tactic_ids(dt, tid.FINALIZE_MODES[fin], prof.arch, flashinfer_dir)
-        blocked = judge(ids, rows)
+        ids = tid.tactic_ids(dt, tid.FINALIZE_MODES[fin], prof.arch, tree.root)
+        ev = evidence_of(ids, rows)
+        if ev == "predicted" and not allow_predicted:
+            raise UsageError(f"{rs.folder}: the rows for {dt} are predicted (tileprobe's model, nothing compiled); "
+                             "re-run the sweep without --predict-only, or pass --allow-predicted to write a "
+                             "blocklist that says 'predicted'")
+        plans.append((gpu, dt, fin, ids, judge(ids, rows, allow_predicted), ev))
+    numbering = numbering or check_numbering(tree, nvcc, model_only, cache_dir)  # before anything is written
+    results = []
+    for gpu, dt, fin, ids, blocked, ev in plans:
         path = out if single else out / f"{_slug(gpu)}__{dt}__finalize-{fin}.json"
-        _write(path, document(ids, blocked, tree=tree, keys=keys, gpu=gpu, target=target, arch=prof.arch, dtypes=dt,
-                              finalize=fin, source=str(rs.folder)))
-        results.append(Export(path, gpu, dt, fin, ids, blocked, [ANY_GPU_RISK] if gpu == "*" else []))
+        write_atomic(path, document(ids, blocked, rel=rel, keys=keys, gpu=gpu, target=target, arch=prof.arch,
+                                    dtypes=dt, finalize=fin, source=str(rs.folder), evidence=ev, numbering=numbering,
+                                    rows_target=rows_target))
+        notes = [ANY_GPU_RISK] if gpu == "*" else [n for n in name_notes if repr(gpu) in n]
+        results.append(Export(path, gpu, dt, fin, ids, blocked, ev, numbering, notes))
     return results
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Check and diff
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def _load(path: Path) -> dict:
-    try:
-        doc = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise UsageError(f"no such blocklist file: {path}") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UsageError(f"{path} is not a JSON blocklist: {exc}") from None
-    prov = doc.get("tileprobe") if isinstance(doc, dict) else None
-    if not isinstance(prov, dict) or not isinstance(prov.get("tactics"), list):
-        raise UsageError(f"{path} was not written by `tileprobe export flashinfer-blocklist` (no 'tileprobe' "
-                         "record of the numbering it used); cannot check it")
-    ok = (prov.get("dtypes") in tid.PAIRS and prov.get("finalize_fusion") in tid.FINALIZE_MODES
-          and prov.get("arch") in tid.SM120_ARCHS
-          and all(isinstance(e, list) and len(e) == 5 and isinstance(e[0], int) for e in prov["tactics"]))
-    if not ok:
-        raise UsageError(f"{path}: its 'tileprobe' record (dtypes, finalize_fusion, arch, tactics) is malformed")
-    return doc
-
-
-def _meaning(entry: list) -> str:
-    _, gemm, tactic, epi, swap = entry
-    return f"{gemm} {tactic} {epi} epilogue swap-AB {'on' if swap else 'off'}"
-
-
-def check(path: Path, flashinfer_dir: str | Path | None = None) -> tuple[list[str], list[str], str]:
-    """(problems, notes, engine label): each problem one line naming a changed ID; none when the file is still
-    exact for that flashinfer."""
-    doc = _load(path)
-    prov = doc["tileprobe"]
-    tree = engine.find_flashinfer(flashinfer_dir)
-    metadata_keys(tree)
-    now = tid.tactic_ids(prov["dtypes"], tid.FINALIZE_MODES[prov["finalize_fusion"]], prov["arch"], flashinfer_dir)
-    now_map = {t.id: [t.id, t.gemm, t.tactic, t.epilogue, t.swap_ab] for t in now}
-    then_map = {e[0]: e for e in prov["tactics"]}
-    where_now = {tuple(v[1:]): k for k, v in now_map.items()}
-    problems, notes = [], []
-    blocked = {b["id"] for b in prov.get("blocked", [])}
-    for i in sorted(set(then_map) | set(now_map)):
-        a, b = then_map.get(i), now_map.get(i)
-        if a is not None and b is not None and list(a[1:]) == list(b[1:]):
-            continue
-        was = _meaning(a) if a else "absent"
-        moved = f"; that variant is now ID {where_now[tuple(a[1:])]}" if a and tuple(a[1:]) in where_now else ""
-        tag = "blocked ID" if i in blocked else "ID"
-        problems.append(f"{tag} {i}: was {was}, now {_meaning(b) if b else 'absent'}{moved}")
-    listed = {(k, i) for k, ids in (doc.get("invalid_tactics") or {}).items() for i in ids}
-    recorded = {(tid.OP_KEYS.get(b.get("gemm")), b.get("id")) for b in prov.get("blocked", [])}
-    for k, i in sorted(listed ^ recorded, key=str):
-        why = "listed without a tileprobe record" if (k, i) in listed else "recorded but not listed"
-        problems.append(f"ID {i} under {k}: {why}")
-    meta_v = doc.get("_metadata", {}).get("flashinfer_version")
-    if meta_v not in (tree.version, "*"):
-        problems.append(f"flashinfer_version {meta_v} in _metadata, {tree.version} installed: FlashInfer's loader "
-                        "skips this file")
-    if prov.get("flashinfer", {}).get("tree_hash") != tree.tree_hash:
-        notes.append(f"flashinfer's MoE kernel sources differ from those the rows were sized with "
-                     f"({prov.get('flashinfer', {}).get('tree_hash')} vs {tree.tree_hash}): re-run the sweep and "
-                     "export again")
-    return problems, notes, tree.label()
-
-
-def diff_installs(old: str | Path, new: str | Path, dtypes: list[str] | None = None,
-                  finalize: list[str] | None = None, arch: str = "sm_120a") -> list[str]:
-    """One line per tactic variant whose ID differs between two flashinfer installs (or that one lacks)."""
-    lines = []
-    trees = [engine.find_flashinfer(d) for d in (old, new)]
-    labels = [f"{t.label()} [{t.tree_hash[:8]}]" for t in trees]  # the hash tells two builds of one version apart
-    for dt in dtypes or tid.PAIRS:
-        for fin in finalize or list(tid.FINALIZE_MODES):
-            a = {t.key(): t for t in tid.tactic_ids(dt, tid.FINALIZE_MODES[fin], arch, old)}
-            b = {t.key(): t for t in tid.tactic_ids(dt, tid.FINALIZE_MODES[fin], arch, new)}
-            for key in list(a) + [k for k in b if k not in a]:
-                ia, ib = a.get(key), b.get(key)
-                if ia and ib and ia.id == ib.id:
-                    continue
-                what = (ia or ib).label()
-                lines.append(f"{dt} finalize {fin}: {what}: ID {ia.id if ia else '-'} in {labels[0]} -> "
-                             f"{ib.id if ib else '-'} in {labels[1]}")
-    return lines

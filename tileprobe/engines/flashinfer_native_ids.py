@@ -11,13 +11,20 @@ This is the ground truth `tileprobe.engines.flashinfer_tactic_ids` is checked ag
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
 import subprocess
-from dataclasses import dataclass
+import tempfile
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from filelock import FileLock
+
 from tileprobe.engines import flashinfer as engine
-from tileprobe.backends.cutlass.build import _harness_dir
+from tileprobe.backends.cutlass.build import _harness_dir, cache_root
+from tileprobe.backends.cutlass.toolchain import Nvcc, _hash_tree
 from tileprobe.errors import CompileError, UsageError
 
 DRIVER_NAME = "flashinfer_moe_tactics.cu"  # in cutlass_harness/engine/
@@ -110,6 +117,42 @@ def native_tactics(tree: engine.FlashinferTree, nvcc: str, workdir: Path) -> lis
     return run(build(tree, nvcc, workdir))
 
 
+def cache_key(tree: engine.FlashinferTree, nvcc: Nvcc) -> str:
+    """Everything the driver's output depends on: its source, the -D and -I flags, the content of every header
+    under those folders and of the linked sources, and the compiler."""
+    h = hashlib.sha256()
+    h.update((_harness_dir() / "engine" / DRIVER_NAME).read_bytes())
+    h.update(" ".join(module_flags(tree)).encode())
+    dirs = [Path(f[2:]) if f.startswith("-I") else Path(f) for f in include_flags(tree) if f != "-isystem"]
+    h.update(_hash_tree(tuple(d for d in dirs if d.is_dir())).encode())
+    for rel in LINKED:
+        path = tree.path(rel)
+        h.update(str(rel).encode() + (path.read_bytes() if path.is_file() else b"<missing>"))
+    h.update(f"{nvcc.version_text} {nvcc.host_compiler}".encode())
+    return h.hexdigest()[:20]
+
+
+def native_tactics_cached(tree: engine.FlashinferTree, nvcc: Nvcc,
+                          cache_dir: str | Path | None = None) -> list[NativeTactic]:
+    """native_tactics, built once per cache_key and kept in the build cache (`flashinfer-ids/<key>.json`); a cache
+    file that does not read back is rebuilt."""
+    folder = cache_root(cache_dir) / "flashinfer-ids"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{cache_key(tree, nvcc)}.json"
+    with FileLock(str(path) + ".lock"):
+        try:
+            return [NativeTactic(**d) for d in json.loads(path.read_text())["tactics"]]
+        except (OSError, ValueError, TypeError, KeyError):
+            pass
+        with tempfile.TemporaryDirectory(prefix="tileprobe-fi-ids-") as work:
+            lines = native_tactics(tree, str(nvcc.path), Path(work))
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"flashinfer": tree.label(), "root": str(tree.root),
+                                   "tactics": [asdict(n) for n in lines]}))
+        os.replace(tmp, path)
+    return lines
+
+
 def mismatches(lines: list[NativeTactic], ours) -> list[str]:
     """Where `ours(dtypes, finalize, arch)` (tileprobe.engines.flashinfer_tactic_ids.tactic_ids) numbers differently from the
     engine's own lines: one line per differing ID; empty when the whole map agrees."""
@@ -126,3 +169,52 @@ def mismatches(lines: list[NativeTactic], ours) -> list[str]:
                         out.append(f"{runner} sm{sm} finalize {'on' if fin else 'off'} ID {i}: flashinfer "
                                    f"{theirs.get(i) or 'absent'}, tileprobe {mine.get(i) or 'absent'}")
     return out
+
+
+@dataclass(frozen=True)
+class Numbering:
+    """Whether a tactic map is FlashInfer's own (compared with its compiled enumeration) or tileprobe's model."""
+
+    exact: bool
+    compared: int  # IDs compared with the engine's own lines (0 when unchecked)
+    note: str
+    lines: tuple[NativeTactic, ...] = ()  # the engine's own enumeration, when compiled
+
+    def record(self) -> dict:
+        return {"state": "exact" if self.exact else "model-unchecked",
+                "checked_against": "flashinfer's own getTactics, compiled from its sources" if self.exact else None,
+                "compared_ids": self.compared, "note": self.note}
+
+    def word(self) -> str:
+        return "exact" if self.exact else "tileprobe's model, unchecked"
+
+    def ids(self, dtypes: str, finalize: bool, arch: str) -> dict[int, tuple]:
+        """The engine's own ID -> (gemm, tile bytes, epilogue, swap, dtypes) for one runner (exact numberings)."""
+        sm = int(arch[3:6])
+        return {n.id: (n.gemm, n.tile, n.epilogue, n.swap_ab, dtypes) for n in self.lines
+                if n.dtypes == dtypes and n.sm == sm and n.finalize == finalize}
+
+
+def numbering(tree: engine.FlashinferTree, ours, nvcc: Nvcc | None, model_only: bool = False,
+              cache_dir: str | Path | None = None) -> Numbering:
+    """Compare `ours(dtypes, finalize, arch)` with the engine's own enumeration when nvcc is there (`nvcc` None:
+    none found) and `model_only` is off. UsageError when the enumeration does not compile or the two differ."""
+    if model_only or nvcc is None:
+        why = "--model-only" if model_only else "no nvcc found to compile flashinfer's own enumeration"
+        return Numbering(False, 0, f"tileprobe's model of {tree.label()}'s numbering (read from its "
+                                   f"cutlass_heuristic.cpp), unchecked: {why}")
+    try:
+        lines = native_tactics_cached(tree, nvcc, cache_dir)
+    except (CompileError, subprocess.TimeoutExpired, UsageError) as exc:
+        log = getattr(exc, "log", "") or ""
+        last = next((ln.strip() for ln in log.splitlines() if "error" in ln), "")
+        raise UsageError(f"{tree.label()} at {tree.root}: its own tactic enumeration does not compile "
+                         f"({str(exc).strip()}{'; ' + last[:160] if last else ''}); the numbering cannot be "
+                         "checked, so it is not called exact (--model-only to use tileprobe's model anyway)") from None
+    bad = mismatches(lines, ours)
+    if bad:
+        raise UsageError(f"tileprobe numbers {tree.label()}'s tactics differently from its own getTactics at "
+                         f"{len(bad)} ID(s), first: {bad[0]}")
+    return Numbering(True, len(lines), f"equal to {tree.label()}'s own getTactics on all {len(lines)} IDs (sm "
+                                       f"120/121, finalize on/off, every SM120 runner), compiled from its sources "
+                                       f"with nvcc {nvcc.version_text}", tuple(lines))

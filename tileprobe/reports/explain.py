@@ -110,8 +110,24 @@ def explain_tactic(fam, arch: str, target, tactic: str, epilogue: str, predict_o
                      f"{i.smem_mainloop_bytes} ({i.stages} stages) + epilogue {i.smem_epilogue_bytes} + kernel-level "
                      f"{rest} -> {'fits, ' + str(head) + ' B spare' if head >= 0 else 'OVER by ' + str(-head) + ' B'}"
                      f"{mark}")
+        if head < 0 and i.stages:
+            lines.append(_fewer_stages(c, i.stages, target, cutlass))
     lines.append(f"  evidence: {how}")
     return "\n".join(lines)
+
+
+def _fewer_stages(cfg, stages: int, target, cutlass) -> str:
+    """The most stages under `stages` that would fit, from tileprobe's model (the engine's launcher always takes
+    StageCountAutoCarveout's count, so no engine setting selects it): the stage answer for an over-limit tactic."""
+    for n in range(stages - 1, 0, -1):
+        o = modeled.outcome(replace(cfg, stages=n), target, cutlass)
+        if o is not None and o.info.smem_bytes is not None and o.info.smem_bytes <= target.smem_optin:
+            return (f"      {n} stage(s) would fit: {o.info.smem_bytes} B = mainloop {o.info.smem_mainloop_bytes} + "
+                    f"epilogue {o.info.smem_epilogue_bytes} + kernel-level "
+                    f"{o.info.smem_bytes - o.info.smem_mainloop_bytes - o.info.smem_epilogue_bytes}, "
+                    f"{target.smem_optin - o.info.smem_bytes} B spare (predicted by tileprobe's model; the engine's "
+                    f"carveout picks {stages} and offers no stage setting)")
+    return f"      no stage count from 1 to {stages - 1} fits (tileprobe's model)"
 
 
 def explain_from_model(cfg, target, cutlass) -> str:

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from tileprobe.errors import UsageError
+from tileprobe.results import provenance
 from tileprobe.results.rows import COLUMNS, TOOLCHAIN_COLUMNS, now, row_key
 from tileprobe.results.schema import row_problems
 from tileprobe.verdict import Verdict
@@ -32,7 +33,8 @@ class ResultsWriter:
 
     With resume, rows already in the folder are kept and their keys skipped, except points whose last row is
     transient (crashed, timeout, not-run): those run again and their new row is appended after the old one.
-    Without resume, the folder's results are moved aside (results.csv.1, ...), never deleted.
+    Without resume, the folder's results and their run.json are moved aside together (results.csv.N,
+    results.jsonl.N, run.json.N), never deleted. One writer holds a folder at a time (provenance.lock).
     """
 
     def __init__(self, out: Path, resume: bool = False) -> None:
@@ -44,6 +46,14 @@ class ResultsWriter:
             probe.unlink()
         except OSError as exc:
             raise UsageError(f"--out {self.out} is not writable: {exc.strerror}") from None
+        self._lock = provenance.lock(self.out)
+        try:
+            self._open(resume)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _open(self, resume: bool) -> None:
         self.csv_path = self.out / CSV_NAME
         self.jsonl_path = self.out / JSONL_NAME
         self.done: set[str] = set()
@@ -55,12 +65,7 @@ class ResultsWriter:
                     self._rewrite(old)
             self.done = {row_key(r) for r in settled(old) if not _transient(r)}
         else:
-            for p in (self.csv_path, self.jsonl_path):
-                if p.exists():
-                    n = 1
-                    while p.with_name(f"{p.name}.{n}").exists():
-                        n += 1
-                    p.rename(p.with_name(f"{p.name}.{n}"))
+            provenance.rotate(self.out, (CSV_NAME, JSONL_NAME, provenance.RUN_JSON))
         new_csv = not self.csv_path.exists() or self.csv_path.stat().st_size == 0
         self._csv = open(self.csv_path, "a", newline="")
         self._jsonl = open(self.jsonl_path, "a")
@@ -96,6 +101,7 @@ class ResultsWriter:
     def close(self) -> None:
         self._csv.close()
         self._jsonl.close()
+        self._lock.release()
 
     def __enter__(self) -> "ResultsWriter":
         return self

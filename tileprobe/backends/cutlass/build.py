@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from contextlib import nullcontext
@@ -146,26 +147,39 @@ def build(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc, cache: Path, time
     raises for a compile failure: the result carries the log."""
     key = cache_key(req, cutlass, nvcc)
     final = cache / f"{req.readable_name()}-{key}"
-    hit = None if rebuild else _load(final, req)
+    hit = None if rebuild else _load(final, req, quiet=True)
     if hit:
         return hit
     with FileLock(str(final) + ".lock"):
         hit = None if rebuild else _load(final, req)
         if hit:
             return hit
-        if rebuild and final.exists():
+        if final.exists():  # --rebuild, or an entry _load found broken: it must not shadow the new build
             shutil.rmtree(final, ignore_errors=True)
         return _compile(req, cutlass, nvcc, cache, final, timeout_s)
 
 
-def _load(entry: Path, req: BuildRequest) -> BuildResult | None:
+def _load(entry: Path, req: BuildRequest, quiet: bool = False) -> BuildResult | None:
+    """The cached build, or None when there is none or it is broken (a truncated meta.json, no build.log, an ok
+    entry whose binary is gone): then one warning line (unless `quiet`: the caller looks again under the lock),
+    and the caller rebuilds it."""
     meta_path = entry / "meta.json"
-    if not meta_path.is_file():
+    if not entry.exists():
         return None
-    meta = json.loads(meta_path.read_text())
-    binary = entry / "harness"
-    return BuildResult(req, meta["ok"], binary if meta["ok"] else None, (entry / "build.log").read_text(),
-                       meta["seconds"], True, meta["command"])
+    try:
+        meta = json.loads(meta_path.read_text())
+        ok, seconds, command = bool(meta["ok"]), float(meta["seconds"]), list(meta["command"])
+        log = (entry / "build.log").read_text(errors="replace")
+        binary = entry / "harness"
+        if ok and not binary.is_file():
+            raise FileNotFoundError(f"its binary {binary.name} is gone")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        if not quiet:
+            why = exc.args[0] if isinstance(exc, FileNotFoundError) and exc.args and isinstance(exc.args[0], str) \
+                else f"{type(exc).__name__}: {exc}"
+            sys.stderr.write(f"tileprobe: warning: build cache entry {entry.name} is broken ({why}); rebuilding\n")
+        return None
+    return BuildResult(req, ok, binary if ok else None, log, seconds, True, command)
 
 
 def _compile(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc, cache: Path, final: Path,
