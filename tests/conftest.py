@@ -43,23 +43,29 @@ def _has_gpu() -> bool:
 
 
 def _fetch_engine_wheels(items) -> None:
-    """The triton-moe tests read vLLM's and SGLang's kernels and config trees from their wheels (never installed):
-    on a fresh machine, fetch the pinned wheels into tileprobe's wheel cache once (tileprobe.engines.fetch, the same
-    code as `tileprobe engines fetch`), so those tests run instead of skipping. A failed download is said here; the
-    tests then skip, naming why."""
-    if not any("triton" in item.keywords or "triton" in item.nodeid for item in items):
-        return
+    """The triton-moe tests read vLLM's and SGLang's kernels and config trees from their wheels, and
+    test_blocklist_engines loads the flashinfer releases those engines pin from theirs (never installed): on a fresh
+    machine, fetch the pinned wheels into tileprobe's wheel cache once (tileprobe.engines.fetch, the same code as
+    `tileprobe engines fetch`), so those tests run instead of skipping. A failed download is said here; the tests
+    then skip, naming why."""
     from tileprobe.engines import fetch, triton_configs
     from tileprobe.errors import UsageError
 
-    for engine in triton_configs.PINNED:
-        try:
-            triton_configs.find_engine(engine)
-        except UsageError:
+    ids = [item.nodeid for item in items]
+    wanted = []
+    if any("triton" in i or "test_blocklist_engines" in i for i in ids):
+        for engine, version in triton_configs.PINNED.items():
             try:
-                print(f"fetching {engine} {triton_configs.PINNED[engine]} wheel: {fetch.fetch(engine)}")
-            except UsageError as exc:
-                print(f"warning: {exc}; the tests that read {engine} will skip")
+                triton_configs.find_engine(engine)
+            except UsageError:
+                wanted.append((engine, version))
+    if any("test_blocklist_engines" in i for i in ids) and not os.environ.get("TILEPROBE_WHEELS"):
+        wanted += [("flashinfer-python", "0.7.2.post1"), ("flashinfer-python", "0.7.2")]
+    for dist, version in wanted:
+        try:
+            print(f"wheel cache: {fetch.download(dist, version)}")
+        except UsageError as exc:
+            print(f"warning: {exc}; the tests that read {dist} {version} will skip")
 
 
 def pytest_collection_modifyitems(config, items):

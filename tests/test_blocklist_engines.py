@@ -2,9 +2,9 @@
 (that release's own TacticsBlocklist and _collect_metadata, imported from its wheel in a subprocess, never
 installed), filter() removes exactly the listed IDs, and the SGLang-default file blocks nothing that fits.
 
-The flashinfer 0.7.2 / 0.7.2.post1 and vLLM 0.33.0 / SGLang 0.5.23 wheels are read from $TILEPROBE_WHEELS (default
-/work/dl; `pip download --no-deps -d DIR flashinfer-python==0.7.2.post1 flashinfer-python==0.7.2 vllm==0.33.0
-sglang==0.5.23`); the tests that need a wheel are skipped, naming it, when it is not there."""
+The flashinfer 0.7.2 / 0.7.2.post1 and vLLM 0.33.0 / SGLang 0.5.23 wheels are read from $TILEPROBE_WHEELS (default:
+tileprobe's wheel cache, which tests/conftest.py fills with `pip download --no-deps` when this file is collected);
+the tests that need a wheel are skipped, naming it, when it is not there (a failed download)."""
 
 from __future__ import annotations
 
@@ -19,13 +19,13 @@ import pytest
 
 from tileprobe.engines import flashinfer as ef
 from tileprobe.engines import flashinfer_tactic_ids as tid
-from tileprobe.engines import packages, serving_pins
+from tileprobe.engines import fetch, packages, serving_pins
 from tileprobe.errors import UsageError
 from tileprobe.targets import DEVICE_NAMES, device_names, profile
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCKLISTS = ROOT / "results" / "blocklists"
-WHEELS = Path(os.environ.get("TILEPROBE_WHEELS", "/work/dl"))
+WHEELS = Path(os.environ.get("TILEPROBE_WHEELS") or fetch.cache_dir())
 # The engines and the release each pins (read from their wheels' METADATA; asserted below when the wheels are here).
 # SGLang: "off" is its default; "on" is for SGLANG_FLASHINFER_MOE_FUSED_FINALIZE=1 (written with that variable set).
 ENGINES = {"flashinfer-0.7.4": ("flashinfer", "0.7.4", ("on", "off")), "vllm-0.33.0": ("vllm", "0.7.2.post1", ("on",)),

@@ -22,6 +22,7 @@ from tileprobe.results import resultset
 from tileprobe.results import schema as schemas
 from tileprobe.reports import recommend as rec
 from tileprobe import sweep as sw
+from tileprobe.engines import fetch, triton_configs
 from tileprobe.errors import UsageError
 from tileprobe.reports.explain import explain as run_explain
 from tileprobe.results.merge import merge as run_merge
@@ -409,6 +410,21 @@ def include() -> None:
     `#include <tileprobe/guard.h>`."""
 
     sys.stdout.write(f"{include_dir()}\n")
+
+
+engines_app = typer.Typer(no_args_is_help=True, help="The serving engines' wheels tileprobe reads (never installed).")
+app.add_typer(engines_app, name="engines")
+
+
+@engines_app.command("fetch")
+def engines_fetch(
+    engines: Annotated[Optional[list[str]], typer.Argument(metavar="ENGINE", help="vllm, sglang (default: both)")] = None,
+    dest: Annotated[Optional[Path], typer.Option("--dest", metavar="DIR", help="where to put the wheels (default: tileprobe's wheel cache, where triton-moe looks)")] = None,
+) -> None:
+    """Download the engine release tileprobe reads (pip download --no-deps) into the wheel cache, for triton-moe,
+    check-configs and export triton-configs on a machine without the engine installed."""
+    for engine in engines or list(triton_configs.PINNED):
+        sys.stdout.write(f"{engine}: {fetch.fetch(engine, dest=dest)}\n")
 
 
 export_app = typer.Typer(no_args_is_help=True, help="Hand tileprobe's findings to an engine (FlashInfer tactics blocklists).")

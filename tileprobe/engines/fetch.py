@@ -25,23 +25,28 @@ def cache_dir() -> Path:
 
 def fetch(engine: str, version: str | None = None, dest: Path | None = None,
           timeout_s: float = DEFAULT_TIMEOUT_S) -> Path:
-    """The wheel of `engine` (default: the release tileprobe reads), downloaded into `dest` unless already there."""
+    """The wheel of serving engine `engine` (default: the release tileprobe reads), downloaded unless already there."""
     if engine not in triton_configs.PINNED:
         raise UsageError(f"unknown engine {engine!r}; known: {', '.join(triton_configs.PINNED)}")
-    version = version or triton_configs.PINNED[engine]
+    return download(engine, version or triton_configs.PINNED[engine], dest, timeout_s)
+
+
+def download(dist: str, version: str, dest: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Path:
+    """The wheel of distribution `dist` at `version` in `dest` (default: the wheel cache), downloaded if missing."""
     dest = Path(dest) if dest else cache_dir()
-    have = sorted(dest.glob(f"{engine}-{version}-*.whl")) if dest.is_dir() else []
+    stem = dist.replace("-", "_")
+    have = sorted(dest.glob(f"{stem}-{version}-*.whl")) if dest.is_dir() else []
     if have:
         return have[0]
     dest.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-q", "-d", str(dest),
-           f"{engine}=={version}"]
+           f"{dist}=={version}"]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        raise UsageError(f"pip download {engine}=={version} did not finish in {timeout_s:.0f} s") from None
-    got = sorted(dest.glob(f"{engine}-{version}-*.whl"))
+        raise UsageError(f"pip download {dist}=={version} did not finish in {timeout_s:.0f} s") from None
+    got = sorted(dest.glob(f"{stem}-{version}-*.whl"))
     if p.returncode or not got:
         last = (p.stderr.strip().splitlines() or ["no wheel was written"])[-1]
-        raise UsageError(f"pip download {engine}=={version} failed: {last}")
+        raise UsageError(f"pip download {dist}=={version} failed: {last}")
     return got[0]
