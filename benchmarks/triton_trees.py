@@ -40,14 +40,18 @@ def small_smem_devices(engine: str) -> set[str]:
             if profile(t).smem_optin < 128 * 1024}
 
 
-def copy_tree(engine: str, dest: Path, select: str) -> int:
+def _version(triton_dir: str | None) -> tuple[int, ...]:
+    return tuple(int(x) for x in triton_dir.split("_")[1:]) if triton_dir else ()
+
+
+def copy_tree(engine: str, dest: Path, select: str, since: tuple[int, ...] = ()) -> int:
     src = tc.find_engine(engine)
     mod = triton_lookup.engine_module(engine)
     small = small_smem_devices(engine)
     n = 0
     for f in tc.read_source_tree(src, mod.CONFIGS_DIR):
         keep = f.name.device_name.startswith(DEVICES) if select == "h100-h200" else f.name.device_name in small
-        if not keep or tc.scheme_of(f.name) is None:
+        if not keep or tc.scheme_of(f.name) is None or (since and f.triton_dir and _version(f.triton_dir) < since):
             continue
         out = dest / f.rel
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -72,6 +76,8 @@ def main() -> None:
     ap.add_argument("--engines", default="vllm,sglang")
     ap.add_argument("--timeout", type=float, default=7200)
     ap.add_argument("--cache-dir", help="the (empty) build cache to fill, kept afterwards (default: a temporary one)")
+    ap.add_argument("--since", default="", help="SGLang: only the configs/triton_X_Y_Z folders from this Triton "
+                                                "release on (e.g. 3.4.0; the engine on Triton 3.8 reads them newest first)")
     ap.add_argument("--no-save", action="store_true")
     a = ap.parse_args()
     for engine in a.engines.split(","):
@@ -80,8 +86,10 @@ def main() -> None:
             cache = Path(a.cache_dir) / engine if a.cache_dir else Path(tmp) / "cache"
             if cache.exists() and any(cache.iterdir()):
                 sys.exit(f"--cache-dir {cache} is not empty: a cold run needs an empty cache")
-            files = copy_tree(engine, tree, a.select)
-            out = ROOT / "results" / "triton-moe" / "check-configs" / f"{engine}-{a.select}__{a.target}"
+            since = tuple(int(x) for x in a.since.split(".")) if a.since else ()
+            files = copy_tree(engine, tree, a.select, since)
+            label = a.select + (f"-since-{a.since}" if since and engine == "sglang" else "")
+            out = ROOT / "results" / "triton-moe" / "check-configs" / f"{engine}-{label}__{a.target}"
             if out.exists():
                 shutil.rmtree(out)
             base = [sys.executable, "-m", "tileprobe", "check-configs", str(tree), "--engine", engine,
@@ -92,7 +100,7 @@ def main() -> None:
         phases = json.loads((out / "run.json").read_text())["phases"]
         rec = {
             "benchmark": "triton_trees", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "engine": tc.find_engine(engine).label(), "target": a.target, "select": a.select, "jobs": a.jobs,
+            "engine": tc.find_engine(engine).label(), "target": a.target, "select": a.select, "since": a.since or None, "jobs": a.jobs,
             "files": files,
             "cores": os.cpu_count(), "python": platform.python_version(),
             "triton": installed().version if installed() else None,
