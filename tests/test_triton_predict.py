@@ -43,7 +43,8 @@ def test_predictor_is_exact_against_the_compiler(engine, rng):
     builds = compile_many(jobs, 2)
     for (q, g, e, m), b in zip(cases, builds):
         assert isinstance(b, TritonBuild), b
-        assert predict(src.label(), q, e, 120, installed().version) == b.shared, (q, g, e, m, b.shared)
+        n, k = tm.gemm_shape(g, 4096, 768)
+        assert predict(src.label(), q, e, 120, installed().version, n, k) == b.shared, (q, g, e, m, b.shared)
 
 
 def test_outside_the_checked_scope_it_cannot_predict(rng):
@@ -53,4 +54,6 @@ def test_outside_the_checked_scope_it_cannot_predict(rng):
                  ("vllm 0.33.0", "fp8", e | {"BLOCK_SIZE_K": 32}, 120, "3.8.0"),
                  ("vllm 0.33.0", "bf16", e | {"num_stages": 1}, 120, "3.8.0")):
         with pytest.raises(CannotPredict):
-            predict(*args)
+            predict(*args, 1536, 4096)
+    with pytest.raises(CannotPredict):
+        predict("sglang 0.5.23", "bf16", e, 120, "3.8.0", 4096, 232)  # K = 232: not 16-divisible
