@@ -103,7 +103,7 @@ def test_installed_wheel_alone_sizes_one_config_of_every_family(tmp_path):
     rec = json.loads(p.stdout.strip().splitlines()[-1])
     print(json.dumps(rec, indent=1))
     assert Path(rec["tileprobe"]).is_relative_to(venv) and Path(rec["harness"]).is_relative_to(venv), rec
-    assert set(rec["families"]) == set(FAMILIES)
+    assert set(rec["families"]) == {n for n, f in FAMILIES.items() if f.backend == "cutlass"}
     for name, rows in rec["families"].items():
         assert len(rows) == 1, (name, rows)
         row = rows[0]

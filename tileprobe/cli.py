@@ -179,6 +179,25 @@ def sweep(
 
 
 @app.command()
+def autotune(
+    kernel: Annotated[str, typer.Option("--kernel", help="PATH.py:FUNCTION of an @triton.autotune kernel; with --engine, PATH is inside the engine (e.g. sglang/kernels/ops/attention/flash_mla_sm120_triton.py:_tiled_sparse_decode_kernel)")],
+    target: TargetOpt = None,
+    engine: Annotated[Optional[str], typer.Option("--engine", help="read PATH from this engine (vllm, sglang): installed or --engine-wheel")] = None,
+    engine_wheel: Annotated[Optional[Path], typer.Option("--engine-wheel", help="the engine's wheel, read as a zip")] = None,
+    kernel_args: Annotated[Optional[Path], typer.Option("--kernel-args", help="JSON object: the launch's arguments by parameter name ('*bf16' a bf16 tensor, numbers, true/false, null); built in for SGLang's _tiled_sparse_decode_kernel")] = None,
+    any_triton: Annotated[bool, typer.Option("--any-triton", help="size with the installed Triton even when it is not 3.8.0")] = False,
+    jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles", show_default="cores")] = os.cpu_count() or 1,
+    cache_dir: CacheOpt = None,
+) -> None:
+    """Size every config of an @triton.autotune kernel for a GPU you don't have: which would be OutOfResources there,
+    and what the autotuner is left to choose from."""
+
+    report = triton_sweep.autotune_report(kernel, target, engine, engine_wheel, kernel_args, any_triton, max(1, jobs),
+                                          cache_dir)
+    sys.stdout.write("\n".join(report) + "\n")
+
+
+@app.command()
 def explain(
     tile: Annotated[str, typer.Argument(help="e.g. 128x256x128 or 128x256x64B")],
     family: FamilyOpt = None,

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tileprobe.backends.triton.compile import KernelJob, TritonBuild, TritonCompileError, compile_many
-from tileprobe.backends.triton.source import KernelSource
+from tileprobe.backends.triton import autotune
+from tileprobe.backends.triton import runtime as rt
+from tileprobe.backends.triton.compile import KernelJob, TritonBuild, TritonCompileError, compile_many, one_line
+from tileprobe.backends.triton.source import KernelSource, extract, load
 from tileprobe.backends.triton.toolchain import TritonInstall, cache_root, require_triton
 from tileprobe.engines import triton_configs as tc
 from tileprobe.engines import triton_lookup
@@ -86,7 +89,7 @@ def engine_kernel_source(engine: str, wheel: str | None) -> tuple[tc.EngineSourc
 @dataclass(frozen=True)
 class Planned:
     config: object  # families.base.Config
-    job: KernelJob
+    job: KernelJob | None  # None: not compiled (the config says why)
     point: dict
     pick: triton_lookup.Pick
 
@@ -114,21 +117,31 @@ def plan(shape: Shape, engine: str, quant: str, source: KernelSource, src: tc.En
                 entry = tm.parse_entry(p.config, f"{engine} {p.source} config for M={m}")
                 n, k = tm.gemm_shape(gemm, model.hidden, shape.inter)
                 where = "default" if p.source == "default" else f"{p.source}:{Path(p.path).name}#{p.key}"
-                cfg = tm.make_config(engine, quant, gemm, shape.experts_local, n, k, entry, arch, where)
-                job = tm.launch_job(engine, source, quant, gemm, model.experts, n, k, m, model.top_k, entry, cc,
-                                    shape.ep)
+                cfg = tm.make_config(engine, quant, gemm, model.experts, n, k, model.top_k, entry, arch, where,
+                                     shape.ep)
+                # SGLang's down entry with USE_TMA also changes the gate_up launch (c_sorted): neither is reproduced
+                down = [d for d in ps if d.gemm == "down" and d.m_lo <= m and (d.m_hi is None or m <= d.m_hi)]
+                if p.config.get("USE_TMA") or (engine == "sglang" and down and down[0].config.get("USE_TMA")):
+                    cfg = replace(cfg, unsupported_reason=tm.TMA_REASON)
+                job = None if cfg.unsupported_reason else tm.launch_job(
+                    engine, source, quant, gemm, model.experts, n, k, m, model.top_k, entry, cc, shape.ep)
                 ident = f"{name}|{gemm}|{p.m_text()}|{m}"
-                point = {"workload": model.name + (f" tp{shape.tp}" if shape.tp > 1 else "")
-                         + (f" ep{shape.ep}" if shape.ep > 1 else ""),
-                         "gemm": gemm, "batch": m, "routing": "engine-pick", "device_name": name,
-                         "problem": f"{p.m_text()} E={shape.experts_local} N={n} K={k} ({where})",
+                model_text = model.name + (f" tp{shape.tp}" if shape.tp > 1 else "") + (
+                    f" ep{shape.ep}" if shape.ep > 1 else "")
+                # static rows (no `workload`: nothing is launched); the batch M and the pick's range are the point
+                point = {"gemm": gemm, "batch": m, "routing": "engine-pick", "device_name": name,
+                         "problem": f"{model_text} {p.m_text()} E={shape.experts_local} N={n} K={k} ({where})",
                          "problems_hash": hashlib.sha256(ident.encode()).hexdigest()[:12]}
                 out.append(Planned(cfg, job, point, p))
     return out
 
 
-def outcome(cfg, build: TritonBuild | TritonCompileError, target: Target, triton: TritonInstall) -> Outcome:
-    """The verdict of one compiled launch against the target's opt-in limit, with Triton's own error text."""
+def outcome(cfg, build: TritonBuild | TritonCompileError | None, target: Target, triton: TritonInstall) -> Outcome:
+    """The verdict of one compiled launch against the target's opt-in limit, with Triton's own error text (None:
+    not compiled, the config's unsupported_reason says why)."""
+    if build is None:
+        return Outcome(cfg, Verdict.UNSUPPORTED, cfg.unsupported_reason or "not compiled",
+                       StaticInfo(stages=cfg.stages, threads_per_cta=int(cfg.get("num_warps")) * 32))
     if isinstance(build, TritonCompileError):
         return Outcome(cfg, Verdict.COMPILE_ERROR, f"{triton.label()}: {build.line}")
     info = StaticInfo(stages=build.num_stages, smem_bytes=build.shared, regs_per_thread=build.regs,
@@ -165,11 +178,14 @@ def run(opts, topts: TritonOptions, console, command: str) -> list[dict]:
             raise UsageError(f"batch size {b} must be at least 1")
     if opts.jobs < 1:
         raise UsageError(f"--jobs {opts.jobs}: must be at least 1")
-    target, _devices = resolve_target(opts.target, None)
+    target, devices = resolve_target(opts.target, opts.gpus)
+    devices = [] if opts.static_only else devices
     arch = arch_for(fam, target.cc)
     if arch is None:
         raise UsageError(f"triton-moe compiles for {', '.join(tm.ARCHS)}; not sm_{target.cc_int} ({target.name})")
-    names = triton_lookup.device_names(target, topts.device_names)
+    # on a GPU: the name it reports (the engine keys its files by it); offline: every SKU name of the target
+    names = (target.device_name,) if target.is_device and not topts.device_names else \
+        triton_lookup.device_names(target, topts.device_names)
     triton = require_triton(topts.any_triton)
     src, source = engine_kernel_source(topts.engine, topts.engine_wheel)
     user_dir = topts.config_dir or triton_lookup.engine_module(topts.engine).user_dir_from_env()
@@ -179,7 +195,9 @@ def run(opts, topts: TritonOptions, console, command: str) -> list[dict]:
     planned = plan(shape, topts.engine, topts.quant, source, src, target, arch, names, batches, user_dir, topts.max_m)
     plan_s = time.perf_counter() - start
     start = time.perf_counter()
-    builds = compile_many([p.job for p in planned], opts.jobs, opts.cache_dir, opts.rebuild)
+    jobs = [p.job for p in planned if p.job is not None]
+    done = iter(compile_many(jobs, opts.jobs, opts.cache_dir, opts.rebuild))
+    builds = [next(done) if p.job is not None else None for p in planned]
     compile_s = time.perf_counter() - start
     cols = toolchain_columns(triton)
     rows = []
@@ -191,11 +209,13 @@ def run(opts, topts: TritonOptions, console, command: str) -> list[dict]:
             "engine": src.label(), "engine_origin": src.origin, "kernel_sha256": source.sha256,
             "quant": topts.quant, "device_names": list(names), "config_dir": user_dir,
             "phases": {"plan_s": round(plan_s, 2), "compile_s": round(compile_s, 2),
-                       "compiled": sum(1 for b in builds if not getattr(b, "cached", True)),
-                       "cached": sum(1 for b in builds if getattr(b, "cached", False))}}, indent=1))
+                       "distinct": len({id(b) for b in builds if b is not None}),  # a repeated launch: once
+                       "compiled": len({id(b) for b in builds if b is not None and not getattr(b, "cached", False)}),
+                       "cached": len({id(b) for b in builds if getattr(b, "cached", False)}),
+                       "not_compiled": sum(b is None for b in builds)}}, indent=1))
         console.print(f"[bold]triton-moe[/] {src.label()} {topts.quant} {shape.model.name} on [bold]{target.name}[/] "
                       f"(opt-in {target.smem_optin} B; {', '.join(names)}): {len(planned)} launches, "
-                      f"{len({p.job for p in planned})} distinct, {triton.label()}")
+                      f"{len({p.job for p in planned if p.job})} distinct, {triton.label()}")
         for p, b in zip(planned, builds):
             o = outcome(p.config, b, target, triton)
             row = make_row(p.config, target, cols, o, point=p.point,
@@ -203,4 +223,90 @@ def run(opts, topts: TritonOptions, console, command: str) -> list[dict]:
             if not writer.has(row_key(row)):
                 writer.write(row)
                 rows.append(row)
+        if devices and shape.ep > 1:
+            console.print("[yellow]--ep > 1: the runtime launch holds every expert on one GPU; not launched[/]")
+        elif devices:
+            seed = w.get("seed", -1)
+            seed = seed if seed >= 0 else random.randrange(2**31)
+            start = time.perf_counter()
+            rows += runtime_rows(planned, shape, source, devices[0], seed, cols, writer, console,
+                                 cache_root(opts.cache_dir))
+            meta = json.loads((opts.out / "run.json").read_text())
+            meta.update(seed=seed, devices=[devices[0].as_dict()])
+            meta["phases"]["runtime_s"] = round(time.perf_counter() - start, 2)
+            (opts.out / "run.json").write_text(json.dumps(meta, indent=1))
     return rows
+
+
+def runtime_rows(planned: list[Planned], shape: Shape, source: KernelSource, device: Target, seed: int, cols: dict,
+                 writer: ResultsWriter, console, cache: Path) -> list[dict]:
+    """On a GPU of the arch: at every (GEMM, M) of the plan, launch each config the engine uses for that GEMM at any
+    M (its pick among them, so `recommend` says per M whether the engine's choice is the fastest), check every
+    element against the fp64 reference, time it from a CUDA graph over rotated routings."""
+    fam = family(tm.NAME)
+    kernel = load(source, cache)
+    model = shape.model
+    candidates: dict[str, dict[str, object]] = {}
+    for p in planned:
+        if p.job is not None:  # a config not compiled (unsupported) is not launched either
+            candidates.setdefault(str(p.config.get("gemm")), {}).setdefault(p.config.key, p.config)
+    points = sorted({(str(p.config.get("gemm")), int(p.point["batch"])) for p in planned})
+    out = []
+    for i, (gemm, m) in enumerate(points):
+        n, k = tm.gemm_shape(gemm, model.hidden, shape.inter)
+        prob = rt.Problem(tm.engine_of(next(iter(candidates[gemm].values()))), str(
+            next(iter(candidates[gemm].values())).get("quant")), gemm, model.experts, n, k, m, model.top_k)
+        for cfg in candidates[gemm].values():
+            job = tm.job_of(cfg, source, m)
+            naive = bool(dict(job.kwargs).get("naive_block_assignment", False))
+            try:
+                got = rt.run_point(kernel, job, prob, seed + i, "cuda", fam.atol, fam.rtol, device.l2_bytes, naive)
+                verdict = Verdict.OK if got.pop("verified") else Verdict.INCORRECT
+                reason = (f"every one of {got['checked_elements']} elements within {fam.atol} + {fam.rtol}*|ref| "
+                          f"of the fp64 reference" if verdict is Verdict.OK else
+                          f"{got['bad_elements']} of {got['checked_elements']} elements off the fp64 reference")
+                status = "ok"
+            except Exception as exc:  # the launch's own error (OutOfResources, a Triton or CUDA error): one line
+                got, verdict, reason, status = {}, Verdict.LAUNCH_ERROR, one_line(exc), "error"
+            info = StaticInfo(stages=cfg.stages, threads_per_cta=int(cfg.get("num_warps")) * 32)
+            o = Outcome(cfg, verdict, reason, info)
+            ident = f"{device.device_name}|{gemm}|{m}|{seed + i}"
+            point = {"workload": model.name, "gemm": gemm, "batch": m, "routing": "uniform",
+                     "experts_active": None, "problem": f"M={m} E={model.experts} N={n} K={k} top_k={model.top_k}",
+                     "problems_hash": hashlib.sha256(ident.encode()).hexdigest()[:12], "seed": seed + i}
+            runtime = {**got, "gpu_index": device.gpu_index, "launch_status": status, "launch_reason": reason}
+            row = make_row(cfg, device, cols, o, runtime, point)
+            if not writer.has(row_key(row)):
+                writer.write(row)
+                out.append(row)
+        console.print(f"  {gemm} M={m}: {len(candidates[gemm])} config(s) launched on {device.device_name}")
+    return out
+
+
+def autotune_report(kernel: str, target_name: str | None, engine: str | None, wheel, args_file, any_triton: bool,
+                    jobs: int, cache_dir) -> list[str]:
+    """`tileprobe autotune`: the lines that say, per autotune config, its bytes and whether it fits the target."""
+    path, sep, function = kernel.rpartition(":")
+    if not sep or not path or not function:
+        raise UsageError(f"--kernel {kernel!r}: expected PATH.py:FUNCTION")
+    target, _ = resolve_target(target_name, None)
+    triton = require_triton(any_triton)
+    if engine:
+        src = tc.find_engine(engine, wheel)
+        text, origin = src.read_text(path), f"{src.label()} {path}"
+    else:
+        try:
+            text, origin = Path(path).read_text(), path
+        except OSError as exc:
+            raise UsageError(f"--kernel {path}: {exc.strerror}") from None
+    source = extract(text, function, origin)
+    builtin = autotune.BUILTIN_ARGS.get((path, function))
+    sized, notes = autotune.size_autotune(
+        source, lambda: autotune.read_args(args_file, builtin() if builtin else None), target.cc_int, jobs, cache_dir)
+    lines, left = autotune.verdict_lines(sized, target.smem_optin, target.name)
+    out = [f"{function} ({origin}), {len(sized)} autotune configs compiled for {target.name} (sm_{target.cc_int}, "
+           f"opt-in {target.smem_optin} B) with {triton.label()}; evidence compiled, nothing launched"]
+    out += [f"  {ln}" for ln in lines] + [f"note: {n}" for n in notes]
+    out.append(f"the autotuner is left with {len(left)} of {len(sized)}: "
+               + ("; ".join(s.label() for s in left) if left else "none (every config fails: the launch raises)"))
+    return out

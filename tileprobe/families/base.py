@@ -14,7 +14,7 @@ from typing import Callable
 from tileprobe.errors import UnsupportedConfig, UsageError
 
 SCHEDULE_IDS = {"auto": 0, "cooperative": 1, "pingpong": 2}
-SCHEDULE_SHORT = {"auto": "auto", "cooperative": "coop", "pingpong": "pp"}
+SCHEDULE_SHORT = {"auto": "auto", "cooperative": "coop", "pingpong": "pp", "triton": "triton"}  # triton: Triton families
 EPILOGUES = {"no-c": 0, "with-c": 1}  # bf16 D only / bf16 D = alpha*acc + beta*C with a bf16 C source
 
 

@@ -2,15 +2,17 @@
 
 Kernels (read from the installed engine or its wheel, never imported):
 - vLLM 0.33.0: vllm/model_executor/layers/fused_moe/fused_moe.py::fused_moe_kernel, launched by
-  `invoke_fused_moe_triton_kernel` from `fused_experts_impl`;
+  `invoke_fused_moe_triton_kernel` from `TritonExperts.apply` (fused_moe/experts/triton_moe.py: the modular kernel
+  the fp8 and unquantized oracles choose for the TRITON backend), which passes no router weights to the gate_up
+  GEMM (topk_weights None there) and aligns with the layer's own experts when there is no expert map;
 - SGLang 0.5.23: sglang/kernels/ops/moe/fused_moe_triton_kernels.py::fused_moe_kernel, launched by
   `invoke_fused_moe_kernel` from sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe.py.
 
 A config is data: engine, quant scheme, GEMM (gate_up: N = 2*I/tp, K = H; down: N = H, K = I/tp), E, N, K, where
 the entry came from, and the engine config entry (BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num_warps, num_stages). Its name
 is derived. `launch_job` builds the arguments the engine's launcher passes for that call, as stand-ins for Triton's
-own binder (tileprobe.backends.triton.compile) for a batch of M tokens, so the specialisation (16-divisible ints, ints equal to 1, None
-arguments, constexprs) is the launch's. What each launcher passes, read from its source (the lines are cited by name):
+own binder (tileprobe.backends.triton.compile) for a batch of M tokens, so the specialisation (16-divisible ints,
+ints equal to 1, None arguments, constexprs) is the launch's. What each launcher passes, read from its source (the lines are cited by name):
 
 vLLM `invoke_fused_moe_triton_kernel`: SWAP_AB = use_fp8_w8a8 and `enable_swap_ab` (capability 9.0, BLOCK_SIZE_M < 64,
 BLOCK_SIZE_N >= 64); USE_TD off (VLLM_TRITON_USE_TD unset: XPU only); SPLIT_K = 1; BLOCK_SIZE_K = min(BLOCK_SIZE_K,
@@ -20,7 +22,7 @@ M*top_k*4 <= E) where sorted_token_ids is None; `moe_align_block_size`: numel + 
 numel*BLOCK_SIZE_M when numel < E. The down GEMM is launched with top_k=1 and MUL_ROUTED_WEIGHT=True.
 SGLang `invoke_fused_moe_kernel`: swap_ab as vLLM's (`is_sm90_supported`: capability major 9); PDL on capability >= 9
 (`is_arch_support_pdl`): USE_GDC=True, launch_pdl=True, GDC_EARLY = A.shape[0] <= 512; even_Ks = K % BLOCK_SIZE_K == 0;
-no TMA descriptors (only configs carrying USE_TMA ask for them: refused here), no fused SwiGLU, sum-all-reduce, LoRA or
+no TMA descriptors (only entries carrying USE_TMA ask for them: rows say `unsupported`), no fused SwiGLU, sum-all-reduce, LoRA or
 output mask (their defaults); EM = `moe_align_block_size`'s numel*BLOCK_SIZE_M when numel < E+1, else
 numel + (E+1)*(BLOCK_SIZE_M-1), rounded up to 4; the down GEMM gets top_k=1, ROUTER_TOPK=top_k.
 Scales: fp8 per-tensor A scale of shape (1,), B scale (E,); fp8 block [128, 128]: A scale (tokens, K/128) row-major,
@@ -29,10 +31,8 @@ B scale (E, N/128, K/128) (`per_token_group_quant_fp8` with column_major_scales=
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 from tileprobe.backends.triton.compile import KernelJob
 from tileprobe.backends.triton.source import KernelSource
@@ -43,7 +43,12 @@ NAME = "triton-moe"
 QUANTS = ("bf16", "fp8", "fp8-block")
 GEMMS = ("gate_up", "down")
 BLOCK = 128  # fp8-block: block_shape [128, 128]
+TMA_REASON = ("SGLang launches this entry with TMA descriptors (USE_TMA: a_desc/b_desc, c_sorted), which tileprobe "
+              "does not reproduce: not compiled")
 ENTRY_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+# An entry without num_warps / num_stages (SGLang's default configs) launches with Triton's own defaults:
+# CUDAOptions in triton/backends/nvidia/compiler.py (3.8.0): num_warps=4, num_stages=3.
+TRITON_DEFAULTS = {"num_warps": 4, "num_stages": 3}
 
 
 @dataclass(frozen=True)
@@ -72,16 +77,17 @@ def engine_kernel(engine: str) -> EngineKernel:
 
 def check_quant(quant: str) -> str:
     if quant not in QUANTS:
-        raise UsageError(f"{NAME}: the engines' fused_moe_kernel is launched here for {', '.join(QUANTS)}; "
-                         f"not {quant!r}")
+        raise UsageError(f"--quant {quant}: tileprobe reproduces the engines' fused_moe_kernel launch for "
+                         f"{', '.join(QUANTS)} only")
     return quant
 
 
 def parse_entry(entry: object, where: str) -> dict[str, int]:
-    """One engine config entry, checked: the six keys as whole numbers (USE_TMA entries are refused: the TMA
-    descriptor launch is not reproduced); other keys the engines ignore on CUDA are dropped."""
+    """One engine config entry, checked: the six keys as whole numbers (num_warps / num_stages default to Triton's
+    own when absent); other keys are dropped (USE_TMA: see TMA_REASON)."""
     if not isinstance(entry, dict):
         raise UsageError(f"{where}: a config entry is a JSON object, not {type(entry).__name__}")
+    entry = {**TRITON_DEFAULTS, **entry}
     missing = [k for k in ENTRY_KEYS if k not in entry]
     if missing:
         raise UsageError(f"{where}: config entry lacks {', '.join(missing)}")
@@ -91,40 +97,7 @@ def parse_entry(entry: object, where: str) -> dict[str, int]:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise UsageError(f"{where}: {k}={v!r} is not a positive whole number")
         out[k] = v
-    if entry.get("USE_TMA"):
-        raise UsageError(f"{where}: USE_TMA entries launch with TMA descriptors, which tileprobe does not reproduce")
     return out
-
-
-def read_config_file(path: Path) -> dict[int, dict[str, int]]:
-    """An engine-format config file ({"M": {BLOCK_SIZE_M: ...}, ...}) as {M: entry}; UsageError when malformed."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise UsageError(f"--configs {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"--configs {path}: malformed JSON ({exc.msg}, line {exc.lineno})") from None
-    if not isinstance(doc, dict) or not doc:
-        raise UsageError(f"--configs {path}: expected an object of batch sizes to config entries")
-    out = {}
-    for k, v in doc.items():
-        if k.startswith("_"):  # provenance / comments some exported files carry
-            continue
-        try:
-            m = int(k)
-        except ValueError:
-            raise UsageError(f"--configs {path}: key {k!r} is not a batch size") from None
-        out[m] = parse_entry(v, f"--configs {path} [{k}]")
-    if not out:
-        raise UsageError(f"--configs {path}: no config entries")
-    return out
-
-
-def pick(entries: dict[int, dict], m: int) -> tuple[int, dict]:
-    """The engines' rule for a batch of M tokens: the entry whose key is nearest M (vLLM try_get_optimal_moe_config,
-    SGLang the same: configs[min(configs.keys(), key=lambda x: abs(x - M))])."""
-    key = min(entries, key=lambda x: abs(x - m))
-    return key, entries[key]
 
 
 def gemm_shape(gemm: str, hidden: int, inter_shard: int) -> tuple[int, int]:
@@ -182,7 +155,7 @@ def _vllm_args(quant: str, gemm: str, experts: int, n: int, k: int, m: int, top_
     c_shape = (m, top_k, n)
     args = (
         _a_dtype(quant), _a_dtype(quant), "*bf16", None, a_scale[0] if a_scale else None,
-        b_scale[0] if b_scale else None, "*fp32", sorted_ids, "*i32", "*i32",
+        b_scale[0] if b_scale else None, "*fp32" if gemm == "down" else None, sorted_ids, "*i32", "*i32",
         n, k, em, num_tokens,
         k, 1, n * k, 1, k, _strides(c_shape)[1], _strides(c_shape)[2],
         a_st[0] if len(a_st) == 2 else 0, a_st[1] if len(a_st) == 2 else 0,
@@ -254,12 +227,14 @@ def arch_cc(arch: str) -> int:
     return int(arch[3:].rstrip("a"))
 
 
-def make_config(engine: str, quant: str, gemm: str, experts: int, n: int, k: int, entry: dict, arch: str,
-                source: str) -> Config:
-    """The config as data. `source` says where the entry came from (a file name and its key, or 'default')."""
+def make_config(engine: str, quant: str, gemm: str, experts: int, n: int, k: int, top_k: int, entry: dict,
+                arch: str, source: str, ep: int = 1) -> Config:
+    """The config as data: `experts` is the model's global count (with `ep` ranks: a rank holds experts/ep), N and K
+    the GEMM's; `source` says where the entry came from (a file name and its key, or 'default')."""
     cc = arch_cc(arch)
-    extra = (("engine", engine_kernel(engine).label), ("quant", quant), ("gemm", gemm), ("E", str(experts)),
-             ("N", str(n)), ("K", str(k)), ("group_size_m", str(entry["GROUP_SIZE_M"])),
+    extra = (("engine", engine_kernel(engine).label), ("quant", quant), ("gemm", gemm), ("experts", str(experts)),
+             ("ep", str(ep)), ("gemm_n", str(n)), ("gemm_k", str(k)), ("top_k", str(top_k)),
+             ("group_size_m", str(entry["GROUP_SIZE_M"])),
              ("num_warps", str(entry["num_warps"])), ("config_source", source))
     return Config(NAME, Tile(entry["BLOCK_SIZE_M"], entry["BLOCK_SIZE_N"], entry["BLOCK_SIZE_K"]), "triton",
                   entry["num_stages"], "bf16-out", swap_ab(quant, entry, cc), arch, (1, 1, 1), extra)
@@ -274,6 +249,12 @@ def entry_of(cfg: Config) -> dict[str, int]:
 
 def _bits(cfg: Config) -> int:
     return 16 if cfg.get("quant") == "bf16" else 8
+
+
+def _expand(arch: str, tiles, epilogues, swap_ab, dtypes=None) -> list[Config]:
+    """The configs are the engine's entries for a workload: the triton-moe sweep asks the engine's lookup."""
+    raise UsageError("triton-moe configs come from the engine's own files and defaults: run `tileprobe sweep "
+                     "--family triton-moe --engine vllm|sglang --workload W` (--tiles/--schedules do not apply)")
 
 
 def _rules(tile: Tile, schedule: str, cutlass_version: str | None) -> None:
@@ -297,8 +278,22 @@ FAMILY = Family(
     rtol=2e-2,
     description="vLLM's / SGLang's Triton fused_moe_kernel (bf16, fp8 w8a8 per-tensor, fp8 w8a8 block [128,128])",
     rules=_rules,
-    extra_fields=("engine", "quant", "gemm", "E", "N", "K", "group_size_m", "num_warps", "config_source"),
+    extra_fields=("engine", "quant", "gemm", "experts", "ep", "gemm_n", "gemm_k", "top_k", "group_size_m", "num_warps",
+                  "config_source"),
     epilogues=("bf16-out",),
     operand_bits=_bits,
+    expand=_expand,
     backend="triton",
 )
+
+
+def engine_of(cfg: Config) -> str:
+    """'vllm 0.33.0' -> 'vllm'."""
+    return str(cfg.get("engine")).split()[0]
+
+
+def job_of(cfg: Config, source: KernelSource, m: int) -> KernelJob:
+    """The launch a config stands for at batch M (what a known-good re-check compiles again)."""
+    return launch_job(engine_of(cfg), source, str(cfg.get("quant")), str(cfg.get("gemm")), int(cfg.get("experts")),
+                      int(cfg.get("gemm_n")), int(cfg.get("gemm_k")), m, int(cfg.get("top_k")), entry_of(cfg),
+                      arch_cc(cfg.arch), int(cfg.get("ep") or 1))

@@ -23,6 +23,10 @@ from tileprobe.families import family as family_named
 from tileprobe.reports.recommend import recommendations
 from tileprobe.results.writer import TOOLCHAIN_COLUMNS, ResultsWriter, now
 from tileprobe.results.resultset import ResultSet, config_from_entry, config_from_row, target_from_dict
+from tileprobe import triton_sweep
+from tileprobe.backends.triton.compile import compile_many
+from tileprobe.backends.triton.toolchain import require_triton
+from tileprobe.families import triton_moe
 from tileprobe.backends.cutlass.runtime import RuntimeJob, runtime_rows
 from tileprobe.backends.cutlass.static_probe import probe_static
 from tileprobe.targets import NoDevice, query_devices
@@ -83,6 +87,25 @@ def _config_verdicts(rs: ResultSet, target: str, family: str) -> list[dict]:
     return out
 
 
+def _one_per_config(recs: list[dict]) -> list[dict]:
+    """One record per config. A Triton family has a static row per (device name, GEMM, batch M) of one config: the
+    config works only when every one of them does (else its first failing row stands for it); the batch sizes it was
+    compiled at travel with it (`batches`), so `check` compiles the same launches again. Other families have one
+    static row per config already."""
+    by: dict[str, list[dict]] = {}
+    for r in recs:
+        by.setdefault(r["config"], []).append(r)
+    out = []
+    for rows in by.values():
+        bad = [r for r in rows if r["verdict"] not in GOOD]
+        rec = dict(bad[0] if bad else rows[0])
+        if any(r.get("batch") is not None and r.get("routing") == "engine-pick" for r in rows):
+            rec["batches"] = sorted({int(r["batch"]) for r in rows})
+            rec["device_names"] = sorted({r["device_name"] for r in rows if r.get("device_name")})
+        out.append(rec)
+    return out
+
+
 def counts(recs: list[dict], runtime: list[dict], tiles: list[dict]) -> dict:
     """What the file holds and what its sweep ran: tiles by evidence; the sweep's configs by verdict (working =
     fits statically, or ok at every launched point); its runtime points by verdict."""
@@ -104,7 +127,7 @@ def entry(rec: dict) -> dict:
          "smem_epilogue_bytes": rec.get("smem_epilogue_bytes"), "smem_limit_bytes": rec.get("smem_limit_bytes"),
          "headroom_bytes": rec.get("headroom_bytes")}
     e.pop("stages_configured", None)
-    for k in ("runtime", "devices", "engine", "engine_hash"):
+    for k in ("runtime", "devices", "engine", "engine_hash", "batches", "device_names", "triton_version"):
         if rec.get(k):
             e[k] = rec[k]
     return e
@@ -124,7 +147,7 @@ def _toolchain(rows: list[dict], where: str) -> dict:
 
 def build(rs: ResultSet, target: str, family: str) -> dict:
     """The known-good document for one (target, family) of a results set."""
-    recs = _config_verdicts(rs, target, family)
+    recs = _one_per_config(_config_verdicts(rs, target, family))
     runtime = [r for r in rs.runtime if r["target"] == target and r["family"] == family
                and r["verdict"] != "not-runnable-here"]
     if not recs:
@@ -271,6 +294,8 @@ def check_file(path: Path, tc, jobs: int = 1, timeout_s: float = 1200) -> CheckR
     doc = load_file(path)
     target = target_from_dict(doc["target"])
     res = CheckResult(Path(path))
+    if _backend(doc) == "triton":
+        return _check_triton(doc, target, res, jobs)
     tc = _file_toolchain(doc, tc, res)
     configs = []
     for e in doc["tiles"]:
@@ -300,6 +325,44 @@ def check_file(path: Path, tc, jobs: int = 1, timeout_s: float = 1200) -> CheckR
     working = [(e, cfg, o) for (e, cfg), o in zip(configs, outcomes) if o.verdict.value in GOOD]
     if working:
         _runtime_recheck(doc, target, working, tc, jobs, res)
+    return res
+
+
+def _backend(doc: dict) -> str:
+    try:
+        return family_named(str(doc.get("family"))).backend
+    except UsageError:
+        return "cutlass"  # an unknown family fails where its tiles are read, with its own line
+
+
+def _check_triton(doc: dict, target, res: CheckResult, jobs: int) -> CheckResult:
+    """Compile a Triton family's tiles again (the installed Triton, the engine's kernel as installed or cached) at
+    every batch size each was recorded at; a tile that no longer fits, or no longer compiles, is a regression."""
+    triton = require_triton(bool(doc.get("any_triton")))
+    res.tree = triton.label()
+    was = (doc.get("toolchain") or {}).get("triton_version") or next(
+        (e.get("triton_version") for e in doc["tiles"] if e.get("triton_version")), None)
+    if was and was != triton.version:
+        res.notes.append(f"the file's tiles were compiled with triton {was}; re-compiled with {triton.label()}")
+    sources: dict[str, object] = {}
+    planned = []
+    for e in doc["tiles"]:
+        cfg = config_from_entry(e)
+        engine = str(cfg.get("engine")).split()[0]
+        if engine not in sources:
+            sources[engine] = triton_sweep.engine_kernel_source(engine, None)[1]
+        for m in e.get("batches") or [1]:
+            planned.append((e, cfg, m, triton_moe.job_of(cfg, sources[engine], m)))
+    builds = compile_many([p[3] for p in planned], jobs)
+    res.checked = len(doc["tiles"])
+    for (e, cfg, m, _), b in zip(planned, builds):
+        o = triton_sweep.outcome(cfg, b, target, triton)
+        what = f"{res.path.name}: {target.name} {cfg.tile} s{cfg.stages} M={m} [{cfg.key}]"
+        if o.verdict.value not in GOOD:
+            res.regressions.append(f"{what}: was {e.get('verdict')} ({e.get('smem_bytes')} B); now "
+                                   f"{o.verdict.value}: {o.reason}")
+        elif o.info.smem_bytes != e.get("smem_bytes"):
+            res.notes.append(f"{what}: still fits; metadata.shared {e.get('smem_bytes')} -> {o.info.smem_bytes} B")
     return res
 
 

@@ -28,7 +28,8 @@ COLUMNS = [
     "cutlass_version", "cutlass_source", "cutlass_hash", "nvcc_version", "host_compiler", "driver",
     "compile_seconds", "compile_configs", "timestamp",
     # Triton families (triton-moe): the engine config entry's other fields, where it came from, and the compiler
-    "quant", "num_warps", "group_size_m", "config_source", "triton_version",
+    "quant", "experts", "ep", "gemm_n", "gemm_k", "top_k", "num_warps", "group_size_m", "config_source",
+    "triton_version",
 ]
 TOOLCHAIN_COLUMNS = ["cutlass_version", "cutlass_hash", "nvcc_version"]
 # What identifies a row: the config, where it was judged, and the workload point (problem list hash and seed

@@ -157,7 +157,8 @@ def plan(files: list[tc.ConfigFile], engine: str, source: KernelSource, target: 
                     checks.append(Check(f, key, gemm, t, None, None, prob, why))
                     continue
                 n, k = tm.gemm_shape(gemm, prob.hidden, f.name.N)
-                cfg = tm.make_config(engine, scheme.name, gemm, f.name.E, n, k, e, arch, f"{f.rel}#{key}")
+                cfg = tm.make_config(engine, scheme.name, gemm, prob.experts_global, n, k, prob.top_k, e, arch,
+                                     f"{f.rel}#{key}", prob.ep)
                 job = tm.launch_job(engine, source, scheme.name, gemm, prob.experts_global, n, k, key, prob.top_k,
                                     e, cc, prob.ep)
                 checks.append(Check(f, key, gemm, t, cfg, canonical(job, consts), prob))

@@ -26,7 +26,7 @@ import subprocess
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock
@@ -170,14 +170,14 @@ def _compile_now(job: KernelJob, work: Path, cache: Path) -> dict:
     os.environ["TRITON_CACHE_DIR"] = str(work / "triton-cache")  # Triton's own cache: this entry's, never shared
     kernel = src_mod.load(job.source, cache)
     fn = jit_function(kernel)
-    target = _backends.GPUTarget("cuda", job.cc, 32)
-    backend = _compiler.make_backend(target)
-    binder = _jit.create_function_from_signature(fn.signature, fn.params, backend)
-    kwargs = {k: stand_in(v) for k, v in job.kwargs}
-    kwargs.setdefault("debug", _knobs.runtime.debug)  # as JITFunction.run adds them
-    kwargs.setdefault("instrumentation_mode", _knobs.compilation.instrumentation_mode)
     t0 = time.perf_counter()
     try:
+        target = _backends.GPUTarget("cuda", job.cc, 32)
+        backend = _compiler.make_backend(target)
+        binder = _jit.create_function_from_signature(fn.signature, fn.params, backend)
+        kwargs = {k: stand_in(v) for k, v in job.kwargs}
+        kwargs.setdefault("debug", _knobs.runtime.debug)  # as JITFunction.run adds them
+        kwargs.setdefault("instrumentation_mode", _knobs.compilation.instrumentation_mode)
         bound, spec, options = binder(*[stand_in(a) for a in job.args], **kwargs)
         options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, spec, options)
         compiled = _triton.compile(_compiler.ASTSource(fn, signature, constexprs, attrs), target=target,
@@ -271,7 +271,3 @@ def compile_many(jobs: list[KernelJob], n_jobs: int = 1, cache_dir: str | os.Pat
             results = list(pool.map(_worker, work))
     done.update(zip(todo, results))
     return [done[k] for k in keys]
-
-
-def build_fields(build: TritonBuild) -> dict:
-    return asdict(build)

@@ -1,0 +1,307 @@
+"""Launch the engines' fused_moe_kernel on a GPU (or Triton's CPU interpreter): real tensors for a decode batch,
+the engine's alignment of tokens to expert blocks, an element-wise check against an independent torch reference,
+and L2-proof timing from a CUDA graph.
+
+The launch is the one tileprobe.families.triton_moe.launch_job reproduces for the no-GPU compile: its integer
+arguments and constexprs are used as they are, and each pointer stand-in is replaced by the real tensor at that
+position of the engine's call (POINTERS); a None stays None (vLLM passes no router weights to its gate_up GEMM).
+
+Data: A and B uniform in [-1, 1) (never zeros), fresh per run from the seed; routing per token: top_k distinct
+experts drawn as the other families' `uniform` routing; router weights uniform in (0, 1]. fp8 w8a8 per-tensor: one
+scale for A, one per expert for B; fp8 block [128, 128]: a scale per (token, 128 of K) and per (128 of N, 128 of K),
+each amax / 448, values rounded to e4m3 by torch. The reference computes every (token, expert) product in fp64 from
+the same (dequantized) values the kernel reads, so it shares no code with the kernel.
+
+Timing: R routings, the experts of each shifted by a different offset, so the expert weights R consecutive launches
+read span at least 4x the L2 (or every expert once); a CUDA graph of those R launches is replayed, and its median
+per launch is `us_graph_median`; `us_median` times the same launches one by one.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from dataclasses import dataclass
+
+from tileprobe.backends.triton.compile import KernelJob
+from tileprobe.lazy import LazyModule
+
+torch = LazyModule("torch")
+
+FP8_MAX = 448.0
+BLOCK = 128
+L2_SPAN = 4
+
+
+@dataclass(frozen=True)
+class Problem:
+    engine: str
+    quant: str
+    gemm: str
+    experts: int
+    n: int
+    k: int
+    m: int  # tokens in the batch
+    top_k: int
+
+
+def route(m: int, experts: int, top_k: int, rng: random.Random) -> list[list[int]]:
+    """Each token's top_k distinct experts (uniform, as tileprobe.workloads.route's `uniform`)."""
+    return [rng.sample(range(experts), top_k) for _ in range(m)]
+
+
+def align(engine: str, topk_ids, bm: int, experts: int, naive: bool):
+    """The engine's moe_align_block_size: token slots (t * top_k + j) sorted by expert, each expert's run padded to a
+    multiple of BLOCK_SIZE_M with the sentinel numel; one expert id per block; tokens after padding. vLLM's naive
+    assignment (no sorting: one slot per block) when `naive`. Lengths as the engines allocate them."""
+    flat = topk_ids.reshape(-1).to(torch.int32)
+    numel = flat.numel()
+    dev = flat.device
+    if naive:
+        return None, flat.clone(), torch.tensor([numel * bm], dtype=torch.int32, device=dev)
+    if engine == "vllm":
+        padded = numel + experts * (bm - 1)
+        if numel < experts:
+            padded = min(numel * bm, padded)
+    else:
+        padded = numel * bm if numel < experts + 1 else numel + (experts + 1) * (bm - 1)
+        padded = (padded + 3) // 4 * 4
+    ids = flat.cpu().tolist()
+    order, blocks = [], []
+    for e in range(experts):
+        slots = [i for i, x in enumerate(ids) if x == e]
+        if not slots:
+            continue
+        slots += [numel] * ((-len(slots)) % bm)
+        order += slots
+        blocks += [e] * (len(slots) // bm)
+    sorted_ids = torch.full((padded,), numel, dtype=torch.int32)
+    sorted_ids[:len(order)] = torch.tensor(order, dtype=torch.int32)
+    expert_ids = torch.full((math.ceil(padded / bm),), -1, dtype=torch.int32)
+    expert_ids[:len(blocks)] = torch.tensor(blocks, dtype=torch.int32)
+    return sorted_ids.to(dev), expert_ids.to(dev), torch.tensor([len(order)], dtype=torch.int32, device=dev)
+
+
+def _quant_rows(x, group: int):
+    """Per (row, `group` columns) e4m3 quantization: (values, scales [rows, ceil(cols/group)])."""
+    rows, cols = x.shape
+    g = math.ceil(cols / group)
+    pad = torch.nn.functional.pad(x, (0, g * group - cols)).view(rows, g, group)
+    scale = (pad.abs().amax(dim=2) / FP8_MAX).clamp(min=1e-12)
+    q = (pad / scale[:, :, None]).to(torch.float8_e4m3fn).view(rows, g * group)[:, :cols]
+    return q.contiguous(), scale.float().contiguous()
+
+
+def _quant_blocks(w):
+    """Per (128 of N, 128 of K) block of each expert: (values, scales [E, ceil(N/128), ceil(K/128)])."""
+    e, n, k = w.shape
+    gn, gk = math.ceil(n / BLOCK), math.ceil(k / BLOCK)
+    pad = torch.nn.functional.pad(w, (0, gk * BLOCK - k, 0, gn * BLOCK - n)).view(e, gn, BLOCK, gk, BLOCK)
+    scale = (pad.abs().amax(dim=(2, 4)) / FP8_MAX).clamp(min=1e-12)
+    q = (pad / scale[:, :, None, :, None]).to(torch.float8_e4m3fn).view(e, gn * BLOCK, gk * BLOCK)[:, :n, :k]
+    return q.contiguous(), scale.float().contiguous()
+
+
+@dataclass
+class Tensors:
+    a: object
+    b: object
+    c: object
+    a_scale: object
+    b_scale: object
+    weights: object
+    topk_ids: object
+    a_ref: object  # the activations the kernel reads, dequantized, fp64
+    quant: str
+
+    def b_ref(self, e: int):
+        """Expert e's weights as the kernel reads them, dequantized, fp64 (one expert at a time: B can be GBs)."""
+        if self.quant == "bf16":
+            return self.b[e].double()
+        if self.quant == "fp8":
+            return self.b[e].double() * self.b_scale[e].double()
+        n, k = self.b.shape[1:]
+        s = self.b_scale[e].repeat_interleave(BLOCK, 0).repeat_interleave(BLOCK, 1)[:n, :k]
+        return self.b[e].double() * s.double()
+
+
+def make_tensors(p: Problem, seed: int, device: str, dtype=None) -> Tensors:
+    """The inputs of one launch, made on `device` (dtype: the activations' float type, bf16 as the engines run; the
+    CPU interpreter test uses fp32, which Triton's interpreter supports)."""
+    dtype = dtype or torch.bfloat16
+    g = torch.Generator(device=device).manual_seed(seed)
+    rng = random.Random(seed)
+    rows = p.m if p.gemm == "gate_up" else p.m * p.top_k
+    a = torch.rand(rows, p.k, generator=g, device=device) * 2 - 1
+    b = torch.empty(p.experts, p.n, p.k, device=device, dtype=dtype if p.quant == "bf16" else torch.float32)
+    for e in range(p.experts):  # one expert at a time: no fp32 copy of all of B
+        b[e] = torch.rand(p.n, p.k, generator=g, device=device) * 2 - 1
+    ids = torch.tensor(route(p.m, p.experts, p.top_k, rng), dtype=torch.int32, device=device)
+    w = torch.rand(p.m, p.top_k, generator=g, device=device) * 0.9 + 0.1
+    a_scale = b_scale = None
+    if p.quant == "bf16":
+        a = a.to(dtype)
+        a_ref = a.double()
+    elif p.quant == "fp8":
+        sa = a.abs().amax() / FP8_MAX
+        sb = b.abs().amax(dim=(1, 2)) / FP8_MAX
+        a = (a / sa).to(torch.float8_e4m3fn)
+        b = (b / sb[:, None, None]).to(torch.float8_e4m3fn)
+        a_scale, b_scale = sa.reshape(1).float(), sb.float()
+        a_ref = a.double() * sa.double()
+    else:
+        a, a_scale = _quant_rows(a, BLOCK)
+        b, b_scale = _quant_blocks(b)
+        a_ref = a.double() * a_scale.double().repeat_interleave(BLOCK, 1)[:, :p.k]
+    c = torch.full((p.m, p.top_k, p.n), float("nan"), dtype=dtype, device=device)  # every element must be written
+    return Tensors(a, b, c, a_scale, b_scale, w.float(), ids, a_ref, p.quant)
+
+
+def reference(p: Problem, t: Tensors):
+    """C[token, j] = A[row] @ B[expert]^T in fp64 (row = token for gate_up, token * top_k + j for down; the down
+    GEMM multiplies by the router weight)."""
+    ids = t.topk_ids.cpu().long()
+    out = torch.empty(p.m, p.top_k, p.n, dtype=torch.float64, device=t.a_ref.device)
+    for e in sorted(set(ids.reshape(-1).tolist())):
+        be = t.b_ref(e)
+        for tok, j in (ids == e).nonzero().tolist():
+            row = tok if p.gemm == "gate_up" else tok * p.top_k + j
+            v = be @ t.a_ref[row]
+            out[tok, j] = v * t.weights[tok, j].double() if p.gemm == "down" else v
+    return out
+
+
+# Where each engine's launcher passes each tensor (positional index in its fused_moe_kernel call).
+POINTERS = {"vllm": {"a": 0, "b": 1, "c": 2, "a_scale": 4, "b_scale": 5, "weights": 6, "sorted": 7, "experts": 8,
+                     "padded": 9},
+            "sglang": {"a": 0, "b": 2, "c": 5, "a_scale": 6, "b_scale": 7, "weights": 8, "sorted": 9, "experts": 10,
+                       "padded": 11}}
+
+
+def real_args(engine: str, job: KernelJob, tensors: dict) -> list:
+    """The job's arguments with each pointer stand-in replaced by the real tensor at that position (a None stand-in
+    stays None: the launcher passes None there)."""
+    out = list(job.args)
+    for name, i in POINTERS[engine].items():
+        if isinstance(out[i], str) and out[i].startswith("*"):
+            if tensors.get(name) is None:
+                raise ValueError(f"{engine} launch: position {i} ({name}) needs a tensor")
+            out[i] = tensors[name]
+        elif out[i] is not None:
+            raise ValueError(f"{engine} launch: position {i} ({name}) is {out[i]!r}, not a pointer")
+    return out
+
+
+def launcher(kernel, job: KernelJob, p: Problem, t: Tensors, sorted_ids, expert_ids, npp):
+    """A no-argument callable that launches the kernel once, as the engine does (grid as its launcher's)."""
+    fn = kernel  # launched as the engine launches it (a JITFunction; Triton's InterpretedFunction on the CPU)
+    kw = {k: _tl_value(v) for k, v in job.kwargs}
+    bm, bn = kw["BLOCK_SIZE_M"], kw["BLOCK_SIZE_N"]
+    em = job.args[12] if p.engine == "vllm" else job.args[15]
+    grid = (math.ceil(em / bm) * math.ceil(p.n / bn),)
+    args = real_args(p.engine, job, {"a": t.a, "b": t.b, "c": t.c, "a_scale": t.a_scale, "b_scale": t.b_scale,
+                                     "weights": t.weights, "sorted": sorted_ids, "experts": expert_ids, "padded": npp})
+    return lambda: fn[grid](*args, **kw)
+
+
+def _tl_value(v):
+    if isinstance(v, str) and v.startswith("tl."):
+        tl = LazyModule("triton.language")
+        return getattr(tl, v[3:])
+    return v
+
+
+def check(p: Problem, t: Tensors, atol: float, rtol: float) -> dict:
+    """Element-wise: |out - ref| <= atol + rtol * |ref| on every element (NaN: never written)."""
+    out = t.c.double()
+    ref = reference(p, t)
+    err = (out - ref).abs()
+    bad = ~(err <= atol + rtol * ref.abs())
+    rel = float((out - ref).norm() / ref.norm()) if float(ref.norm()) else float("inf")
+    return {"checked_elements": out.numel(), "bad_elements": int(bad.sum()), "rel_err": rel, "atol": atol,
+            "rtol": rtol}
+
+
+def time_launches(launches: list, reps: int = 7, per_rep_ms: float = 10.0) -> dict:
+    """Median and spread of one launch's time: back to back, and replayed from a CUDA graph of the launches."""
+    for f in launches * 2:
+        f()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for f in launches:
+        f()
+    end.record()
+    torch.cuda.synchronize()
+    est_ms = max(start.elapsed_time(end) / len(launches), 1e-3)
+    rounds = max(1, min(400, int(per_rep_ms / (est_ms * len(launches)))))
+    plain, graphed = [], []
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        for f in launches:  # warm on the capture stream
+            f()
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph, stream=stream):
+            for f in launches:
+                f()
+    torch.cuda.synchronize()
+    for _ in range(reps):
+        start.record()
+        for _ in range(rounds):
+            for f in launches:
+                f()
+        end.record()
+        torch.cuda.synchronize()
+        plain.append(start.elapsed_time(end) * 1e3 / (rounds * len(launches)))
+        start.record()
+        for _ in range(rounds):
+            graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        graphed.append(start.elapsed_time(end) * 1e3 / (rounds * len(launches)))
+    med, gmed = statistics.median(plain), statistics.median(graphed)
+    return {"us_median": med, "us_spread": (max(plain) - min(plain)) / med, "us_graph_median": gmed,
+            "us_graph_spread": (max(graphed) - min(graphed)) / gmed, "launch_gap_us": med - gmed}
+
+
+def bytes_moved(p: Problem, active: int) -> float:
+    """Fewest bytes one launch moves: the active experts' weights, the activations, the output (bf16)."""
+    wbits = 16 if p.quant == "bf16" else 8
+    rows = p.m if p.gemm == "gate_up" else p.m * p.top_k
+    return active * p.n * p.k * wbits / 8 + rows * p.k * wbits / 8 + p.m * p.top_k * p.n * 2
+
+
+def rotations(p: Problem, active: int, l2_bytes: int) -> int:
+    """How many shifted routings keep R launches' weights at L2_SPAN x the L2 (at most E / active: every expert)."""
+    per = active * p.n * p.k * (2 if p.quant == "bf16" else 1)
+    want = math.ceil(L2_SPAN * l2_bytes / max(per, 1))
+    return max(1, min(want, max(1, p.experts // max(active, 1)), 64))
+
+
+def run_point(kernel, job: KernelJob, p: Problem, seed: int, device: str, atol: float, rtol: float,
+              l2_bytes: int = 0, naive: bool = False, dtype=None, timed: bool = True) -> dict:
+    """Launch once on fresh inputs and check every output element; then (timed, on a GPU) time the launch over
+    rotated routings. Returns the runtime columns, with `verified` True when every element is within tolerance."""
+    t = make_tensors(p, seed, device, dtype)
+    bm = dict(job.kwargs)["BLOCK_SIZE_M"]
+    first = launcher(kernel, job, p, t, *align(p.engine, t.topk_ids, bm, p.experts, naive))
+    first()
+    if device != "cpu":
+        torch.cuda.synchronize()
+    out = check(p, t, atol, rtol)
+    out["verified"] = out["bad_elements"] == 0
+    if not timed:
+        return out
+    active = len(set(t.topk_ids.reshape(-1).tolist()))
+    r = rotations(p, active, l2_bytes)
+    launches = [first]
+    for i in range(1, r):
+        shifted = (t.topk_ids + i * max(1, p.experts // r)) % p.experts
+        launches.append(launcher(kernel, job, p, t, *align(p.engine, shifted, bm, p.experts, naive)))
+    out.update(time_launches(launches))
+    moved = bytes_moved(p, active)
+    out.update(gbps=moved / (out["us_graph_median"] * 1e-6) / 1e9, rotation_bytes=int(r * active * p.n * p.k * (
+        2 if p.quant == "bf16" else 1)), l2_bytes=l2_bytes)
+    return out
