@@ -207,7 +207,7 @@ def run(path: Path | None, engine: str | None, wheel: str | None, target_name: s
         o = outcome(c.config, b, c.target, triton)
         point = {"workload": c.file.rel, "gemm": c.gemm, "batch": c.key, "routing": "config-file",
                  "device_name": c.file.name.device_name,
-                 "problem": f"M={c.key} E={c.file.name.E} N={c.config.get('N')} K={c.config.get('K')} ({c.problem.how})",
+                 "problem": f"M={c.key} E={c.file.name.E} N={c.config.get('gemm_n')} K={c.config.get('gemm_k')} ({c.problem.how})",
                  "problems_hash": f"{c.file.rel}#{c.key}#{c.gemm}"}
         row = make_row(c.config, c.target, cols, o, point=point,
                        extra={"engine": src.label(), "engine_hash": source.sha256[:16]})
