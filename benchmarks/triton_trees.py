@@ -40,14 +40,18 @@ def small_smem_devices(engine: str) -> set[str]:
             if profile(t).smem_optin < 128 * 1024}
 
 
-def copy_tree(engine: str, dest: Path, select: str) -> int:
+def _version(triton_dir: str | None) -> tuple[int, ...]:
+    return tuple(int(x) for x in triton_dir.split("_")[1:]) if triton_dir else ()
+
+
+def copy_tree(engine: str, dest: Path, select: str, since: tuple[int, ...] = ()) -> int:
     src = tc.find_engine(engine)
     mod = triton_lookup.engine_module(engine)
     small = small_smem_devices(engine)
     n = 0
     for f in tc.read_source_tree(src, mod.CONFIGS_DIR):
         keep = f.name.device_name.startswith(DEVICES) if select == "h100-h200" else f.name.device_name in small
-        if not keep or tc.scheme_of(f.name) is None:
+        if not keep or tc.scheme_of(f.name) is None or (since and f.triton_dir and _version(f.triton_dir) < since):
             continue
         out = dest / f.rel
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -72,33 +76,43 @@ def main() -> None:
     ap.add_argument("--engines", default="vllm,sglang")
     ap.add_argument("--timeout", type=float, default=7200)
     ap.add_argument("--cache-dir", help="the (empty) build cache to fill, kept afterwards (default: a temporary one)")
+    ap.add_argument("--since", default="", help="SGLang: only the configs/triton_X_Y_Z folders from this Triton "
+                                                "release on (e.g. 3.4.0; the engine on Triton 3.8 reads them newest first)")
+    ap.add_argument("--warm-only", action="store_true",
+                    help="only the warm run, on a --cache-dir an earlier run filled (records warm_s; cold fields null)")
     ap.add_argument("--no-save", action="store_true")
     a = ap.parse_args()
     for engine in a.engines.split(","):
         with tempfile.TemporaryDirectory() as tmp:
             tree = Path(tmp) / "tree"
             cache = Path(a.cache_dir) / engine if a.cache_dir else Path(tmp) / "cache"
-            if cache.exists() and any(cache.iterdir()):
+            if a.warm_only and not (cache.exists() and any(cache.iterdir())):
+                sys.exit(f"--warm-only: --cache-dir {cache} is empty")
+            if not a.warm_only and cache.exists() and any(cache.iterdir()):
                 sys.exit(f"--cache-dir {cache} is not empty: a cold run needs an empty cache")
-            files = copy_tree(engine, tree, a.select)
-            out = ROOT / "results" / "triton-moe" / "check-configs" / f"{engine}-{a.select}__{a.target}"
-            if out.exists():
+            since = tuple(int(x) for x in a.since.split(".")) if a.since else ()
+            files = copy_tree(engine, tree, a.select, since)
+            label = a.select + (f"-since-{a.since}" if since and engine == "sglang" else "")
+            out = ROOT / "results" / "triton-moe" / "check-configs" / f"{engine}-{label}__{a.target}"
+            if out.exists() and not a.warm_only:
                 shutil.rmtree(out)
             base = [sys.executable, "-m", "tileprobe", "check-configs", str(tree), "--engine", engine,
                     "--jobs", str(a.jobs), "--cache-dir", str(cache)] + (
                         ["--target", a.target] if a.target != "own" else [])
-            cold_s, cold_out, rc = run(base + ["--out", str(out)], a.timeout)
-            warm_s, warm_out, _ = run(base, a.timeout)
-        phases = json.loads((out / "run.json").read_text())["phases"]
+            cold_s, cold_out, rc = (None, "", None) if a.warm_only else run(base + ["--out", str(out)], a.timeout)
+            warm_s, warm_out, wrc = run(base, a.timeout)
+        phases = None if a.warm_only else json.loads((out / "run.json").read_text())["phases"]
         rec = {
             "benchmark": "triton_trees", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "engine": tc.find_engine(engine).label(), "target": a.target, "select": a.select, "jobs": a.jobs,
+            "engine": tc.find_engine(engine).label(), "target": a.target, "select": a.select, "since": a.since or None, "jobs": a.jobs,
             "files": files,
             "cores": os.cpu_count(), "python": platform.python_version(),
             "triton": installed().version if installed() else None,
-            "cold_s": round(cold_s, 1), "warm_s": round(warm_s, 1), "exit_code": rc,
+            "cold_s": None if cold_s is None else round(cold_s, 1), "warm_s": round(warm_s, 1),
+            "exit_code": rc if rc is not None else wrc,
             "cold_phases": phases,  # plan_s (read + launch stand-ins), compile_s (wall), compiler_s (sum per compile)
-            "cold_summary": cold_out.strip().splitlines()[-1], "warm_summary": warm_out.strip().splitlines()[-1],
+            "cold_summary": cold_out.strip().splitlines()[-1] if cold_out else None,
+            "warm_summary": warm_out.strip().splitlines()[-1],
             "rows": str(out.relative_to(ROOT)),
             "command": " ".join(["tileprobe"] + base[3:]),
         }

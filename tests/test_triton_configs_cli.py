@@ -82,19 +82,22 @@ def _entry(rng, big: bool) -> dict:
             "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": rng.choice([2, 3])}
 
 
-def test_check_configs_flags_the_over_limit_entry_with_compiled_bytes(tmp_path, rng):
+@pytest.mark.parametrize("target", ["rtx-pro-6000", "rtx-4090"])
+def test_check_configs_flags_the_over_limit_entry_with_compiled_bytes(target, tmp_path, rng):
+    """A file named after the device is judged on that device (sm_120a / sm_89) by default."""
     _compiling()
-    dev = rng.choice(DEVICE_NAMES["rtx-pro-6000"])
+    dev = rng.choice(DEVICE_NAMES[target])
     f = tmp_path / vllm.config_file_name(128, 768, tc.scheme("bf16"), dev)
     small_key, big_key = rng.sample([1, 2, 4, 8, 16, 32, 64], 2)
     f.write_text(json.dumps({str(small_key): _entry(rng, False), str(big_key): _entry(rng, True)}))
     p = _cli("check-configs", f, "--out", tmp_path / "out", "--jobs", "2")
     assert p.returncode == 1, (p.stdout, p.stderr)
     over = [line for line in p.stdout.splitlines() if line.startswith("OVER ")]
-    assert len(over) == 2 and all(f"[M={big_key}]" in line and "rtx-pro-6000" in line for line in over), p.stdout
+    assert len(over) == 2 and all(f"[M={big_key}]" in line and f"on {target}:" in line for line in over), p.stdout
     assert all("Required:" in line and "Hardware limit: 101376" in line for line in over), over
     rows = [json.loads(x) for x in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 4 and {r["evidence"] for r in rows} == {"compiled"}
+    assert {r["arch"] for r in rows} == {"sm_120a" if target == "rtx-pro-6000" else "sm_89"}
     for r in rows:
         assert (r["smem_bytes"] > 101376) == (r["batch"] == big_key), r
         assert r["verdict"] == ("smem-over-limit" if r["batch"] == big_key else "fits")

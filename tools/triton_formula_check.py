@@ -1,7 +1,7 @@
 """SGLang PR #28038's shared-memory estimate and tileprobe's triton-moe predictor against Triton's compiled bytes.
 
 Reads triton-moe rows (results folders written by check-configs or a triton-moe sweep), one per distinct compiled
-launch (engine, quant, GEMM, entry, arch), and reports:
+launch (engine, quant, GEMM, entry, arch, whether N and K are both 16-divisible), and reports:
 - how often `(num_stages - 1) * (BM*BK + BK*BN) * bytes` differs from metadata.shared, by engine / quant / arch;
 - where its verdict at 101376 B flips (estimate fits, compiled does not, or the reverse);
 - the predictor (tileprobe.predict.triton_moe): how many it answers, and that every answer is exact.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -42,12 +43,15 @@ def main() -> None:
             if r.get("family") != "triton-moe" or r.get("smem_bytes") is None:
                 continue
             e = entry(r)
-            key = (r["engine"], r["quant"], r["gemm"], r["arch"], tuple(sorted(e.items())))
+            nk = re.search(r" N=(\d+) K=(\d+)", r["problem"])
+            key = (r["engine"], r["quant"], r["gemm"], r["arch"], tuple(sorted(e.items())),
+                   int(nk.group(1)) % 16 == 0 and int(nk.group(2)) % 16 == 0)
+            r["_nk"] = (int(nk.group(1)), int(nk.group(2)))
             distinct.setdefault(key, r)
     groups: dict[str, Counter] = defaultdict(Counter)
     flips, misses, wrong_pred = [], [], []
     answered = 0
-    for (engine, quant, gemm, arch, items), r in distinct.items():
+    for (engine, quant, gemm, arch, items, _), r in distinct.items():
         e = dict(items)
         est, got = estimate_pr28038(e, quant), r["smem_bytes"]
         g = groups[f"{engine} | {quant} | {arch}"]
@@ -65,7 +69,7 @@ def main() -> None:
                           "estimate over, compiled fits"})
         cc = int(arch[3:].rstrip("a"))
         try:
-            p = predict(engine, quant, e, cc, r["triton_version"])
+            p = predict(engine, quant, e, cc, r["triton_version"], *r["_nk"])
         except CannotPredict:
             continue
         answered += 1
@@ -74,7 +78,7 @@ def main() -> None:
                                "compiled": got})
     doc = {
         "what": "SGLang PR #28038 estimate (num_stages-1)*(BM*BK+BK*BN)*bytes vs Triton's metadata.shared, per "
-                "distinct compiled launch (engine, quant, GEMM, entry, arch); verdict flips at 101376 B; the "
+                "distinct compiled launch (engine, quant, GEMM, entry, arch, N and K 16-divisible or not); verdict flips at 101376 B; the "
                 "triton-moe predictor's answers",
         "sources": [str(f) for f in a.folders], "limit_bytes": LIMIT, "distinct_launches": len(distinct),
         "by_group": {k: dict(v) for k, v in sorted(groups.items())},

@@ -72,6 +72,14 @@ def device_targets(engine: str) -> dict[str, Target]:
     return {mod.device_file_name(n): profile(t) for n, t in triton_lookup.known_device_names().items()}
 
 
+def arch_of(target: Target) -> str | None:
+    """The triton-moe arch for a target: the arch-specific one (sm_120a, sm_90a) where the family lists it, else the
+    plain one (sm_89, sm_80: Ada and Ampere have no arch-specific features)."""
+    fam = family(tm.NAME)
+    plain = f"sm_{target.cc_int}"
+    return arch_for(fam, target.cc) or (plain if plain in fam.archs else None)
+
+
 def constexpr_positions(source: KernelSource) -> set[int]:
     """Positions of the kernel's tl.constexpr parameters (the launcher passes some positionally: group_n, group_k)."""
     tree = ast.parse(source.text)
@@ -116,7 +124,6 @@ def plan(files: list[tc.ConfigFile], engine: str, source: KernelSource, target: 
          ) -> tuple[list[Check], list[str]]:
     """Every (file, entry, GEMM) to compile, and notes for files skipped (scheme not sized, device unknown)."""
     by_device = device_targets(engine)
-    fam = family(tm.NAME)
     consts = constexpr_positions(source)
     checks, notes = [], []
     downs = {(f.triton_dir, replace(f.name, down=False)) for f in files if f.name.down}
@@ -131,7 +138,7 @@ def plan(files: list[tc.ConfigFile], engine: str, source: KernelSource, target: 
         if t is None:
             notes.append(f"{f.rel}: device {f.name.device_name} unknown to tileprobe: pass --target")
             continue
-        arch = arch_for(fam, t.cc)
+        arch = arch_of(t)
         if arch is None:
             notes.append(f"{f.rel}: triton-moe does not compile for {t.name} (sm_{t.cc_int})")
             continue
@@ -200,7 +207,7 @@ def run(path: Path | None, engine: str | None, wheel: str | None, target_name: s
         o = outcome(c.config, b, c.target, triton)
         point = {"workload": c.file.rel, "gemm": c.gemm, "batch": c.key, "routing": "config-file",
                  "device_name": c.file.name.device_name,
-                 "problem": f"M={c.key} E={c.file.name.E} N={c.config.get('N')} K={c.config.get('K')} ({c.problem.how})",
+                 "problem": f"M={c.key} E={c.file.name.E} N={c.config.get('gemm_n')} K={c.config.get('gemm_k')} ({c.problem.how})",
                  "problems_hash": f"{c.file.rel}#{c.key}#{c.gemm}"}
         row = make_row(c.config, c.target, cols, o, point=point,
                        extra={"engine": src.label(), "engine_hash": source.sha256[:16]})

@@ -27,10 +27,9 @@ from tileprobe.engines import sglang
 from tileprobe.engines import triton_configs as tc
 from tileprobe.engines import triton_lookup
 from tileprobe.errors import UsageError
-from tileprobe.families import arch_for, family
 from tileprobe.families import triton_moe as tm
 from tileprobe.targets import profile
-from tileprobe.triton.audit import _entry, canonical, constexpr_positions, guess_engine, problem_for
+from tileprobe.triton.audit import _entry, arch_of, canonical, constexpr_positions, guess_engine, problem_for
 from tileprobe.triton_sweep import engine_kernel_source
 
 PROVENANCE = "tileprobe-provenance.json"
@@ -72,8 +71,7 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
     engine = engine or guess_engine(names_in)
     mod = triton_lookup.engine_module(engine)
     target = profile(target_name)
-    fam = family(tm.NAME)
-    arch = arch_for(fam, target.cc)
+    arch = arch_of(target)
     if arch is None:
         raise UsageError(f"triton-moe compiles for {', '.join(tm.ARCHS)}; not {target.name}")
     cc = tm.arch_cc(arch)
