@@ -28,7 +28,7 @@ from tileprobe.results.rows import Outcome, StaticInfo, make_row, now
 from tileprobe.results.writer import ResultsWriter, row_key
 from tileprobe.targets import Target, resolve_target
 from tileprobe.verdict import Verdict
-from tileprobe.workloads import DEFAULT_PRESET, PRESETS, MoEModel
+from tileprobe.workloads import DEFAULT_PRESET, PRESETS, MoEModel, check_split
 
 
 @dataclass
@@ -66,12 +66,7 @@ def shape_for(presets: list[str] | None, tp: int, ep: int) -> Shape:
     if names[0] not in PRESETS:
         raise UsageError(f"unknown workload {names[0]!r}; known: {', '.join(PRESETS)}")
     model = PRESETS[names[0]]
-    if tp < 1 or ep < 1:
-        raise UsageError("--tp and --ep must be at least 1")
-    if model.inter % tp:
-        raise UsageError(f"{model.name}: intermediate size {model.inter} does not split {tp} ways")
-    if model.experts % ep:
-        raise UsageError(f"{model.name}: {model.experts} experts do not split {ep} ways")
+    check_split(model, tp, ep)
     return Shape(model, tp, ep)
 
 

@@ -114,13 +114,18 @@ def route(tokens: int, experts: int, top_k: int, routing: str, rng: random.Rando
     return counts
 
 
-def model_points(model: MoEModel, batches: list[int], routing: str, tp: int, ep: int, seed: int) -> list[Point]:
+def check_split(model: MoEModel, tp: int, ep: int) -> None:
+    """UsageError unless the model's intermediate size splits `tp` ways and its experts `ep` ways."""
     if tp < 1 or ep < 1:
         raise UsageError("--tp and --ep must be at least 1")
     if model.inter % tp:
         raise UsageError(f"{model.name}: intermediate size {model.inter} does not split {tp} ways")
     if model.experts % ep:
         raise UsageError(f"{model.name}: {model.experts} experts do not split {ep} ways")
+
+
+def model_points(model: MoEModel, batches: list[int], routing: str, tp: int, ep: int, seed: int) -> list[Point]:
+    check_split(model, tp, ep)
     if model.top_k > model.experts:
         raise UsageError(f"{model.name}: top-k {model.top_k} > experts {model.experts}")
     inter = model.inter // tp
