@@ -113,8 +113,9 @@ def probe_static(configs: list[Config], target: Target, cutlass: CutlassTree, nv
             for i, c in enumerate(batch):
                 final(judge(c, _info_from(desc[i], res), target))
 
-        build_many([BuildRequest("describe", tuple(b), with_device=False) for b in batches], cutlass, nvcc, cache,
-                   jobs, timeout_s, "sizing (batched)", rebuild, progress, on_result=batch_done)
+        on_batch = _once(batch_done)
+        _each(build_many([BuildRequest("describe", tuple(b), with_device=False) for b in batches], cutlass, nvcc,
+                         cache, jobs, timeout_s, "sizing (batched)", rebuild, progress, on_result=on_batch), on_batch)
         order = {c.key: i for i, c in enumerate(todo)}
         singles.sort(key=lambda c: order[c.key])  # batches finish in any order; singles are built in input order
     retry: list[Config] = []
@@ -136,11 +137,29 @@ def probe_static(configs: list[Config], target: Target, cutlass: CutlassTree, nv
             return
         final(judge(c, _info_from(desc, res), target))
 
-    build_many([BuildRequest("describe", (c,), with_device=regs) for c in singles], cutlass, nvcc, cache, jobs,
-               timeout_s, "compiling" if regs else "sizing (per config)", rebuild, progress, on_result=single_done)
+    on_single = _once(single_done)
+    _each(build_many([BuildRequest("describe", (c,), with_device=regs) for c in singles], cutlass, nvcc, cache, jobs,
+                     timeout_s, "compiling" if regs else "sizing (per config)", rebuild, progress,
+                     on_result=on_single), on_single)
     for c, o in zip(retry, _two_stage_numbers(retry, target, cutlass, nvcc, cache, jobs, timeout_s, progress)):
         final(o)
     return [outcomes[c.key] for c in configs]
+
+
+def _once(handle):
+    """`handle(i, result)` that remembers which i it was given (.seen), so _each does not give them again."""
+    def h(i: int, res: BuildResult) -> None:
+        h.seen.add(i)
+        handle(i, res)
+    h.seen = set()
+    return h
+
+
+def _each(results: list[BuildResult], handle) -> None:
+    """Hand over the results build_many returned that its on_result did not (a stand-in build_many calls none)."""
+    for i, res in enumerate(results):
+        if i not in handle.seen:
+            handle(i, res)
 
 
 def _two_stage_numbers(configs: list[Config], target: Target, cutlass: CutlassTree, nvcc: Nvcc, cache: Path,
