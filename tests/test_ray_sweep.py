@@ -1,6 +1,8 @@
 """`tileprobe sweep --ray`: a local Ray cluster started here (2 CPUs, no GPU) runs a real static sweep as 4 shard
 tasks; the merged folder equals the same sweep without Ray; a task killed mid-sweep loses no finished row and
-`--resume` re-runs that shard alone. Without Ray installed, `--ray` is one line and exit 2."""
+`--resume` re-runs that shard alone; a task killed after its first rows are on disk keeps them byte for byte, and
+`--resume` neither rebuilds nor rewrites them and completes the shard. Without Ray installed, `--ray` is one line
+and exit 2."""
 
 import json
 import os

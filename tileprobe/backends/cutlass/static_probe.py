@@ -183,7 +183,9 @@ def _two_stage_numbers(configs: list[Config], target: Target, cutlass: CutlassTr
 # A sizes-only translation unit is nearly all fixed cost: parsing CUTLASS and CuTe once; each config adds only the
 # class-level instantiation of its kernel type. Measured (results/benchmarks/static_tu.jsonl, 2 cores): the 18-config
 # default sm120 set cost 20.7 CPU s in one unit and 42.5 in two of 9. So a unit holds up to this many configs before
-# another is started: splitting a smaller set only buys wall time where idle cores absorb a second parse.
+# another is started: splitting a smaller set only buys wall time where idle cores absorb a second parse. The cap
+# holds with any --jobs (a set of more than 32 configs is built in ceil(n / 32) units, --jobs at a time): that costs
+# one parse per 32 configs where a single unit would have held them all, and buys rows on disk unit by unit.
 CONFIGS_PER_TU = 32
 
 
