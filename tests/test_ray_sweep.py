@@ -1,6 +1,8 @@
 """`tileprobe sweep --ray`: a local Ray cluster started here (2 CPUs, no GPU) runs a real static sweep as 4 shard
 tasks; the merged folder equals the same sweep without Ray; a task killed mid-sweep loses no finished row and
-`--resume` re-runs that shard alone. Without Ray installed, `--ray` is one line and exit 2."""
+`--resume` re-runs that shard alone; a task killed after its first rows are on disk keeps them byte for byte, and
+`--resume` neither rebuilds nor rewrites them and completes the shard. Without Ray installed, `--ray` is one line
+and exit 2."""
 
 import json
 import os
@@ -9,9 +11,11 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
+from tileprobe.backends.cutlass.static_probe import CONFIGS_PER_TU
 from tileprobe.families import FAMILIES
 from tileprobe.ray_sweep import SHARD_JSON, shard_dir
 from tileprobe.results.writer import load_rows, row_key
@@ -134,3 +138,94 @@ def test_ray_sweep_equals_the_plain_sweep_and_a_killed_task_resumes(tmp_path, cl
     meta = json.loads((tmp_path / "ray2" / "run.json").read_text())
     assert len(meta["merged_from"]) == n and meta["configs"] == 4
     assert json.loads((tmp_path / "ray2" / "ray.json").read_text())["shards"] == n
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes a task started (its nvcc and their children), from /proc: killed with it, so the test's own
+    orphans do not keep compiling."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            kids = [int(k) for k in (task / "children").read_text().split()]
+        except OSError:
+            continue
+        for k in kids:
+            out += [k, *_descendants(k)]
+    return out
+
+
+def _entries(cache: Path) -> dict[str, tuple[str, int | None]]:
+    """Finished build-cache entries: name -> (meta.json text, the binary's mtime in ns)."""
+    got = {}
+    for meta in cache.glob("*/meta.json"):
+        if meta.parent.name.startswith(".tmp-"):
+            continue
+        binary = meta.parent / "harness"
+        got[meta.parent.name] = (meta.read_text(), binary.stat().st_mtime_ns if binary.is_file() else None)
+    return got
+
+
+@pytest.mark.nvcc
+def test_a_task_killed_after_its_first_rows_keeps_them_and_resume_completes(tmp_path, cluster, toolchain, rng):
+    """Rows land as each sizes-only unit is described, not when the shard ends: kill the task once its folder holds
+    a row; those rows survive byte for byte, --resume does not rebuild their unit, and it completes the shard."""
+    tiles = list(FAMILIES["sm120-nvfp4"].default_tiles)
+    rng.shuffle(tiles)
+    # 9 tiles x 2 schedules x 2 epilogues = 36 configs: more than one unit holds (CONFIGS_PER_TU), so two units,
+    # built one after the other (--jobs 1); the first unit's rows are on disk while the second compiles
+    n_configs = len(tiles) * 2 * 2
+    assert n_configs > CONFIGS_PER_TU
+    cache = tmp_path / "cold-cache"
+    common = ["sweep", "--static-only", "--target", "rtx-pro-6000", "--family", "sm120-nvfp4", "--tiles",
+              ",".join(tiles), "--schedules", "cooperative,pingpong", "--epilogue", "no-c,with-c", "--jobs", "1",
+              "--cache-dir", str(cache)]
+    out = tmp_path / "ray"
+    folder = shard_dir(out, 0, 1)
+    jsonl = folder / "results.jsonl"
+
+    drv = subprocess.Popen([sys.executable, "-m", "tileprobe", *common, "--ray", cluster, "--ray-shards", "1",
+                            "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed = False
+    deadline = time.monotonic() + 1500
+    while not killed and time.monotonic() < deadline and drv.poll() is None:
+        if jsonl.is_file() and "\n" in jsonl.read_text():  # at least one whole row on disk
+            info = json.loads((folder / SHARD_JSON).read_text())
+            assert not info["complete"], "the shard finished before the test saw its first row"
+            victims = [info["pid"], *_descendants(info["pid"])]
+            os.kill(info["pid"], signal.SIGKILL)
+            for v in victims[1:]:
+                try:
+                    os.kill(v, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            killed = True
+        time.sleep(0.05)
+    stdout, stderr = drv.communicate(timeout=1800)
+    assert killed, stdout + stderr
+    assert drv.returncode == 1 and "shard 0/1 failed" in stdout and "--resume" in stdout, stdout + stderr
+    assert not json.loads((folder / SHARD_JSON).read_text())["complete"]
+    before = jsonl.read_text()
+    kept = load_rows(folder)
+    assert 1 <= len(kept) < n_configs, len(kept)  # some rows, not all: it died mid-shard
+    assert before.endswith("\n")
+    assert ident(load_rows(out)) == ident(kept)  # the driver merged what the killed task had written
+    built = _entries(cache)  # the unit(s) whose rows are on disk, finished before the kill
+    assert built
+
+    p = tileprobe(*common, "--ray", cluster, "--out", str(out), "--resume")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert json.loads((folder / SHARD_JSON).read_text())["complete"]
+    after = jsonl.read_text()
+    assert after.startswith(before)  # the rows that survived the kill: the same bytes, not written again
+    for name, entry in built.items():  # and their unit was served from the cache, not compiled again
+        assert _entries(cache)[name] == entry, name
+    assert len(_entries(cache)) > len(built)  # the unit the kill cut short was compiled by --resume
+    resumed = load_rows(out)
+    keys = [row_key(r) for r in resumed]
+    assert len(keys) == len(set(keys)) == n_configs
+    assert ident(resumed[:len(kept)]) == ident(kept)
+
+    # the same sweep without Ray (the same units, so from the cache): the same rows in the same order
+    p = tileprobe(*common, "--out", str(tmp_path / "plain"))
+    assert p.returncode == 0, p.stderr
+    assert ident(load_rows(tmp_path / "plain")) == ident(resumed)

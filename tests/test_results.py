@@ -1,6 +1,9 @@
 import csv
 import json
 
+import pytest
+
+from tileprobe.errors import UsageError
 from tileprobe.results.writer import COLUMNS, ResultsWriter, check_csv, csv_row, load_rows, row_key
 
 
@@ -83,3 +86,33 @@ def test_resume_after_a_torn_last_line_leaves_files_that_read_cleanly(tmp_path, 
     got = load_rows(tmp_path)
     assert [r["config"] for r in got] == [r["config"] for r in rows] + [cut["config"]]
     check_csv(tmp_path, got)  # raises unless results.csv mirrors results.jsonl line for line
+
+
+def test_a_kill_between_the_csv_row_and_its_json_row_reads_and_resumes_cleanly(tmp_path, rng):
+    """ResultsWriter.write puts the CSV row first: a process killed before the JSON line reached the file leaves the
+    CSV one row ahead of a complete results.jsonl. The folder still reads (that row is not a result), and --resume
+    re-runs that point and leaves the CSV mirroring the JSON."""
+    rows = [_row(rng, i) for i in range(rng.randint(2, 6))]
+    with ResultsWriter(tmp_path) as w:
+        for r in rows:
+            w.write(r)
+    cut = _row(rng, 50)
+    with open(tmp_path / "results.csv", "a", newline="") as f:
+        csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore").writerow(csv_row(cut))
+    got = load_rows(tmp_path)
+    check_csv(tmp_path, got)  # one CSV row more than the JSON file: accepted
+    assert [r["config"] for r in got] == [r["config"] for r in rows]
+    jsonl = (tmp_path / "results.jsonl").read_text()
+    with ResultsWriter(tmp_path, resume=True) as w:
+        assert not w.has(row_key(cut)) and all(w.has(row_key(r)) for r in rows)
+        w.write(cut)
+    assert (tmp_path / "results.jsonl").read_text().startswith(jsonl)  # the finished rows, byte for byte
+    got = load_rows(tmp_path)
+    assert [r["config"] for r in got] == [r["config"] for r in rows] + [cut["config"]]
+    with open(tmp_path / "results.csv", newline="") as f:
+        assert [t["config"] for t in csv.DictReader(f)] == [r["config"] for r in got]  # the mirror, line for line
+    check_csv(tmp_path, got)
+    with open(tmp_path / "results.csv", "a", newline="") as f:  # two rows more than the JSON file: refused
+        csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore").writerows([csv_row(cut), csv_row(cut)])
+    with pytest.raises(UsageError, match="a row beyond"):
+        check_csv(tmp_path, got)

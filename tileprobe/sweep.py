@@ -163,19 +163,38 @@ def static_writer(tc: Toolchain, target: Target, writer: ResultsWriter, rows: li
     return write
 
 
+def in_config_order(configs: list[Config], write):
+    """A function taking outcomes in any order that calls `write` in config order, each outcome as soon as it and
+    every config before it are final (rows land batch by batch, and a shard's file stays in config order, which
+    `merge` relies on). Idempotent: an outcome given twice is written once."""
+    keys = [c.key for c in configs]
+    got: dict[str, Outcome] = {}
+    pos = [0]
+
+    def put(o: Outcome) -> None:
+        got.setdefault(o.config.key, o)
+        while pos[0] < len(keys) and keys[pos[0]] in got:
+            write(got[keys[pos[0]]])
+            pos[0] += 1
+    return put
+
+
 def static_rows(opts: SweepOptions, tc: Toolchain, target: Target, configs: list[Config],
                 writer: ResultsWriter) -> tuple[list[Outcome], list[dict]]:
-    """Probe every config (cached builds make repeats cheap), write the rows not yet recorded, return all outcomes.
-    Configs the model skips (model_skips) are not compiled."""
+    """Probe every config (cached builds make repeats cheap), write the rows not yet recorded as their batches
+    finish, return all outcomes. Configs the model skips (model_skips) are not compiled."""
     modeled_out = model_skips(opts, tc, target, configs)
     todo = [c for c in configs if c.key not in modeled_out]
-    probed = {o.config.key: o for o in probe_static(todo, target, tc.cutlass, tc.nvcc, tc.cache, opts.jobs,
-                                                    opts.compile_timeout_s, opts.compile, opts.rebuild)}
-    outcomes = [probed.get(c.key) or modeled_out[c.key] for c in configs]
     rows: list[dict] = []
-    write = static_writer(tc, target, writer, rows)
-    for o in outcomes:
-        write(o)
+    put = in_config_order(configs, static_writer(tc, target, writer, rows))
+    for o in modeled_out.values():
+        put(o)
+    probed = {o.config.key: o for o in probe_static(todo, target, tc.cutlass, tc.nvcc, tc.cache, opts.jobs,
+                                                    opts.compile_timeout_s, opts.compile, opts.rebuild,
+                                                    on_outcome=put)}
+    outcomes = [probed.get(c.key) or modeled_out[c.key] for c in configs]
+    for o in outcomes:  # any the probe did not hand over as it went
+        put(o)
     return outcomes, rows
 
 

@@ -10,8 +10,14 @@ tensors (no device memory), for CUTE_DSL_ARCH. Four things need a GPU only to *p
 are given fixed values here: the SM count (get_num_sm -> the target profile's SMs), the persistent grid size
 (mac_override, get_max_active_clusters -> the SM count) and torch's CUDA-graph capture query (False). triton
 (imported by unrelated W4A16 helpers) is replaced by an empty stand-in module when it is not installed. Each kernel
-allocates its storage with one `SmemAllocator.allocate(Storage)` (a @cute.struct); the struct's `size_in_bytes()`
-at that call is the dynamic shared memory its launch requests (the DSL's `cute.kernel_smem_size` of the kernel).
+allocates its storage with one `SmemAllocator.allocate(Storage)` (a @cute.struct); the figure is that struct's
+`size_in_bytes()` at that call, while the DSL traces the kernel inside `cute.compile`.
+
+What the figure is, exactly (its evidence word is EVIDENCE, `dsl-allocator`, not `compiled`): the compile runs to the
+end, but the bytes are not read from the compiled kernel. These kernels launch with no `smem=`, so the launch asks for
+the DSL's `cute.kernel_smem_size(kernel)` (cutlass_dsl/cutlass.py, generate_launch_op), which the compiler resolves
+from all of the kernel's allocations; with one allocate() per kernel it should equal the struct's size, but this tool
+does not read that value, so it does not claim it.
 Kernels: the static kernel (tile M 32), the micro kernel, and the dynamic kernel at each tile M its
 `_select_dynamic_tile_m` can return (16, 32, 64, 128), gated SiLU NVFP4 W4A4.
 
@@ -33,6 +39,7 @@ from pathlib import Path
 from tileprobe.targets import Target, profile
 
 CHILD_TIMEOUT_S = 900
+EVIDENCE = "dsl-allocator"  # the storage struct's size at SmemAllocator.allocate, not the compiled kernel's size
 # (hidden H, intermediate I, experts E, top-k) from tileprobe.workloads presets (public model configs)
 PRESETS = {"qwen3-30b-a3b": (2048, 768, 128, 8), "qwen3-235b-a22b": (4096, 1536, 128, 8),
            "deepseek-v3": (7168, 2048, 256, 8), "gpt-oss-120b": (2880, 2880, 128, 4),
@@ -130,10 +137,10 @@ def row(kind: str, tile_m: int, preset: str, target: Target, got: dict) -> dict:
                    "stages": got["ab_stage"], "epi_stages": got["epi_stage"],
                    "stage_cap_capacity": got["smem_capacity"],
                    "storage": got["storage"], "smem_bytes": smem, "headroom_bytes": head, "verdict": verdict,
-                   "evidence": "compiled",
-                   "reason": (f"compiled for {arch} by the CuTe DSL; SharedStorage {smem} B "
+                   "evidence": EVIDENCE,
+                   "reason": (f"the CuTe DSL compiled it for {arch}; its SmemAllocator storage struct is {smem} B "
                               f"{'<=' if verdict == 'fits' else '>'} opt-in {limit} B ({got['ab_stage']} A/B stages); "
-                              "not launched")}
+                              "size read at allocate(), not from the compiled kernel; not launched")}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -91,7 +91,7 @@ def load(folder: Path | str) -> ResultSet:
     if not (folder / JSONL_NAME).is_file():
         raise UsageError(f"{folder} is not a results folder (no {JSONL_NAME})")
     all_rows, notes = read_rows(folder)
-    check_csv(folder, all_rows, torn=bool(notes))
+    check_csv(folder, all_rows)
     rows = settled(all_rows)
     meta: dict = {}
     path = folder / RUN_JSON

@@ -61,7 +61,9 @@ class ResultsWriter:
             old: list[dict] = []
             if self.jsonl_path.exists():
                 old, torn = read_rows(self.out)
-                if torn:  # cut the torn line (its point runs again) so appended rows start on a line of their own
+                # a torn line, or a CSV row whose JSON row never reached the file (killed between the two): both
+                # files again from the complete JSON lines (that point runs again), so appended rows line up
+                if torn or _csv_records(self.csv_path) > len(old):
                     self._rewrite(old)
             self.done = {row_key(r) for r in settled(old) if not _transient(r)}
         else:
@@ -168,11 +170,12 @@ def csv_row(row: dict) -> dict:
     return {k: csv_text(_clean(row.get(k))) for k in COLUMNS}
 
 
-def check_csv(folder: Path, rows: list[dict], torn: bool = False) -> None:
+def check_csv(folder: Path, rows: list[dict]) -> None:
     """results.csv mirrors results.jsonl line for line; anything else in it (edited, truncated, garbage) is a
     UsageError naming the line and column, so a report is never rewritten beside a CSV that says something else.
-    Files written before booleans became off/on hold False/True: both spellings are read. With `torn` (the JSON
-    file's last line was cut short and skipped), the CSV may hold that one row more."""
+    Files written before booleans became off/on hold False/True: both spellings are read. The CSV may hold one row
+    more than the JSON file: ResultsWriter.write writes the CSV row first, so a process killed between the two (the
+    JSON line torn, or not written at all) leaves that row in the CSV only; it is not a result."""
     path = Path(folder) / CSV_NAME
     if not path.is_file():
         return
@@ -186,8 +189,9 @@ def check_csv(folder: Path, rows: list[dict], torn: bool = False) -> None:
             i = 0
             for record in reader:
                 if i >= len(rows):
-                    if torn and i == len(rows):
-                        break
+                    if i == len(rows):  # the one row of a write cut short (see above); a second is refused
+                        i += 1
+                        continue
                     raise UsageError(f"{path}:{reader.line_num}: a row beyond the {len(rows)} of {JSONL_NAME}")
                 if len(record) != len(header):
                     raise UsageError(f"{path}:{reader.line_num}: {len(record)} fields, the header has {len(header)}")
@@ -204,6 +208,15 @@ def check_csv(folder: Path, rows: list[dict], torn: bool = False) -> None:
 
 
 _LEGACY_BOOL = {"False": "off", "True": "on"}
+
+
+def _csv_records(path: Path) -> int:
+    """How many data rows a results.csv holds (0 when it is missing or unreadable)."""
+    try:
+        with open(path, newline="") as f:
+            return max(0, sum(1 for _ in csv.reader(f)) - 1)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return 0
 
 
 def _csv_text(rows: list[dict]) -> str:

@@ -297,9 +297,10 @@ def first_error(log: str) -> str:
 
 def build_many(requests: list[BuildRequest], cutlass: CutlassTree, nvcc: Nvcc, cache: Path, jobs: int,
                timeout_s: float, label: str = "compiling", rebuild: bool = False,
-               progress: bool = True) -> list[BuildResult]:
+               progress: bool = True, on_result=None) -> list[BuildResult]:
     """Build in parallel (threads waiting on nvcc processes), with a rich progress bar unless `progress` is False
-    (when the caller already shows one: rich allows one live display); results in input order."""
+    (when the caller already shows one: rich allows one live display); results in input order. `on_result(i,
+    result)`, when given, is called in this thread as each build finishes (so its rows can be written then)."""
     results: list[BuildResult | None] = [None] * len(requests)
     if not requests:
         return []
@@ -310,6 +311,8 @@ def build_many(requests: list[BuildRequest], cutlass: CutlassTree, nvcc: Nvcc, c
         futures = {pool.submit(build, r, cutlass, nvcc, cache, timeout_s, rebuild): i for i, r in enumerate(requests)}
         for fut in as_completed(futures):
             results[futures[fut]] = fut.result()
+            if on_result is not None:
+                on_result(futures[fut], results[futures[fut]])
             if bar:
                 bar.advance(task)
     return [r for r in results if r is not None]

@@ -71,57 +71,95 @@ def _failed(config: Config, build: BuildResult) -> StaticOutcome:
 
 def probe_static(configs: list[Config], target: Target, cutlass: CutlassTree, nvcc: Nvcc, cache: Path, jobs: int,
                  timeout_s: float, regs: bool = False, rebuild: bool = False,
-                 progress: bool = True) -> list[StaticOutcome]:
+                 progress: bool = True, on_outcome=None) -> list[StaticOutcome]:
     """Outcome for every config, in input order. Unsupported configs are not compiled.
 
-    Without `regs`, configs are batched into translation units of up to CONFIGS_PER_TU configs, at most `jobs` of
-    them (sizes_batches; sizes need no device code); a batch that
+    Without `regs`, configs are batched into translation units of up to CONFIGS_PER_TU consecutive configs, `jobs`
+    built at a time (sizes_batches; sizes need no device code); a batch that
     fails falls back to one build per config so one bad config never hides the others. With `regs`, each config is
     built with its device code so ptxas reports registers and spills.
+    `on_outcome(outcome)`, when given, is called once per config as soon as its outcome is final (a batch's configs
+    when that batch is described), in the order they become final: a sweep writes their rows then, not at the end.
     """
     outcomes: dict[str, StaticOutcome] = {}
+
+    def final(o: StaticOutcome) -> None:
+        outcomes[o.config.key] = o
+        if on_outcome is not None:
+            on_outcome(o)
+
     todo = []
     for c in configs:
         if c.unsupported_reason:
-            outcomes[c.key] = StaticOutcome(c, Verdict.UNSUPPORTED, c.unsupported_reason)
+            final(StaticOutcome(c, Verdict.UNSUPPORTED, c.unsupported_reason))
         else:
             todo.append(c)
+    singles: list[Config] = []
     if regs:
-        singles = todo
+        singles = list(todo)
     else:
         batches = _split([c for c in todo], sizes_batches(len(todo), jobs))
-        results = build_many([BuildRequest("describe", tuple(b), with_device=False) for b in batches],
-                             cutlass, nvcc, cache, jobs, timeout_s, "sizing (batched)", rebuild, progress)
-        singles = []
-        for batch, res in zip(batches, results):
+
+        def batch_done(k: int, res: BuildResult) -> None:
+            batch = batches[k]
             if not res.ok:
                 singles.extend(batch)
-                continue
+                return
             try:
                 desc = _describe(res.binary)
             except (RuntimeError, subprocess.TimeoutExpired, ValueError):
                 singles.extend(batch)
-                continue
+                return
             for i, c in enumerate(batch):
-                outcomes[c.key] = judge(c, _info_from(desc[i], res), target)
-    results = build_many([BuildRequest("describe", (c,), with_device=regs) for c in singles], cutlass, nvcc,
-                         cache, jobs, timeout_s, "compiling" if regs else "sizing (per config)", rebuild, progress)
+                final(judge(c, _info_from(desc[i], res), target))
+
+        on_batch = _once(batch_done)
+        _each(build_many([BuildRequest("describe", tuple(b), with_device=False) for b in batches], cutlass, nvcc,
+                         cache, jobs, timeout_s, "sizing (batched)", rebuild, progress, on_result=on_batch), on_batch)
+        order = {c.key: i for i, c in enumerate(todo)}
+        singles.sort(key=lambda c: order[c.key])  # batches finish in any order; singles are built in input order
     retry: list[Config] = []
-    for c, res in zip(singles, results):
+
+    def single_done(k: int, res: BuildResult) -> None:
+        c = singles[k]
         if not res.ok:
-            outcomes[c.key] = _failed(c, res)
+            o = _failed(c, res)
             if c.stages == 0 and family(c.family).explicit_stages and too_few_stages(res.log):
+                outcomes[c.key] = o  # not final: the two-stage build below puts bytes on it
                 retry.append(c)
-            continue
+            else:
+                final(o)
+            return
         try:
             desc = _describe(res.binary)[0]
         except (RuntimeError, subprocess.TimeoutExpired, ValueError, KeyError) as exc:
-            outcomes[c.key] = StaticOutcome(c, Verdict.COMPILE_ERROR, f"describe failed: {exc}", log=res.log)
-            continue
-        outcomes[c.key] = judge(c, _info_from(desc, res), target)
+            final(StaticOutcome(c, Verdict.COMPILE_ERROR, f"describe failed: {exc}", log=res.log))
+            return
+        final(judge(c, _info_from(desc, res), target))
+
+    on_single = _once(single_done)
+    _each(build_many([BuildRequest("describe", (c,), with_device=regs) for c in singles], cutlass, nvcc, cache, jobs,
+                     timeout_s, "compiling" if regs else "sizing (per config)", rebuild, progress,
+                     on_result=on_single), on_single)
     for c, o in zip(retry, _two_stage_numbers(retry, target, cutlass, nvcc, cache, jobs, timeout_s, progress)):
-        outcomes[c.key] = o
+        final(o)
     return [outcomes[c.key] for c in configs]
+
+
+def _once(handle):
+    """`handle(i, result)` that remembers which i it was given (.seen), so _each does not give them again."""
+    def h(i: int, res: BuildResult) -> None:
+        h.seen.add(i)
+        handle(i, res)
+    h.seen = set()
+    return h
+
+
+def _each(results: list[BuildResult], handle) -> None:
+    """Hand over the results build_many returned that its on_result did not (a stand-in build_many calls none)."""
+    for i, res in enumerate(results):
+        if i not in handle.seen:
+            handle(i, res)
 
 
 def _two_stage_numbers(configs: list[Config], target: Target, cutlass: CutlassTree, nvcc: Nvcc, cache: Path,
@@ -145,19 +183,30 @@ def _two_stage_numbers(configs: list[Config], target: Target, cutlass: CutlassTr
 # A sizes-only translation unit is nearly all fixed cost: parsing CUTLASS and CuTe once; each config adds only the
 # class-level instantiation of its kernel type. Measured (results/benchmarks/static_tu.jsonl, 2 cores): the 18-config
 # default sm120 set cost 20.7 CPU s in one unit and 42.5 in two of 9. So a unit holds up to this many configs before
-# another is started: splitting a smaller set only buys wall time where idle cores absorb a second parse.
+# another is started: splitting a smaller set only buys wall time where idle cores absorb a second parse. The cap
+# holds with any --jobs (a set of more than 32 configs is built in ceil(n / 32) units, --jobs at a time): that costs
+# one parse per 32 configs where a single unit would have held them all, and buys rows on disk unit by unit.
 CONFIGS_PER_TU = 32
 
 
 def sizes_batches(n: int, jobs: int) -> int:
-    """How many sizes-only translation units `n` configs are built in: ceil(n / CONFIGS_PER_TU), at most `jobs`."""
-    return max(1, min(max(1, jobs), -(-n // CONFIGS_PER_TU)))
+    """How many sizes-only translation units `n` configs are built in: ceil(n / CONFIGS_PER_TU), `jobs` at a time.
+    A unit never holds more than CONFIGS_PER_TU configs, so a large sweep's rows land unit by unit (probe_static's
+    on_outcome) and a killed sweep loses at most the units it was compiling, not the whole set."""
+    return max(1, -(-n // CONFIGS_PER_TU))
 
 
 def _split(items: list, n: int) -> list[list]:
-    """Round-robin into at most n non-empty lists (stable content for a stable cache key)."""
+    """Into at most n non-empty runs of consecutive items, as equal as can be (stable content for a stable cache
+    key; consecutive, so the first unit to finish gives the first rows in config order)."""
     n = min(n, len(items))
-    return [items[i::n] for i in range(n)] if n else []
+    size, extra = divmod(len(items), n) if n else (0, 0)
+    out, start = [], 0
+    for i in range(n):
+        end = start + size + (1 if i < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return out
 
 
 def static_from_run(config: Config, build: BuildResult, target: Target) -> StaticOutcome | None:
