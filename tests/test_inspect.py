@@ -61,7 +61,9 @@ def ptxas_report(log: str) -> dict[tuple[str, str], dict]:
 def kernels_source(rng) -> tuple[str, dict]:
     """Kernels with static arrays of random sizes, a random launch bound, a register cap that forces spills, and a
     local array indexed at run time (stack frame)."""
-    sizes = {"a": rng.randrange(1, 48 * 1024), "b": rng.randrange(1, 12000) * 4, "local": rng.randrange(8, 200)}
+    # "local" >= 100: for a short array nvcc 13.0 unrolls the fill loop and loads only the indexed element, so there is
+    # no stack frame at all (measured: 0 B for 14, 24, 40 and 64 elements on sm_80..sm_121a; 400 B for 100).
+    sizes = {"a": rng.randrange(1, 48 * 1024), "b": rng.randrange(1, 12000) * 4, "local": rng.randrange(100, 200)}
     bound = rng.choice([64, 128, 192, 256, 384, 512])
     src = f"""
 extern "C" __global__ void __launch_bounds__({bound}) static_a(char* out, int n) {{
