@@ -3,25 +3,31 @@
 The identity proof runs FlashInfer's own kernel generator from the installed package (without importing flashinfer),
 compiles its instantiations exactly as FlashInfer's JIT does (NVFP4 gemm1 and gemm2 with swap off and on, MXFP8 x
 MXFP4 gemm1 and gemm2, one sm_121a build, one SM90 FP8 cluster 2x1; and the gemm2 finalize tiles the committed
-blocklist blocks, with their swap-AB copies), compiles tileprobe's FlashinferMoeKernel for the same tactics, and
-compares the mangled kernel entry names: one instantiation per translation unit, one nvcc at a time.
+blocklist blocks, with their swap-AB copies), puts them and tileprobe's FlashinferMoeKernel for the same tactics into
+one translation unit per build, compiles it with nvcc's host pass and the module's own flags, and checks that each
+FlashInfer launcher and tileprobe's entry point at the same mangled kernel (see `_Identity`).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
+import shlex
 import shutil
+import struct
 import subprocess
 import sys
 import time
 import types
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
+from tileprobe.binary import elf
 from tileprobe.engines import flashinfer as ef
 from tileprobe.errors import UsageError
 
@@ -173,7 +179,6 @@ def test_not_a_flashinfer_folder(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 
 _INST = re.compile(r"#if[^\n]*\n\s*INSTANTIATE_TMA_WARP_SPECIALIZED_MOE_GEMM\((.*?)\);\s*\n#endif", re.S)
-_ENTRY = re.compile(r"^\s*(?:\.visible\s+)?\.entry\s+([A-Za-z_$][\w$]*)", re.M)
 
 
 def _run_generator(fi_root: Path, out: Path, sm: str = "120") -> list[Path]:
@@ -283,66 +288,144 @@ def _find(files: list[Path], v: _Variant) -> tuple[str, str]:
     raise AssertionError(f"flashinfer's generator has no instantiation for {v.name} {v.cta} {v.cga}")
 
 
-_NVCC_TIMEOUT_S = 1200  # one instantiation takes about 1 min and 7 GiB on a 2-core machine; a hang must end
+_NVCC_TIMEOUT_S = 900  # one host pass of a TU with several instantiations takes well under a minute; a hang must end
+_PTX_ENTRY = re.compile(r"^\s*(?:\.visible\s+)?\.entry\s+([A-Za-z_$][\w$]*)", re.M)
+
+
+def _host_pass(nvcc: str, flags: list[str], src: Path) -> elf.Elf:
+    """Compile `src` with nvcc's host pass only and return the host object, parsed.
+
+    nvcc is asked for its plan (`--dryrun --keep`) for exactly these flags, and its host steps are run as it would run
+    them (argument lists, no shell): the host preprocessor, cudafe++ (the CUDA front end that splits the TU and gives
+    every kernel a host stub) and the host compiler. The device pass (cicc, ~1 min and ~6 GiB per FlashInfer SM120
+    instantiation, where the old per-TU PTX proof spent its time) is not run; its one product the host compile
+    includes, the registration stub file, is written empty. Every kernel the TU odr-uses keeps a host stub whose symbol
+    is the kernel's mangled name: the name the device pass gives the PTX entry, with internal linkage (`L`) because the
+    registration that would export it is absent. `test_host_pass_names_the_ptx_entry` checks that equality with
+    the full device pass on the same nvcc."""
+    keep = src.with_suffix(".kd")
+    keep.mkdir(exist_ok=True)
+    obj = keep / (src.stem + ".o")
+    plan = subprocess.run([nvcc, *flags, "-c", str(src), "-o", str(obj), "--dryrun", "--keep", "--keep-dir", str(keep)],
+                          capture_output=True, text=True, timeout=120)
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    steps = [shlex.split(line[3:]) for line in plan.stderr.splitlines()
+             if line.startswith("#$ ") and not re.match(r"[A-Za-z_]+=", line[3:])]
+    cicc = next(c for c in steps if c[0].endswith("/cicc"))
+    front = next(c for c in steps if Path(c[0]).name == "cudafe++")
+    host = [steps[0], front, steps[-1]]  # host preprocess, cudafe++, host compile of the .cudafe1.cpp
+    assert "-E" in host[0] and "-c" in host[2] and host[2][-1] == str(obj), [c[:2] for c in host]
+    env = dict(os.environ, PATH=f"{Path(nvcc).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    for i, step in enumerate(host):
+        if i == 2:
+            Path(cicc[cicc.index("--stub_file_name") + 1]).write_text("")
+        proc = subprocess.run(step, capture_output=True, text=True, env=env, cwd=src.parent, timeout=_NVCC_TIMEOUT_S)
+        assert proc.returncode == 0, f"{Path(step[0]).name} failed on {src.name}:\n{proc.stderr[-4000:]}"
+    return elf.parse_elf(obj.read_bytes(), str(obj))
+
+
+def _relocations(obj: elf.Elf) -> list[tuple[int, int, str]]:
+    """(index of the section patched, offset in it, the function pointed at) for every RELA entry of a relocatable
+    object; a target named as section symbol + addend is resolved to the function at that address (a PC-relative
+    call's addend is -4). Stub names lose the internal-linkage `L` (see `_host_pass`)."""
+    funcs = {(s.shndx, s.value): s.name for s in obj.symbols if s.type == 2}
+    out = []
+    for sec in obj.sections:
+        if sec.type != 4:  # SHT_RELA
+            continue
+        data = sec.data(obj.blob)
+        for k in range(len(data) // 24):
+            offset, info, addend = struct.unpack_from("<QQq", data, 24 * k)
+            sym, kind = obj.symbols[info >> 32], info & 0xFFFFFFFF
+            name = funcs.get((sym.shndx, addend + (4 if kind in (2, 4) else 0)), "") if sym.type == 3 else sym.name
+            out.append((sec.info, offset, re.sub(r"^_ZN7cutlassL13|^_ZL", lambda m: m[0].replace("L", ""), name)))
+    return out
+
+
+def _kernel_refs(obj: elf.Elf) -> dict[str, set[str]]:
+    """Per section name: the kernel stubs its code or data points at."""
+    refs: dict[str, set[str]] = {}
+    for shndx, _, name in _relocations(obj):
+        if name.startswith(("_ZN7cutlass13device_kernel", "_Z12probe_kernel")):
+            refs.setdefault(obj.sections[shndx].name, set()).add(name)
+    return refs
+
+
+def _entry_target(obj: elf.Elf, variable: str) -> set[str]:
+    """What a `void* tp_entry_<i> = &kernel` variable's initialiser points at: the relocation at its own offset."""
+    var = obj.symbol(variable)
+    assert var is not None, f"{variable} is not in the object"
+    return {name for shndx, offset, name in _relocations(obj) if (shndx, offset) == (var.shndx, var.value)}
+
+
+def _launcher_ident(block: str) -> str:
+    """FlashInfer's macro pastes its arguments into the launcher's name: `..._kernelLauncher_Sm120_SafeFP4_..._false`."""
+    args = _INST.search(block).group(1)
+    return "_".join(a.strip() for a in args.replace("\n", " ").split(","))
 
 
 class _Identity:
     """The identity proof's shared state for the session: FlashInfer's generated sources (one generator run per
-    arch) and every mangled entry compiled so far, so that no instantiation is compiled twice.
+    arch) and every variant proven so far, so that none is compiled twice.
 
-    One instantiation per translation unit, and one nvcc at a time (`nice -n 10`): a single FlashInfer SM120 grouped
-    GEMM instantiation already needs about 7 GiB in cicc, so a TU with several of them, or two nvcc at once, can be
-    killed for memory on a small machine.
-
-    Each TU is compiled with `-ptx`: the device pass only (cicc: the front end that instantiates and mangles the
-    kernel, then NVVM), no host compiler and no ptxas. That pass is where the entry name is made: the name the
-    engine's build puts in its cubin, and (with CUDA 13) the name its host registration uses, which cicc writes too.
-    A host-only compile cannot stand in for it: with the kernel hidden from the device pass, nvcc 13 emits neither a
-    stub nor a registration, so there is no name to read. `-Xcicc -O0` was tried and is slower (the time is in the
-    front end, not in optimisation), so the flags stay the module's own (`_module_flags`): the symbol read is the one
-    FlashInfer's JIT build emits for that instantiation."""
+    The variants of one build (generator arch, gencode: the module flags) go into one translation unit: FlashInfer's
+    generated instantiation blocks, verbatim, and one `void* tp_entry_<i> = &cutlass::device_kernel<
+    tileprobe::FlashinferMoeKernel<...>::GemmKernel>` per variant. The TU gets nvcc's host pass with the module's own
+    flags (`_host_pass`). In the object, FlashInfer's launcher for a variant (its name is made from the generator's
+    arguments, so it is found by them) references its kernel's stub; `tp_entry_<i>` holds the address of tileprobe's.
+    The proof for the variant: both are the same symbol, and it is a `cutlass::device_kernel`. Two types that differed in
+    anything would be two specialisations, two stubs, two names. Two TUs at a time (a host pass peaks at ~2 GiB)."""
 
     def __init__(self, tree: ef.FlashinferTree, nvcc: str, work: Path):
         self.tree, self.nvcc, self.work = tree, nvcc, work
         self.files = {sm: _run_generator(tree.root, work / f"gen{sm}", sm) for sm in ("120", "90")}
         assert self.files["120"] and self.files["90"], "flashinfer's generator wrote no grouped SM120 / SM90 files"
-        self._done: dict[_Variant, tuple[list[str], list[str]]] = {}
-        self.compiles, self.seconds = 0, 0.0
+        self._done: dict[_Variant, tuple[set[str], set[str]]] = {}
+        self.units, self.seconds = 0, 0.0
 
-    def _compile(self, src: Path, flags: list[str]) -> list[str]:
-        ptx = src.with_suffix(".ptx")
-        t0 = time.monotonic()
-        proc = subprocess.run(["nice", "-n", "10", self.nvcc, *flags, "-ptx", str(src), "-o", str(ptx)],
-                              capture_output=True, text=True, timeout=_NVCC_TIMEOUT_S)
-        self.compiles, self.seconds = self.compiles + 1, self.seconds + time.monotonic() - t0
-        assert proc.returncode == 0, f"nvcc failed on {src.name} (rc {proc.returncode}):\n{proc.stderr[-4000:]}"
-        entries = sorted(_ENTRY.findall(ptx.read_text()))
-        ptx.unlink()  # tens of MB each; only the names are kept
-        return entries
-
-    def entries(self, v: _Variant) -> tuple[list[str], list[str]]:
-        """(flashinfer's, tileprobe's) kernel entries for one variant, each from its own TU."""
-        key = replace(v, name="")  # the same instantiation under another label is not compiled again
-        if key not in self._done:
-            header, block = _find(self.files[v.sm], v)
-            stem = re.sub(r"\W+", "_", v.name)
-            fi_src = self.work / f"flashinfer_{stem}.cu"
-            fi_src.write_text(header + "namespace tensorrt_llm {\nnamespace kernels {\nnamespace cutlass_kernels_oss {\n"
-                              + block + "\n}\n}\n}\n")
-            tp_src = self.work / f"tileprobe_{stem}.cu"
-            tp_src.write_text('#include "families/flashinfer_moe.cuh"\nvoid* tp_entry = (void*)&cutlass::device_kernel<'
-                              f"tileprobe::FlashinferMoeKernel<{v.tp_args}>::GemmKernel>;\n")
-            flags = _module_flags(self.tree.root, v.sm, v.gencode) + _fi_includes(self.tree)
-            self._done[key] = (self._compile(fi_src, flags), self._compile(tp_src, flags + [f"-I{HARNESS}"]))
-        return self._done[key]
+    def _unit(self, build: tuple[str, str], variants: list[_Variant]) -> dict[_Variant, tuple[set[str], set[str]]]:
+        sm, gencode = build
+        headers, blocks, entries = [], [], []
+        for i, v in enumerate(variants):
+            header, block = _find(self.files[sm], v)
+            headers += [] if header in headers else [header]
+            blocks.append(block)
+            entries.append(f"void* tp_entry_{i} = (void*)&cutlass::device_kernel<"
+                           f"tileprobe::FlashinferMoeKernel<{v.tp_args}>::GemmKernel>;")
+        src = self.work / f"identity_sm{sm}_{gencode}_{self.units}.cu"
+        src.write_text("".join(headers) + '#include "families/flashinfer_moe.cuh"\n'
+                       "namespace tensorrt_llm {\nnamespace kernels {\nnamespace cutlass_kernels_oss {\n"
+                       + "\n".join(blocks) + "\n}\n}\n}\n" + "\n".join(entries) + "\n")
+        self.units += 1
+        obj = _host_pass(self.nvcc, _module_flags(self.tree.root, sm, gencode) + _fi_includes(self.tree)
+                         + [f"-I{HARNESS}"], src)
+        refs = _kernel_refs(obj)
+        out = {}
+        for i, (v, block) in enumerate(zip(variants, blocks)):
+            ident = _launcher_ident(block)
+            launchers = [name for name in refs if re.search(rf"\d+\w*Launcher_{re.escape(ident)}E", name)]
+            assert len(launchers) == 1, f"FlashInfer's launcher for {ident} found {len(launchers)} times"
+            out[v] = (refs[launchers[0]], _entry_target(obj, f"tp_entry_{i}"))
+        return out
 
     def check(self, variants: list[_Variant]) -> None:
+        todo: dict[tuple[str, str], list[_Variant]] = {}
         for v in variants:
-            fi, tp = self.entries(v)
-            for side, got in (("flashinfer", fi), ("tileprobe", tp)):
-                assert len(got) == 1 and got[0].startswith("_ZN7cutlass13device_kernel"), (v.name, side, got)
-            assert tp == fi, f"{v.name}: tileprobe's kernel differs from flashinfer's\n  fi {fi[0]}\n  tp {tp[0]}"
-        print(f"identity: {len(variants)} variants checked; {self.compiles} nvcc calls so far, {self.seconds:.0f} s")
+            key = replace(v, name="")  # the same instantiation under another label is not compiled again
+            if key not in self._done and key not in todo.get((v.sm, v.gencode), []):
+                todo.setdefault((v.sm, v.gencode), []).append(key)
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for done in pool.map(lambda item: self._unit(*item), todo.items()):
+                self._done.update(done)
+        self.seconds += time.monotonic() - t0
+        for v in variants:
+            fi, tp = self._done[replace(v, name="")]
+            assert len(fi) == 1 and len(tp) == 1, f"{v.name}: flashinfer's launcher refers to {sorted(fi)}, " \
+                                                  f"tileprobe's entry to {sorted(tp)}"
+            assert next(iter(tp)).startswith("_ZN7cutlass13device_kernel"), (v.name, tp)
+            assert tp == fi, f"{v.name}: tileprobe's kernel differs from flashinfer's\n  fi {fi}\n  tp {tp}"
+        print(f"identity: {len(variants)} variants checked; {self.units} host passes so far, {self.seconds:.0f} s")
 
 
 @pytest.fixture(scope="session")
@@ -352,10 +435,41 @@ def identity(tmp_path_factory) -> _Identity:
     return _Identity(_installed(), nvcc, tmp_path_factory.mktemp("fi_identity"))
 
 
+_CROSS = """#include <cute/tensor.hpp>
+namespace outer { namespace inner {
+template <class Shape, int N, bool Swap> struct Kernel { using Tile = Shape; static constexpr int n = N; };
+}}
+template <class K> __global__ void probe_kernel(int* out) { out[0] = K::n + int(cute::size(typename K::Tile{})); }
+using K0 = outer::inner::Kernel<cute::Shape<cute::_128, cute::Int<256>, cute::_64>, 3, true>;
+using K1 = outer::inner::Kernel<cute::Shape<cute::_64, cute::_1>, -7, false>;
+void* tp_entry_0 = (void*)&probe_kernel<K0>;
+void* tp_entry_1 = (void*)&probe_kernel<K1>;
+"""
+
+
+@pytest.mark.nvcc
+def test_host_pass_names_the_ptx_entry(tmp_path):
+    """The identity proof reads kernel names from nvcc's host pass (`_host_pass`): for template kernels over nested
+    CuTe types, the host stub's symbol (internal linkage aside) is exactly the entry the full device pass emits."""
+    tree = _installed()
+    flags = _module_flags(tree.root, "120", "120a") + _fi_includes(tree)
+    src = tmp_path / "cross.cu"
+    src.write_text(_CROSS)
+    obj = _host_pass(shutil.which("nvcc"), flags, src)
+    host = sorted(name for i in range(2) for name in _entry_target(obj, f"tp_entry_{i}"))
+    ptx = tmp_path / "cross.ptx"
+    proc = subprocess.run([shutil.which("nvcc"), *flags, "-ptx", str(src), "-o", str(ptx)], capture_output=True,
+                          text=True, timeout=_NVCC_TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    device = sorted(_PTX_ENTRY.findall(ptx.read_text()))
+    assert len(device) == 2 and all(n.startswith("_Z12probe_kernelIN5outer5inner6Kernel") for n in device), device
+    assert host == device
+
+
 @pytest.mark.nvcc
 def test_kernel_symbols_identical_to_flashinfer(identity):
     """Each variant's mangled kernel entry is the same from FlashInfer's generated instantiation and from tileprobe's
-    FlashinferMoeKernel, compiled with the module's own flags (one instantiation per TU, one nvcc at a time)."""
+    FlashinferMoeKernel, compiled with the module's own flags (nvcc's host pass, one TU per build)."""
     identity.check(_variants(identity.tree))
 
 
@@ -391,8 +505,7 @@ def _blocked_finalize_variants(tree: ef.FlashinferTree) -> tuple[list[_Variant],
 def test_blocked_finalize_tiles_are_flashinfers_kernels(identity):
     """The blocklist's case rests on tileprobe sizing the kernel users' autotuners try: the two gemm2 finalize tiles
     it blocks (NVFP4, no swap-AB) and their swap-AB copies that it keeps must be, symbol for symbol, the kernels
-    FlashInfer's generator instantiates for those tactics. 8 nvcc calls, one at a time: about 9 min alone on 2 cores,
-    15 min measured beside a concurrent CI run."""
+    FlashInfer's generator instantiates for those tactics (one host pass of one TU with all four)."""
     gone, stay = _blocked_finalize_variants(identity.tree)
     assert len(gone) == len(stay) >= 2
     assert {v.cta[:2] for v in gone} == {(256, 128), (128, 256)}
