@@ -237,3 +237,32 @@ def test_tma_entries_are_unsupported_rows(tmp_path, cache):
     assert tma and all("TMA" in r["reason"] and r["evidence"] == "none" and r["smem_bytes"] is None for r in tma)
     assert {r["gemm"] for r in tma} == {"gate_up", "down"}
     assert all(r["evidence"] == "compiled" and r["smem_bytes"] for r in rows if r["verdict"] != "unsupported")
+
+
+def test_predict_only_equals_the_compiled_sweep(tmp_path, cache, rng):
+    """`sweep --family triton-moe --predict-only` (no Triton: the predictor) and the same sweep compiled give the same
+    rows, byte for byte, differing only in evidence (predicted / compiled), for a random engine, preset and batches
+    inside the predictor's scope; outside it (fp8-block) the predict-only sweep stops with one line, exit 2."""
+    engine = rng.choice(["vllm", "sglang"])
+    _engine(engine)
+    preset = rng.choice(["qwen3-30b-a3b", "mixtral-8x7b"])
+    quant = rng.choice(["bf16", "fp8"])
+    target = rng.choice(["rtx-pro-6000", "rtx-5090", "dgx-spark-gb10"])
+    batches = ",".join(str(m) for m in sorted(rng.sample([1, 2, 16, 48, 96, 256], 2)))
+    base = ["sweep", "--family", "triton-moe", "--engine", engine, "--workload", preset, "--quant", quant, "--target",
+            target, "--batch", batches, "--json"]
+    print(engine, preset, quant, target, batches)
+    p = _cli(*base, "--out", tmp_path / "pred", "--predict-only")
+    assert p.returncode == 0, p.stderr
+    c = _cli(*base, "--out", tmp_path / "comp", "--jobs", "2", "--cache-dir", cache)
+    assert c.returncode == 0, c.stderr
+    read = lambda d: {(r["device_name"], r["gemm"], r["batch"]): r for r in map(json.loads, (d / "results.jsonl").read_text().splitlines())}  # noqa: E731
+    pred, comp = read(tmp_path / "pred"), read(tmp_path / "comp")
+    assert pred.keys() == comp.keys() and pred
+    for key, r in pred.items():
+        assert r["evidence"] == "predicted" and comp[key]["evidence"] == "compiled", key
+        assert (r["smem_bytes"], r["verdict"], r["tile"], r["stages"]) == \
+            (comp[key]["smem_bytes"], comp[key]["verdict"], comp[key]["tile"], comp[key]["stages"]), key
+    assert json.loads((tmp_path / "pred" / "run.json").read_text())["evidence_mode"] == "predicted"
+    bad = _cli(*[a if a != quant else "fp8-block" for a in base], "--out", tmp_path / "blk", "--predict-only")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "compile" in bad.stderr, bad.stderr

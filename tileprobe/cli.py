@@ -115,7 +115,7 @@ def sweep(
     out: Annotated[Path, typer.Option("--out", help="results folder")] = Path("tileprobe-results"),
     jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles", show_default="cores")] = os.cpu_count() or 1,
     compile_: Annotated[bool, typer.Option("--compile/--no-compile", help="static: also build device code (evidence 'compiled': ptxas registers and spills; slow). Without it, kernel types are instantiated and sized only (evidence 'sized')")] = False,
-    predict_only: Annotated[bool, typer.Option("--predict-only", help="answer from tileprobe's model of the CUTLASS builders: no nvcc, nothing compiled (evidence 'predicted')")] = False,
+    predict_only: Annotated[bool, typer.Option("--predict-only", help="answer from tileprobe's model (of the CUTLASS builders; for triton-moe, of Triton 3.8.0's bytes): no nvcc, no Triton, nothing compiled (evidence 'predicted')")] = False,
     model_skip: Annotated[Optional[bool], typer.Option("--model-skip/--no-model-skip", help="do not compile configs the model says cannot fit (default: on when --tiles has a range a..b)")] = None,
     rebuild: Annotated[bool, typer.Option("--rebuild", help="ignore the build cache and rebuild (replacing its entries)")] = False,
     static_only: Annotated[bool, typer.Option("--static-only", help="never launch, even with a GPU")] = False,

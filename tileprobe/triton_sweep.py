@@ -24,6 +24,8 @@ from tileprobe.engines import triton_lookup
 from tileprobe.errors import UsageError
 from tileprobe.families import arch_for, family
 from tileprobe.families import triton_moe as tm
+from tileprobe.predict import triton_moe as predict_tm
+from tileprobe.predict._common import CannotPredict
 from tileprobe.results.rows import Outcome, StaticInfo, make_row, now
 from tileprobe.results.writer import ResultsWriter, row_key
 from tileprobe.targets import Target, resolve_target
@@ -151,6 +153,25 @@ def outcome(cfg, build: TritonBuild | TritonCompileError | None, target: Target,
                                                  f"launch on this GPU raises OutOfResources)", info)
 
 
+def predicted_outcome(cfg, target: Target) -> Outcome:
+    """The predictor's verdict for one launch (tileprobe.predict.triton_moe: Triton 3.8.0's bytes inside the scope
+    where its rule was exact on every compiled row); CannotPredict outside it, never a guess."""
+    if cfg.unsupported_reason:
+        return Outcome(cfg, Verdict.UNSUPPORTED, cfg.unsupported_reason)
+    version = predict_tm.TRITON_VERSIONS[0]
+    shared = predict_tm.predict(cfg.get("engine"), cfg.get("quant"), tm.entry_of(cfg), tm.arch_cc(cfg.arch), version,
+                                int(cfg.get("gemm_n")), int(cfg.get("gemm_k")))
+    info = StaticInfo(stages=cfg.stages, smem_bytes=shared, threads_per_cta=int(cfg.get("num_warps")) * 32,
+                      predicted=True)
+    where = f"predicted for Triton {version}, {cfg.arch}, not compiled"
+    if shared <= target.smem_optin:
+        return Outcome(cfg, Verdict.FITS, f"metadata.shared {shared} B <= {target.smem_optin} B opt-in ({where})",
+                       info)
+    return Outcome(cfg, Verdict.SMEM_OVER_LIMIT, f"out of resource: shared memory, Required: {shared}, Hardware "
+                                                 f"limit: {target.smem_optin} ({where}: the engine's first launch "
+                                                 "on this GPU raises OutOfResources)", info)
+
+
 def toolchain_columns(triton: TritonInstall) -> dict:
     return {"cutlass_version": None, "cutlass_source": None, "cutlass_hash": None, "nvcc_version": None,
             "host_compiler": None, "triton_version": triton.version}
@@ -181,6 +202,8 @@ def run(opts, topts: TritonOptions, console, command: str) -> list[dict]:
     # on a GPU: the name it reports (the engine keys its files by it); offline: every SKU name of the target
     names = (target.device_name,) if target.is_device and not topts.device_names else \
         triton_lookup.device_names(target, topts.device_names)
+    if opts.predict_only:  # launches nothing, even on a GPU
+        return predict_rows(opts, topts, shape, target, arch, names, batches, command)
     triton = require_triton(topts.any_triton)
     src, source = engine_kernel_source(topts.engine, topts.engine_wheel)
     user_dir = topts.config_dir or triton_lookup.engine_module(topts.engine).user_dir_from_env()
@@ -230,6 +253,40 @@ def run(opts, topts: TritonOptions, console, command: str) -> list[dict]:
             meta.update(seed=seed, devices=[devices[0].as_dict()])
             meta["phases"]["runtime_s"] = round(time.perf_counter() - start, 2)
             (opts.out / "run.json").write_text(json.dumps(meta, indent=1))
+    return rows
+
+
+def predict_rows(opts, topts: TritonOptions, shape: Shape, target: Target, arch: str, names: tuple[str, ...],
+                 batches: list[int] | None, command: str) -> list[dict]:
+    """`sweep --family triton-moe --predict-only`: the engine's picks answered by the predictor, nothing compiled
+    (evidence `predicted`; no Triton needed). A launch it cannot predict stops the sweep with one line, as the CUTLASS
+    --predict-only does: compile instead."""
+    src, source = engine_kernel_source(topts.engine, topts.engine_wheel)
+    user_dir = topts.config_dir or triton_lookup.engine_module(topts.engine).user_dir_from_env()
+    planned = plan(shape, topts.engine, topts.quant, source, src, target, arch, names, batches, user_dir, topts.max_m)
+    outs = []
+    for p in planned:
+        try:
+            outs.append(predicted_outcome(p.config, target))
+        except CannotPredict as exc:
+            raise UsageError(f"--predict-only: {exc} ({p.point['problem']}); run without --predict-only to "
+                             "compile instead") from None
+    cols = {"cutlass_version": None, "cutlass_source": None, "cutlass_hash": None, "nvcc_version": None,
+            "host_compiler": None, "triton_version": predict_tm.TRITON_VERSIONS[0]}
+    rows = []
+    with ResultsWriter(opts.out, resume=opts.resume) as writer:
+        (opts.out / "run.json").write_text(json.dumps({
+            "command": command, "date": now(), "seed": None, "family": tm.NAME, "target": target.as_dict(),
+            "devices": [], "configs": len(planned), "shard": None, "toolchain": cols, "engine": src.label(),
+            "engine_origin": src.origin, "kernel_sha256": source.sha256, "quant": topts.quant,
+            "device_names": list(names), "config_dir": user_dir, "predict_only": True,
+            "evidence_mode": "predicted"}, indent=1))
+        for p, o in zip(planned, outs):
+            row = make_row(p.config, target, cols, o, point=p.point,
+                           extra={"engine": src.label(), "engine_hash": source.sha256[:16]})
+            if not writer.has(row_key(row)):
+                writer.write(row)
+                rows.append(row)
     return rows
 
 
