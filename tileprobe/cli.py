@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -320,8 +321,8 @@ def check(
     if jobs < 1:
         raise UsageError("--jobs must be at least 1")
     paths = known_good.files_in(files)
-    tc = sw.make_toolchain(cutlass_dir, nvcc, cache_dir)
-    results = known_good.check(paths, tc, jobs)
+    toolchain = functools.cache(lambda: sw.make_toolchain(cutlass_dir, nvcc, cache_dir))  # only if a file needs it
+    results = known_good.check(paths, toolchain, jobs)
     bad = [line for r in results for line in r.regressions]
     for r in results:
         for n in r.notes:
@@ -330,8 +331,9 @@ def check(
         sys.stdout.write(f"REGRESSION {line}\n")
     checked = sum(r.checked for r in results)
     trees = "; ".join(dict.fromkeys(r.tree for r in results))  # per file: an engine family compiles its own CUTLASS
+    nvcc_text = f", nvcc {toolchain().nvcc.version_text}" if toolchain.cache_info().currsize else ""
     sys.stdout.write(f"{len(bad)} regression(s) in {checked} tiles of {len(results)} file(s) (static re-probe, "
-                     f"{trees}, nvcc {tc.nvcc.version_text})\n")
+                     f"{trees}{nvcc_text})\n")
     if bad:
         raise typer.Exit(1)
 

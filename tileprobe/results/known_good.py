@@ -300,11 +300,13 @@ class Prepared:
 
 
 def prepare(path: Path, tc) -> Prepared:
-    """Read a file and pick the toolchain its tiles are re-probed with (notes on the file's CheckResult)."""
+    """Read a file and pick the toolchain its tiles are re-probed with (notes on the file's CheckResult). `tc` is a
+    toolchain, or a no-argument callable making one: then nvcc and CUTLASS are looked for only when a file of a
+    CUTLASS family needs them (a Triton-only check needs neither)."""
     doc = load_file(path)
     target = target_from_dict(doc["target"])
     res = CheckResult(Path(path))
-    tc = _file_toolchain(doc, tc, res)
+    tc = _file_toolchain(doc, tc() if callable(tc) else tc, res)
     configs = []
     for e in doc["tiles"]:
         cfg = config_from_entry(e)
