@@ -1,4 +1,5 @@
 import csv
+import gzip
 import json
 
 import pytest
@@ -116,3 +117,20 @@ def test_a_kill_between_the_csv_row_and_its_json_row_reads_and_resumes_cleanly(t
         csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore").writerows([csv_row(cut), csv_row(cut)])
     with pytest.raises(UsageError, match="a row beyond"):
         check_csv(tmp_path, got)
+
+
+def test_an_archived_folder_reads_from_results_jsonl_gz(tmp_path, rng):
+    """Committed evidence folders keep results.jsonl gzip-compressed (results.jsonl.gz): read as the plain file is, and
+    a damaged archive is one line."""
+    rows = [_row(rng, i) for i in range(rng.randint(2, 7))]
+    with ResultsWriter(tmp_path) as w:
+        for r in rows:
+            w.write(r)
+    plain = load_rows(tmp_path)
+    (tmp_path / "results.jsonl.gz").write_bytes(gzip.compress((tmp_path / "results.jsonl").read_bytes()))
+    (tmp_path / "results.jsonl").unlink()
+    (tmp_path / "results.csv").unlink()
+    assert load_rows(tmp_path) == plain and [r["config"] for r in plain] == [r["config"] for r in rows]
+    (tmp_path / "results.jsonl.gz").write_bytes(b"\x1f\x8b" + bytes(rng.randrange(256) for _ in range(40)))
+    with pytest.raises(UsageError, match="not readable"):
+        load_rows(tmp_path)

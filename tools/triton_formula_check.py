@@ -19,6 +19,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from tileprobe.predict._common import CannotPredict
+from tileprobe.results.writer import read_rows
 from tileprobe.predict.triton_moe import estimate_pr28038, predict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,8 +39,7 @@ def main() -> None:
     a = ap.parse_args()
     distinct: dict[tuple, dict] = {}
     for folder in a.folders:
-        for line in (folder / "results.jsonl").read_text().splitlines():
-            r = json.loads(line)
+        for r in read_rows(folder)[0]:
             if r.get("family") != "triton-moe" or r.get("smem_bytes") is None:
                 continue
             e = entry(r)

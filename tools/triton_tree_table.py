@@ -13,9 +13,11 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from tileprobe.results.writer import read_rows
+
 
 def table(folder: Path) -> str:
-    rows = [json.loads(x) for x in (folder / "results.jsonl").read_text().splitlines()]
+    rows = read_rows(folder)[0]
     run = json.loads((folder / "run.json").read_text())
     per_file: dict[str, dict] = defaultdict(lambda: {"keys": set(), "over": set(), "quant": None, "dev": None,
                                                      "target": set(), "max": 0})

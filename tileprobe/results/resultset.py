@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tileprobe.errors import UnsupportedConfig, UsageError
 from tileprobe.families import EPILOGUES, FAMILIES, SCHEDULE_SHORT, Config, parse_cluster, parse_tile
-from tileprobe.results.writer import JSONL_NAME, TOOLCHAIN_COLUMNS, check_csv, read_rows, settled
+from tileprobe.results.writer import JSONL_NAME, TOOLCHAIN_COLUMNS, check_csv, jsonl_path, read_rows, settled
 from tileprobe.targets import PROFILES, Target
 
 RUN_JSON = "run.json"
@@ -88,7 +88,7 @@ def load(folder: Path | str) -> ResultSet:
     folder = Path(folder)
     if not folder.is_dir():
         raise UsageError(f"{folder} is not a results folder (no such directory)")
-    if not (folder / JSONL_NAME).is_file():
+    if jsonl_path(folder) is None:
         raise UsageError(f"{folder} is not a results folder (no {JSONL_NAME})")
     all_rows, notes = read_rows(folder)
     check_csv(folder, all_rows)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 import math
 import os
+import zlib
 from pathlib import Path
 
 from tileprobe.errors import UsageError
@@ -15,7 +17,7 @@ from tileprobe.results.rows import COLUMNS, TOOLCHAIN_COLUMNS, now, row_key
 from tileprobe.results.schema import row_problems
 from tileprobe.verdict import Verdict
 
-__all__ = ["COLUMNS", "CSV_NAME", "JSONL_NAME", "TOOLCHAIN_COLUMNS", "ResultsWriter", "check_csv", "csv_row",
+__all__ = ["COLUMNS", "CSV_NAME", "JSONL_NAME", "jsonl_path", "TOOLCHAIN_COLUMNS", "ResultsWriter", "check_csv", "csv_row",
            "load_rows", "now", "read_rows", "row_key", "settled"]
 
 CSV_NAME = "results.csv"
@@ -118,17 +120,25 @@ def load_rows(folder: Path) -> list[dict]:
     return read_rows(folder)[0]
 
 
+def jsonl_path(folder: Path) -> Path | None:
+    """A folder's results.jsonl, or the results.jsonl.gz an archived (committed) folder keeps instead; None: neither."""
+    for name in (JSONL_NAME, JSONL_NAME + ".gz"):
+        if (Path(folder) / name).is_file():
+            return Path(folder) / name
+    return None
+
+
 def read_rows(folder: Path) -> tuple[list[dict], list[str]]:
     """(rows, notes). Every line of results.jsonl must be a JSON row matching the row schema (schema.row_problems);
     the first that is not stops the read with one line naming the file, the line and the column. The one exception
     is a torn last line (no newline at its end: the process died while writing it), which is skipped and said in
     `notes`."""
-    path = Path(folder) / JSONL_NAME
-    if not path.is_file():
+    path = jsonl_path(folder)
+    if path is None:
         raise UsageError(f"no {JSONL_NAME} in {folder}")
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
+        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    except (OSError, UnicodeDecodeError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
         raise UsageError(f"{path}: not readable: {exc}") from None
     lines = text.split("\n")
     torn = lines.pop() if lines else ""  # text after the last newline: '' for a complete file
