@@ -289,7 +289,8 @@ struct Harness {
   void reference(int s, int g, float beta, bool use_c, float* out, bool sync = true) {
     const Problem& p = probs[g];
     const GroupBufs& b = sets[s].g[g];
-    dim3 block(128), grid((p.n + 127) / 128, std::min(p.m, 65535));
+    constexpr int warps = kRefThreads / 32;  // one warp per output column, kRefRows rows per pass
+    dim3 block(kRefThreads), grid((p.n + warps - 1) / warps, std::max(1, std::min((p.m + kRefRows - 1) / kRefRows, 65535)));
     const cutlass::bfloat16_t* c = use_c ? b.c : nullptr;
     reference_kernel<<<grid, block>>>(operands(s, g), p.m, p.n, p.k, h_alpha[g], beta, c, kDColMajor, out);
     ck(cudaGetLastError(), "reference kernel launch");

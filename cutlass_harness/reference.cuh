@@ -105,18 +105,40 @@ struct Operands {
   }
 };
 
-// One thread per output element, fp32 accumulation; out is MxN row-major float, C follows D's layout.
+// One warp per output column n and up to kRefRows rows m at a time, fp32 accumulation: the lanes stride over K (so a
+// warp reads B's K-contiguous row n and A's rows with coalesced loads, each B element once for all its rows), each lane
+// keeps a partial sum per row, and a shuffle reduction adds the 32 partial sums. out is MxN row-major float; C follows
+// D's layout. (The order of the additions is not the kernel's; the compare's atol is relative to the group's output
+// scale for that reason.) Launch: blockDim.x a multiple of 32, gridDim.x * warps per block >= N.
+constexpr int kRefRows = 8;
+constexpr int kRefThreads = 256;
 template <class Ops>
-__global__ void reference_kernel(Ops ops, int M, int N, int Kd, float alpha, float beta,
-                                 const cutlass::bfloat16_t* C, bool col_major, float* out) {
-  int n = blockIdx.x * blockDim.x + threadIdx.x;
-  if (n >= N) return;
-  for (int m = blockIdx.y; m < M; m += gridDim.y) {
-    float acc = 0.0f;
-    for (int kk = 0; kk < Kd; ++kk) acc += ops.A(m, kk) * ops.B(n, kk);
-    float r = alpha * acc;
-    if (C) r += beta * float(C[col_major ? size_t(n) * M + m : size_t(m) * N + n]);
-    out[size_t(m) * N + n] = r;
+__global__ void __launch_bounds__(kRefThreads) reference_kernel(Ops ops, int M, int N, int Kd, float alpha, float beta,
+                                                                const cutlass::bfloat16_t* C, bool col_major,
+                                                                float* out) {
+  const int n = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+  if (n >= N) return;  // the whole warp: n is per warp
+  for (int m0 = blockIdx.y * kRefRows; m0 < M; m0 += gridDim.y * kRefRows) {
+    const int rows = min(kRefRows, M - m0);
+    float acc[kRefRows];
+#pragma unroll
+    for (int r = 0; r < kRefRows; ++r) acc[r] = 0.0f;
+    for (int kk = lane; kk < Kd; kk += 32) {
+      const float b = ops.B(n, kk);
+#pragma unroll
+      for (int r = 0; r < kRefRows; ++r)
+        if (r < rows) acc[r] += ops.A(m0 + r, kk) * b;
+    }
+    for (int r = 0; r < rows; ++r) {
+      float v = acc[r];
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xFFFFFFFFu, v, o);
+      if (lane == 0) {
+        const int m = m0 + r;
+        float res = alpha * v;
+        if (C) res += beta * float(C[col_major ? size_t(n) * M + m : size_t(m) * N + n]);
+        out[size_t(m) * N + n] = res;
+      }
+    }
   }
 }
 
