@@ -147,7 +147,7 @@ def test_launch_items_run_on_a_gpu_of_the_files_arch(pytester, monkeypatch, tool
 @pytest.mark.triton
 def test_triton_tiles_are_compiled_again_with_triton(pytester, tmp_path):
     """A triton-moe known-good file (made from a sweep of the user's config file for an H200, as in
-    tests/test_triton_moe.py): one [static] item per tile, marked triton, no [launch] item; they pass, and fail with
+    tests/families/test_triton_moe.py): one [static] item per tile, marked triton, no [launch] item; they pass, and fail with
     Triton's own error text once the file's limit is an SM120 GPU's."""
     pytest.importorskip("triton")
     import os

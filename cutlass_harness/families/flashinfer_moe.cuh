@@ -1,7 +1,7 @@
 // tileprobe family `flashinfer-moe`: the grouped-GEMM kernel types that FlashInfer's CUTLASS fused-MoE backend
 // builds (TensorRT-LLM's TMA warp-specialized MoE launcher, `moe_gemm_tma_ws_launcher.inl`), composed here from the
 // same CUTLASS builders with the same template arguments, so that `GemmKernel` is the very type FlashInfer compiles
-// (tests/test_engine_flashinfer.py proves it by comparing mangled kernel symbols).
+// (tests/engines/test_engine_flashinfer.py proves it by comparing mangled kernel symbols).
 //
 // Template parameters (all int, so a config is a flat list of numbers):
 //   TM, TN      CTA tile M and N, as in the engine's tactic name (CtaShape<TM>x<TN>x<TKBytes>B)

@@ -2,7 +2,7 @@
 // (`cutlass_fp4_group_mm`, csrc/libtorch_stable/quantization/fp4/nvfp4_blockwise_moe_kernel.cu in vllm 0.33.0), and
 // the same composition as sgl-kernel 0.3.21 shipped it (`nvfp4_blockwise_moe`, pingpong). Composed here from the
 // CUTLASS builders with the engines' template arguments, so that `GemmKernel` is the type the engine's wheel ships
-// (tests/test_vllm_moe.py compares the mangled `cutlass::device_kernel<...>` symbol with the one in the wheel).
+// (tests/families/test_vllm_moe.py compares the mangled `cutlass::device_kernel<...>` symbol with the one in the wheel).
 //
 // Template parameters (all int):
 //   TM, TN, TK  MMA tile in elements (vllm 0.33.0 and sgl-kernel 0.3.21: 128x128x128 on every arch)

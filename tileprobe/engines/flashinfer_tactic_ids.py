@@ -10,7 +10,7 @@ swap-AB copy of everything so far. No Ampere configs are appended for FP4 weight
 
 tileprobe derives that list here from the flashinfer-moe family's configs (the engine's candidate order, read
 from its sources) so that every integer names the very config whose SharedStorage a sweep row measured.
-`tests/test_engine_tactic_ids.py` compiles FlashInfer's own enumeration with nvcc and compares the whole map.
+`tests/engines/test_engine_tactic_ids.py` compiles FlashInfer's own enumeration with nvcc and compares the whole map.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The lookup below is tileprobe's own statement of SGLang 0.5.23's rule (`sglang/srt/layers/moe/moe_runner/
 triton_utils/fused_moe_triton_config.py`: get_config_file_name, get_moe_configs, get_default_config,
 try_get_optimal_moe_config with return_down_config=True, as fused_experts calls it; on CUDA, deterministic inference
-off); tests/test_triton_engine_lookup.py runs SGLang's own functions, cut from its source, on a grid of inputs and
+off); tests/engines/test_triton_engine_lookup.py runs SGLang's own functions, cut from its source, on a grid of inputs and
 compares. Nothing here imports SGLang.
 """
 

@@ -2,7 +2,7 @@
 launcher inside flashinfer-python), one config per engine tactic, both GEMMs, both swaps, every dtype pair the
 dispatch admits. Tactics, pruning rules and dtype pairs are read from the installed flashinfer's sources
 (tileprobe.engines.flashinfer); the kernel types are composed in cutlass_harness/families/flashinfer_moe.cuh and are
-the engine's own (tests/test_engine_flashinfer.py compares mangled kernel symbols with flashinfer's generator's).
+the engine's own (tests/engines/test_engine_flashinfer.py compares mangled kernel symbols with flashinfer's generator's).
 
 Which flashinfer: the installed one, or TILEPROBE_FLASHINFER_DIR (the CLI's --flashinfer-dir) for another tree.
 The kernels always compile against that flashinfer's own bundled CUTLASS, never another one.
@@ -120,7 +120,7 @@ def _checked_count(cfg: Config, point, data: dict) -> int | None:
 
 # The SM120 variants whose check is verified: the harness's data and fp32 reference (each operand as its element
 # type, scale factors in the collective's SF layout, the finalize routed sum) equal an independent numpy decode on the
-# H200 (tests/test_gpu_flashinfer_reference.py; results/h200/flashinfer-moe-reference). Any other SM120 variant is
+# H200 (tests/families/test_gpu_flashinfer_reference.py; results/h200/flashinfer-moe-reference). Any other SM120 variant is
 # refused at launch rather than risk an `incorrect` that blames a correct engine kernel.
 SM120_CHECK_VERIFIED = frozenset((d, e, s) for d in ("nvfp4xnvfp4", "mxfp8xmxfp4") for e in EPILOGUE_IDS
                                  for s in (False, True))

@@ -8,7 +8,7 @@
   pingpong schedule. SGLang 0.5.23 with sglang-kernel 0.4.10 no longer ships it (see README: which SGLang runs what).
 
 Each composition is a config whose `engine` field names the release it was read from. The kernel types are composed
-in cutlass_harness/families/vllm_moe.cuh; tests/test_vllm_moe.py proves them identical to the wheels' kernels by
+in cutlass_harness/families/vllm_moe.cuh; tests/families/test_vllm_moe.py proves them identical to the wheels' kernels by
 their mangled `cutlass::device_kernel<...>` symbols (recorded in tests/data/engine_symbols/, made by
 tools/engine_symbols.py). A composition is a fixed point: there is nothing to sweep, and no other tile to ask for.
 

@@ -11,7 +11,7 @@ array and beta = 0 are runtime arguments and change no type.
 
 sm_100a (vLLM's sm100 branch): no SM100 rules in tileprobe (CannotPredict); its rows carry compiled sizes only.
 Verified by compiling the committed static rows (results/static/*__vllm-moe) with CUTLASS 4.5.0, the CUTLASS whose
-compiled symbols equal the wheels' (tests/test_vllm_moe.py).
+compiled symbols equal the wheels' (tests/families/test_vllm_moe.py).
 """
 
 from __future__ import annotations

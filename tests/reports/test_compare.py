@@ -77,7 +77,7 @@ def test_diff_across_engines_sets_each_sides_variants_of_a_shared_tile(rng):
     """vllm-moe vs flashinfer-moe on one target: no config matches by name, so the diff lists, per tile both engines
     size, every static row of each side (read here straight from the committed files), and nothing for a tile only
     one side has. Two folders of the same engine get no such section."""
-    root = Path(__file__).resolve().parent.parent / "results" / "static"
+    root = Path(__file__).resolve().parents[2] / "results" / "static"
     target = rng.choice(["rtx-pro-6000", "rtx-5090", "dgx-spark-gb10"])
     fa, fb = root / f"{target}__vllm-moe", root / f"{target}__flashinfer-moe"
     rows = {f: [json.loads(x) for x in (f / "results.jsonl").read_text().splitlines() if x.strip()] for f in (fa, fb)}

@@ -21,7 +21,7 @@ from tileprobe.errors import UsageError
 from tileprobe import targets
 from tileprobe.targets import device_names
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SWEEPS = {t: ROOT / "results" / "static" / f"{t}__flashinfer-moe"
           for t in ("rtx-pro-6000", "rtx-5090", "dgx-spark-gb10")}
 
@@ -303,7 +303,7 @@ def test_the_file_is_replaced_atomically(tmp_path, monkeypatch):
 def test_committed_blocklists_are_current(tmp_path):
     """results/blocklists/flashinfer-0.7.4/ says what its sweeps and the installed flashinfer say today: each file is
     unchanged, and a fresh export from the committed rows lists the same IDs with the same evidence. (The vLLM and
-    SGLang files are checked against their own releases in tests/test_blocklist_engines.py.)"""
+    SGLang files are checked against their own releases in tests/engines/test_blocklist_engines.py.)"""
     files = sorted((ROOT / "results" / "blocklists" / f"flashinfer-{_installed().version}").rglob("*.json"))
     names = sum(len(v) for k, v in targets.DEVICE_NAMES.items() if targets.profile(k).arch in tid.SM120_ARCHS)
     assert len(files) == names * 4  # each SKU name x 2 pairs x 2 finalize modes

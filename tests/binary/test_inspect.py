@@ -17,7 +17,7 @@ from tileprobe.binary.inspect import runs_on
 from tileprobe.guard import include_dir
 from tileprobe.targets import PROFILES
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "row_in_smem.cu"
 ARCHS = ("sm_80", "sm_90a", "sm_100a", "sm_120a", "sm_121a")
 

@@ -31,7 +31,7 @@ from tileprobe.binary import elf
 from tileprobe.engines import flashinfer as ef
 from tileprobe.errors import UsageError
 
-HARNESS = Path(__file__).resolve().parent.parent / "cutlass_harness"
+HARNESS = Path(__file__).resolve().parents[2] / "cutlass_harness"
 
 
 def _installed() -> ef.FlashinferTree:
@@ -473,7 +473,7 @@ def test_kernel_symbols_identical_to_flashinfer(identity):
     identity.check(_variants(identity.tree))
 
 
-BLOCKLISTS = Path(__file__).resolve().parent.parent / "results" / "blocklists"
+BLOCKLISTS = Path(__file__).resolve().parents[2] / "results" / "blocklists"
 
 
 def _blocked_finalize_variants(tree: ef.FlashinferTree) -> tuple[list[_Variant], list[_Variant]]:

@@ -15,7 +15,7 @@ import pytest
 from tileprobe.predict import FAMILIES, CannotPredict, Unbuildable, fits, predict, rule_set, smem_bytes, stages
 from tileprobe.results.resultset import legacy_config_key
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COLUMNS = ("stages", "smem_bytes", "smem_mainloop_bytes", "smem_epilogue_bytes")
 
 

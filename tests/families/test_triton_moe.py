@@ -21,7 +21,7 @@ from tileprobe.triton_sweep import engine_kernel_source  # noqa: E402
 from tileprobe.backends.triton.compile import TritonBuild, compile_many  # noqa: E402
 
 pytestmark = pytest.mark.triton
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 101376  # RTX PRO 6000 / RTX 5090 opt-in
 
 

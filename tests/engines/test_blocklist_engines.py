@@ -23,7 +23,7 @@ from tileprobe.engines import fetch, packages, serving_pins
 from tileprobe.errors import UsageError
 from tileprobe.targets import DEVICE_NAMES, device_names, profile
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BLOCKLISTS = ROOT / "results" / "blocklists"
 WHEELS = Path(os.environ.get("TILEPROBE_WHEELS") or fetch.cache_dir())
 # The engines and the release each pins (read from their wheels' METADATA; asserted below when the wheels are here).

@@ -63,7 +63,7 @@ def test_compiled_rows_carry_an_exact_prediction(tmp_path, rng):
 def test_explain_an_engine_tactic_shows_every_variant_beside_the_committed_sizes():
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     rows = [json.loads(l) for l in (root / "results/static/rtx-pro-6000__flashinfer-moe/results.jsonl")
             .read_text().splitlines()]
     mine = [r for r in rows if r["tactic"] == "CtaShape128x256x64B" and r["dtypes"] == "nvfp4xnvfp4"]
@@ -79,7 +79,7 @@ def test_explain_an_engine_tactic_shows_every_variant_beside_the_committed_sizes
 def test_no_committed_static_row_has_a_model_error():
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     checked = 0
     for path in root.glob("results/static/*/results.jsonl"):
         for line in path.read_text().splitlines():
@@ -155,7 +155,7 @@ def _committed_measured(label: str) -> dict:
     """config key -> the committed rtx-pro-6000 flashinfer-moe row nvcc measured for release `label`."""
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     out = {}
     for path in root.glob("results/static/rtx-pro-6000__flashinfer-moe*/results.jsonl"):
         for line in path.read_text().splitlines():

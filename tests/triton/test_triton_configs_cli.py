@@ -22,7 +22,7 @@ from tileprobe.engines import sglang, vllm
 from tileprobe.errors import UsageError
 from tileprobe.targets import DEVICE_NAMES, PROFILES
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cli(*args, env=None, timeout=900):

@@ -24,7 +24,7 @@ from tileprobe.families import expand_configs, family
 from tileprobe.families import vllm_moe as vm
 from tileprobe.predict import CannotPredict, Unbuildable, predict
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "engine_symbols"
 HARNESS = ROOT / "cutlass_harness"
 DIST = {"vllm 0.33.0": ("vllm", "0.33.0"), "sgl-kernel 0.3.21": ("sgl-kernel", "0.3.21")}

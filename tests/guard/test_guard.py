@@ -16,7 +16,7 @@ from tileprobe.binary.elf import images_in
 from tileprobe.errors import UsageError
 from tileprobe.lazy import LazyModule
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROOF = ROOT / "results" / "guard" / "h200" / "proof.json"
 SWEEP_SRC = ROOT / "tools" / "guard_proof" / "limit_sweep.cu"
 _driver = LazyModule("cuda.bindings.driver")

@@ -19,7 +19,7 @@ from tileprobe.results.writer import COLUMNS  # noqa: E402
 from tileprobe.results.resultset import load  # noqa: E402
 from tileprobe.verdict import Evidence, Verdict, evidence_for  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results"
 JSONL = sorted(RESULTS.rglob("results.jsonl"))
 RUN_JSON = sorted(RESULTS.rglob("run.json"))

@@ -13,7 +13,7 @@ import pytest
 
 from tileprobe.results import provenance
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STATIC = ROOT / "results" / "static"
 
 

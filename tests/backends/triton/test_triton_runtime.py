@@ -19,7 +19,7 @@ pytest.importorskip("triton")
 pytest.importorskip("torch")
 
 pytestmark = pytest.mark.triton
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 SCRIPT = r'''
 import json, random, sys

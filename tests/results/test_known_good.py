@@ -22,7 +22,7 @@ from tileprobe.results import resultset
 from tileprobe.results import schema
 from tileprobe.errors import UsageError
 
-REPO_KG = Path(__file__).resolve().parent.parent / "results" / "known_good"
+REPO_KG = Path(__file__).resolve().parents[2] / "results" / "known_good"
 
 
 def pytest_generate_tests(metafunc):
