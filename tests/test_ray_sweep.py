@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tileprobe.backends.cutlass.static_probe import CONFIGS_PER_TU
+from tileprobe.backends.cutlass.static_probe import configs_per_tu
 from tileprobe.families import FAMILIES
 from tileprobe.ray_sweep import SHARD_JSON, shard_dir
 from tileprobe.results.writer import load_rows, row_key
@@ -42,13 +42,27 @@ def test_ray_missing_is_one_line_and_exit_2(tmp_path):
     assert not (tmp_path / "o" / "results.jsonl").exists()
 
 
+UNIT = 3  # configs per sizes-only unit in these sweeps (TILEPROBE_CONFIGS_PER_TU; the default is 32)
+
+
 @pytest.fixture(scope="module")
 def cluster():
-    """A local Ray cluster of this test's own: 2 CPUs, no GPU. The CLI joins it by its address."""
+    """A local Ray cluster of this test's own: 2 CPUs, no GPU. The CLI joins it by its address. Its workers (and the
+    tests' plain sweeps) build sizes-only units of UNIT configs, not 32: the subject here is Ray's sharding, kills and
+    resumes, which need several units, not large ones (the unit size's own effect is tests/backends/cutlass/
+    test_static_probe.py's)."""
     ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'tileprobe[ray]'; CI installs it)")
-    ctx = ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
-    yield ctx.address_info["gcs_address"]
-    ray.shutdown()
+    old = os.environ.get("TILEPROBE_CONFIGS_PER_TU")
+    os.environ["TILEPROBE_CONFIGS_PER_TU"] = str(UNIT)  # inherited by the workers ray.init starts
+    try:
+        ctx = ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
+        yield ctx.address_info["gcs_address"]
+        ray.shutdown()
+    finally:
+        if old is None:
+            os.environ.pop("TILEPROBE_CONFIGS_PER_TU", None)
+        else:
+            os.environ["TILEPROBE_CONFIGS_PER_TU"] = old
 
 
 def test_bad_input_with_ray_is_one_line(tmp_path, cluster):
@@ -82,7 +96,13 @@ def test_ray_sweep_equals_the_plain_sweep_and_a_killed_task_resumes(tmp_path, cl
                 info = json.loads(f.read_text())
                 if not info["complete"]:
                     victim = (i, info["pid"])
+                    kids = _descendants(info["pid"])  # its nvcc: killed with it, not left compiling
                     os.kill(info["pid"], signal.SIGKILL)
+                    for v in kids:
+                        try:
+                            os.kill(v, signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
                     break
         time.sleep(0.05)
     stdout, stderr = drv.communicate(timeout=1800)
@@ -169,12 +189,11 @@ def _entries(cache: Path) -> dict[str, tuple[str, int | None]]:
 def test_a_task_killed_after_its_first_rows_keeps_them_and_resume_completes(tmp_path, cluster, toolchain, rng):
     """Rows land as each sizes-only unit is described, not when the shard ends: kill the task once its folder holds
     a row; those rows survive byte for byte, --resume does not rebuild their unit, and it completes the shard."""
-    tiles = list(FAMILIES["sm120-nvfp4"].default_tiles)
-    rng.shuffle(tiles)
-    # 9 tiles x 2 schedules x 2 epilogues = 36 configs: more than one unit holds (CONFIGS_PER_TU), so two units,
-    # built one after the other (--jobs 1); the first unit's rows are on disk while the second compiles
+    tiles = rng.sample(list(FAMILIES["sm120-nvfp4"].default_tiles), 2)
+    # 2 tiles x 2 schedules x 2 epilogues = 8 configs: more than one unit holds (UNIT), so three units, built one
+    # after the other (--jobs 1); the first unit's rows are on disk while the next compiles
     n_configs = len(tiles) * 2 * 2
-    assert n_configs > CONFIGS_PER_TU
+    assert n_configs > UNIT and configs_per_tu() == UNIT
     cache = tmp_path / "cold-cache"
     common = ["sweep", "--static-only", "--target", "rtx-pro-6000", "--family", "sm120-nvfp4", "--tiles",
               ",".join(tiles), "--schedules", "cooperative,pingpong", "--epilogue", "no-c,with-c", "--jobs", "1",

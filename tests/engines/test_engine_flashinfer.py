@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
-import shlex
 import shutil
-import struct
 import subprocess
 import sys
 import time
@@ -27,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from _nvcc_host import NVCC_TIMEOUT_S, entry_target, host_pass, relocations
 from tileprobe.binary import elf
 from tileprobe.engines import flashinfer as ef
 from tileprobe.errors import UsageError
@@ -288,74 +286,16 @@ def _find(files: list[Path], v: _Variant) -> tuple[str, str]:
     raise AssertionError(f"flashinfer's generator has no instantiation for {v.name} {v.cta} {v.cga}")
 
 
-_NVCC_TIMEOUT_S = 900  # one host pass of a TU with several instantiations takes well under a minute; a hang must end
 _PTX_ENTRY = re.compile(r"^\s*(?:\.visible\s+)?\.entry\s+([A-Za-z_$][\w$]*)", re.M)
-
-
-def _host_pass(nvcc: str, flags: list[str], src: Path) -> elf.Elf:
-    """Compile `src` with nvcc's host pass only and return the host object, parsed.
-
-    nvcc is asked for its plan (`--dryrun --keep`) for exactly these flags, and its host steps are run as it would run
-    them (argument lists, no shell): the host preprocessor, cudafe++ (the CUDA front end that splits the TU and gives
-    every kernel a host stub) and the host compiler. The device pass (cicc, ~1 min and ~6 GiB per FlashInfer SM120
-    instantiation, where the old per-TU PTX proof spent its time) is not run; its one product the host compile
-    includes, the registration stub file, is written empty. Every kernel the TU odr-uses keeps a host stub whose symbol
-    is the kernel's mangled name: the name the device pass gives the PTX entry, with internal linkage (`L`) because the
-    registration that would export it is absent. `test_host_pass_names_the_ptx_entry` checks that equality with
-    the full device pass on the same nvcc."""
-    keep = src.with_suffix(".kd")
-    keep.mkdir(exist_ok=True)
-    obj = keep / (src.stem + ".o")
-    plan = subprocess.run([nvcc, *flags, "-c", str(src), "-o", str(obj), "--dryrun", "--keep", "--keep-dir", str(keep)],
-                          capture_output=True, text=True, timeout=120)
-    assert plan.returncode == 0, plan.stderr[-2000:]
-    steps = [shlex.split(line[3:]) for line in plan.stderr.splitlines()
-             if line.startswith("#$ ") and not re.match(r"[A-Za-z_]+=", line[3:])]
-    cicc = next(c for c in steps if c[0].endswith("/cicc"))
-    front = next(c for c in steps if Path(c[0]).name == "cudafe++")
-    host = [steps[0], front, steps[-1]]  # host preprocess, cudafe++, host compile of the .cudafe1.cpp
-    assert "-E" in host[0] and "-c" in host[2] and host[2][-1] == str(obj), [c[:2] for c in host]
-    env = dict(os.environ, PATH=f"{Path(nvcc).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    for i, step in enumerate(host):
-        if i == 2:
-            Path(cicc[cicc.index("--stub_file_name") + 1]).write_text("")
-        proc = subprocess.run(step, capture_output=True, text=True, env=env, cwd=src.parent, timeout=_NVCC_TIMEOUT_S)
-        assert proc.returncode == 0, f"{Path(step[0]).name} failed on {src.name}:\n{proc.stderr[-4000:]}"
-    return elf.parse_elf(obj.read_bytes(), str(obj))
-
-
-def _relocations(obj: elf.Elf) -> list[tuple[int, int, str]]:
-    """(index of the section patched, offset in it, the function pointed at) for every RELA entry of a relocatable
-    object; a target named as section symbol + addend is resolved to the function at that address (a PC-relative
-    call's addend is -4). Stub names lose the internal-linkage `L` (see `_host_pass`)."""
-    funcs = {(s.shndx, s.value): s.name for s in obj.symbols if s.type == 2}
-    out = []
-    for sec in obj.sections:
-        if sec.type != 4:  # SHT_RELA
-            continue
-        data = sec.data(obj.blob)
-        for k in range(len(data) // 24):
-            offset, info, addend = struct.unpack_from("<QQq", data, 24 * k)
-            sym, kind = obj.symbols[info >> 32], info & 0xFFFFFFFF
-            name = funcs.get((sym.shndx, addend + (4 if kind in (2, 4) else 0)), "") if sym.type == 3 else sym.name
-            out.append((sec.info, offset, re.sub(r"^_ZN7cutlassL13|^_ZL", lambda m: m[0].replace("L", ""), name)))
-    return out
 
 
 def _kernel_refs(obj: elf.Elf) -> dict[str, set[str]]:
     """Per section name: the kernel stubs its code or data points at."""
     refs: dict[str, set[str]] = {}
-    for shndx, _, name in _relocations(obj):
+    for shndx, _, name in relocations(obj):
         if name.startswith(("_ZN7cutlass13device_kernel", "_Z12probe_kernel")):
             refs.setdefault(obj.sections[shndx].name, set()).add(name)
     return refs
-
-
-def _entry_target(obj: elf.Elf, variable: str) -> set[str]:
-    """What a `void* tp_entry_<i> = &kernel` variable's initialiser points at: the relocation at its own offset."""
-    var = obj.symbol(variable)
-    assert var is not None, f"{variable} is not in the object"
-    return {name for shndx, offset, name in _relocations(obj) if (shndx, offset) == (var.shndx, var.value)}
 
 
 def _launcher_ident(block: str) -> str:
@@ -371,7 +311,7 @@ class _Identity:
     The variants of one build (generator arch, gencode: the module flags) go into one translation unit: FlashInfer's
     generated instantiation blocks, verbatim, and one `void* tp_entry_<i> = &cutlass::device_kernel<
     tileprobe::FlashinferMoeKernel<...>::GemmKernel>` per variant. The TU gets nvcc's host pass with the module's own
-    flags (`_host_pass`). In the object, FlashInfer's launcher for a variant (its name is made from the generator's
+    flags (`_nvcc_host.host_pass`). In the object, FlashInfer's launcher for a variant (its name is made from the generator's
     arguments, so it is found by them) references its kernel's stub; `tp_entry_<i>` holds the address of tileprobe's.
     The proof for the variant: both are the same symbol, and it is a `cutlass::device_kernel`. Two types that differed in
     anything would be two specialisations, two stubs, two names. Two TUs at a time (a host pass peaks at ~2 GiB)."""
@@ -397,7 +337,7 @@ class _Identity:
                        "namespace tensorrt_llm {\nnamespace kernels {\nnamespace cutlass_kernels_oss {\n"
                        + "\n".join(blocks) + "\n}\n}\n}\n" + "\n".join(entries) + "\n")
         self.units += 1
-        obj = _host_pass(self.nvcc, _module_flags(self.tree.root, sm, gencode) + _fi_includes(self.tree)
+        obj = host_pass(self.nvcc, _module_flags(self.tree.root, sm, gencode) + _fi_includes(self.tree)
                          + [f"-I{HARNESS}"], src)
         refs = _kernel_refs(obj)
         out = {}
@@ -405,7 +345,7 @@ class _Identity:
             ident = _launcher_ident(block)
             launchers = [name for name in refs if re.search(rf"\d+\w*Launcher_{re.escape(ident)}E", name)]
             assert len(launchers) == 1, f"FlashInfer's launcher for {ident} found {len(launchers)} times"
-            out[v] = (refs[launchers[0]], _entry_target(obj, f"tp_entry_{i}"))
+            out[v] = (refs[launchers[0]], entry_target(obj, f"tp_entry_{i}"))
         return out
 
     def check(self, variants: list[_Variant]) -> None:
@@ -449,17 +389,17 @@ void* tp_entry_1 = (void*)&probe_kernel<K1>;
 
 @pytest.mark.nvcc
 def test_host_pass_names_the_ptx_entry(tmp_path):
-    """The identity proof reads kernel names from nvcc's host pass (`_host_pass`): for template kernels over nested
+    """The identity proof reads kernel names from nvcc's host pass (`_nvcc_host.host_pass`): for template kernels over nested
     CuTe types, the host stub's symbol (internal linkage aside) is exactly the entry the full device pass emits."""
     tree = _installed()
     flags = _module_flags(tree.root, "120", "120a") + _fi_includes(tree)
     src = tmp_path / "cross.cu"
     src.write_text(_CROSS)
-    obj = _host_pass(shutil.which("nvcc"), flags, src)
-    host = sorted(name for i in range(2) for name in _entry_target(obj, f"tp_entry_{i}"))
+    obj = host_pass(shutil.which("nvcc"), flags, src)
+    host = sorted(name for i in range(2) for name in entry_target(obj, f"tp_entry_{i}"))
     ptx = tmp_path / "cross.ptx"
     proc = subprocess.run([shutil.which("nvcc"), *flags, "-ptx", str(src), "-o", str(ptx)], capture_output=True,
-                          text=True, timeout=_NVCC_TIMEOUT_S)
+                          text=True, timeout=NVCC_TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     device = sorted(_PTX_ENTRY.findall(ptx.read_text()))
     assert len(device) == 2 and all(n.startswith("_Z12probe_kernelIN5outer5inner6Kernel") for n in device), device

@@ -1,7 +1,7 @@
 """vllm-moe: the engines' own NVFP4 MoE grouped GEMMs, proven identical to the kernels their wheels ship.
 
-The identity proof compiles tileprobe's VllmMoeKernel for every composition the family lists, takes the mangled
-`cutlass::device_kernel<...>` entry names from the PTX, and compares them byte for byte with the names recorded from
+The identity proof compiles tileprobe's VllmMoeKernel for every composition the family lists (one TU, nvcc's host pass:
+tests/_nvcc_host.py), takes each one's mangled `cutlass::device_kernel<...>` entry name, and compares them byte for byte with the names recorded from
 the engine's wheel (tests/data/engine_symbols/, made by tools/engine_symbols.py; the command is in each file), or
 with the installed engine's own libraries when that engine is installed here.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import subprocess
 import sys
 import zipfile
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from _nvcc_host import entry_target, host_pass
 from tileprobe.errors import UsageError
 from tileprobe.families import expand_configs, family
 from tileprobe.families import vllm_moe as vm
@@ -144,25 +144,28 @@ def test_cli_unread_release_one_line_exit_2(tmp_path):
 # Identity proof (nvcc)
 # ---------------------------------------------------------------------------------------------------------------
 
-_ENTRY = re.compile(r"^\s*(?:\.visible\s+)?\.entry\s+([A-Za-z_$][\w$]*)", re.M)
-
-
 def _compiled_entries(nvcc: str, toolchain, arch: str, cfgs, tmp_path: Path) -> list[str]:
+    """tileprobe's kernel entry for each config, in config order: one TU with `void* tp_entry<i> =
+    &cutlass::device_kernel<tileprobe::VllmMoeKernel<...>::GemmKernel>` per config, nvcc's host pass only
+    (tests/_nvcc_host.py; the mangled name is the one the device pass gives the entry, checked there)."""
     fam = family("vllm-moe")
     src = tmp_path / f"tp_{arch}.cu"
     lines = ['#include "families/vllm_moe.cuh"']
     for i, c in enumerate(cfgs):
         args = ", ".join(str(a) for a in fam.template_args(c))
         kernel = f"tileprobe::VllmMoeKernel<{args}>::GemmKernel"
-        lines.append(f"void* tp_entry{i} = (void*)&cutlass::device_kernel<{kernel}>;")
+        lines.append(f"void* tp_entry_{i} = (void*)&cutlass::device_kernel<{kernel}>;")
     src.write_text("\n".join(lines) + "\n")
     num = arch.removeprefix("sm_").removesuffix("a")
-    cmd = [nvcc, "-std=c++17", "-DNDEBUG", "--expt-relaxed-constexpr", f"-gencode=arch=compute_{num}a,code=sm_{num}a",
-           "-ptx", f"-I{HARNESS}", *(f"-I{d}" for d in toolchain.cutlass.include_dirs), str(src), "-o",
-           str(src.with_suffix(".ptx"))]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return _ENTRY.findall(src.with_suffix(".ptx").read_text())
+    flags = ["-std=c++17", "-DNDEBUG", "--expt-relaxed-constexpr", f"-gencode=arch=compute_{num}a,code=sm_{num}a",
+             f"-I{HARNESS}", *(f"-I{d}" for d in toolchain.cutlass.include_dirs)]
+    obj = host_pass(nvcc, flags, src)
+    out = []
+    for i in range(len(cfgs)):
+        got = entry_target(obj, f"tp_entry_{i}")
+        assert len(got) == 1, (cfgs[i].name, got)
+        out.append(next(iter(got)))
+    return out
 
 
 @pytest.mark.nvcc

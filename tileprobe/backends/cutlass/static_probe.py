@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from dataclasses import replace
 from pathlib import Path
 
 from tileprobe.backends.cutlass.build import BuildRequest, BuildResult, build_many, first_error, smem_static_assert, too_few_stages
-from tileprobe.errors import OutOfResources
+from tileprobe.errors import OutOfResources, UsageError
 from tileprobe.families import Config, family
 from tileprobe.results.rows import Outcome, StaticInfo
 from tileprobe.targets import Target
@@ -187,13 +188,24 @@ def _two_stage_numbers(configs: list[Config], target: Target, cutlass: CutlassTr
 # holds with any --jobs (a set of more than 32 configs is built in ceil(n / 32) units, --jobs at a time): that costs
 # one parse per 32 configs where a single unit would have held them all, and buys rows on disk unit by unit.
 CONFIGS_PER_TU = 32
+CONFIGS_PER_TU_ENV = "TILEPROBE_CONFIGS_PER_TU"  # a smaller cap: less memory per nvcc, rows on disk sooner
+
+
+def configs_per_tu() -> int:
+    """CONFIGS_PER_TU, or $TILEPROBE_CONFIGS_PER_TU when set (a whole number >= 1; anything else is one line)."""
+    raw = os.environ.get(CONFIGS_PER_TU_ENV)
+    if raw is None:
+        return CONFIGS_PER_TU
+    if not raw.strip().isdigit() or int(raw) < 1:
+        raise UsageError(f"{CONFIGS_PER_TU_ENV}={raw!r}: must be a whole number of at least 1")
+    return int(raw)
 
 
 def sizes_batches(n: int, jobs: int) -> int:
-    """How many sizes-only translation units `n` configs are built in: ceil(n / CONFIGS_PER_TU), `jobs` at a time.
-    A unit never holds more than CONFIGS_PER_TU configs, so a large sweep's rows land unit by unit (probe_static's
+    """How many sizes-only translation units `n` configs are built in: ceil(n / configs_per_tu()), `jobs` at a
+    time. A unit never holds more than that many configs, so a large sweep's rows land unit by unit (probe_static's
     on_outcome) and a killed sweep loses at most the units it was compiling, not the whole set."""
-    return max(1, -(-n // CONFIGS_PER_TU))
+    return max(1, -(-n // configs_per_tu()))
 
 
 def _split(items: list, n: int) -> list[list]:
