@@ -18,8 +18,13 @@ import types
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+import pytest
+
+from tileprobe.backends.triton.toolchain import installed
 from tileprobe.engines import sglang, vllm
 from tileprobe.engines import triton_configs as tc
+from tileprobe.errors import UsageError
+from tileprobe.triton_sweep import engine_kernel_source
 
 
 class _DropEngineImports(ast.NodeTransformer):
@@ -130,3 +135,14 @@ def sglang_namespace(src: tc.EngineSource, root: Path, device_name: str, smem_op
                     assigns=("_LOW_SMEM_FP8_DEFAULT_CUTOFF_BYTES",))
     exec(compile(mod, SGLANG_CONFIG_FILE, "exec"), ns)
     return ns
+
+
+def engine_source_or_skip(engine: str):
+    """(EngineSource, KernelSource) of the engine's fused_moe_kernel for a test that compiles it with the real Triton:
+    skipped (naming why) without Triton or without the engine (installed, or its wheel in tileprobe's wheel cache)."""
+    if installed() is None:
+        pytest.skip("Triton is not installed")
+    try:
+        return engine_kernel_source(engine, None)
+    except UsageError as exc:
+        pytest.skip(str(exc))

@@ -30,10 +30,13 @@ def test_unknown_pair_and_arch_are_refused():
 
 
 @pytest.mark.nvcc
-def test_whole_map_equals_flashinfers_own_enumeration(tmp_path, nvcc_path):
+def test_whole_map_equals_flashinfers_own_enumeration(toolchain):
+    """FlashInfer's enumeration is built with the real nvcc through native_tactics_cached and the session's build
+    cache: the same content-keyed build (flashinfer tree, nvcc) export --check runs (tests/engines/test_blocklist.py
+    builds it first in a full run), compiled at most once per session."""
     tree = _installed()
     t0 = time.monotonic()
-    lines = native.native_tactics(tree, nvcc_path, tmp_path / "build")
+    lines = native.native_tactics_cached(tree, toolchain.nvcc, toolchain.cache)
     print(f"flashinfer {tree.version}: {len(lines)} tactic lines from its own getTactics in "
           f"{time.monotonic() - t0:.0f} s")
     # Everything FlashInfer numbers on SM120 is a TMA warp-specialized, cluster 1x1x1, AUTO-schedule config: the

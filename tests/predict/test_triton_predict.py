@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import pytest
 
+from _engine_exec import engine_source_or_skip
 from tileprobe.backends.triton.compile import TritonBuild, compile_many
-from tileprobe.backends.triton.source import KernelSource
 from tileprobe.backends.triton.toolchain import installed
-from tileprobe.engines import triton_configs as tc
-from tileprobe.engines import triton_lookup
-from tileprobe.errors import UsageError
 from tileprobe.families import triton_moe as tm
 from tileprobe.predict._common import CannotPredict
 from tileprobe.predict.triton_moe import predict
@@ -28,15 +25,7 @@ def _random_entry(rng):
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_predictor_is_exact_against_the_compiler(engine, rng):
-    if installed() is None:
-        pytest.skip("Triton is not installed")
-    try:
-        src = tc.find_engine(engine)
-    except UsageError as exc:
-        pytest.skip(str(exc))
-    mod = triton_lookup.engine_module(engine)
-    km = tc.kernel_module(src, mod.KERNEL_FILE, mod.KERNEL)
-    ks = KernelSource(km.text, km.kernel, km.relpath)
+    src, ks = engine_source_or_skip(engine)
     cases = [(rng.choice(["bf16", "fp8"]), rng.choice(tm.GEMMS), _random_entry(rng), rng.choice([1, 8, 64, 512]))
              for _ in range(3)]
     jobs = [tm.launch_job(engine, ks, q, g, 128, *tm.gemm_shape(g, 4096, 768), m, 8, e, 120) for q, g, e, m in cases]

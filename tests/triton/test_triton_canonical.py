@@ -8,13 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from _engine_exec import engine_source_or_skip
 from tileprobe.backends.triton import compile as tcomp
 from tileprobe.backends.triton import source as tsrc
-from tileprobe.backends.triton.source import KernelSource
-from tileprobe.backends.triton.toolchain import installed
-from tileprobe.engines import triton_configs as tc
-from tileprobe.engines import triton_lookup
-from tileprobe.errors import UsageError
 from tileprobe.families import triton_moe as tm
 from tileprobe.triton.audit import canonical, constexpr_positions
 from tileprobe.workloads import PRESETS
@@ -38,15 +34,7 @@ def _bound(job, tmp_path):
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_canonical_launch_binds_like_the_real_one(engine, rng, tmp_path):
-    if installed() is None:
-        pytest.skip("Triton is not installed")
-    try:
-        src = tc.find_engine(engine)
-    except UsageError as exc:
-        pytest.skip(str(exc))
-    mod = triton_lookup.engine_module(engine)
-    km = tc.kernel_module(src, mod.KERNEL_FILE, mod.KERNEL)
-    ks = KernelSource(km.text, km.kernel, km.relpath)
+    src, ks = engine_source_or_skip(engine)
     consts = constexpr_positions(ks)
     for _ in range(12):
         model = rng.choice(list(PRESETS.values()))
