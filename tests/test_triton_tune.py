@@ -1,0 +1,150 @@
+"""export triton-configs --tune: the engine tuners' search spaces, the refusal without a GPU of the target's arch,
+and a whole tune on Triton's CPU interpreter (small space, small problem): configs over the limit are compiled
+(the real Triton compile for the target's arch) and never launched, a config whose result is wrong (SGLang's kernel
+with BLOCK_SIZE_K = 256 over a 128-wide fp8 scale block reads one scale per 256 columns: a real wrong config, which
+SGLang's tuner filters out of its space) is never chosen, and the engine's own lookup (from its source) loads the
+written folder. On a GPU: a real tune of a few configs (gpu marker)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tileprobe.engines import sglang, vllm
+from tileprobe.engines import triton_configs as tc
+from tileprobe.errors import UsageError
+from tileprobe.triton import tune
+
+ROOT = Path(__file__).resolve().parent.parent
+KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+
+
+def test_search_spaces_are_the_engine_tuners():
+    """vLLM and SGLang on CUDA: 5 x 4 x 3 x 4 x 2 x 4 distinct configs; with fp8 block [128, 128] vLLM keeps the
+    tiles that are multiples of the block (BLOCK_SIZE_K and BLOCK_SIZE_N in {128, 256}), SGLang the K tiles that
+    divide it (64, 128)."""
+    full = tune.search_space("vllm", tc.scheme("bf16"))
+    assert len(full) == 1920 and len({tuple(c[k] for k in KEYS) for c in full}) == 1920
+    assert {c["BLOCK_SIZE_M"] for c in full} == {16, 32, 64, 128, 256}
+    assert {c["num_stages"] for c in full} == {2, 3, 4, 5} and {c["GROUP_SIZE_M"] for c in full} == {1, 16, 32, 64}
+    assert tune.search_space("sglang", tc.scheme("bf16")) == full
+    assert tune.search_space("vllm", tc.scheme("fp8")) == full  # per-tensor fp8: no block, no filter
+    v = tune.search_space("vllm", tc.scheme("fp8-block"))
+    s = tune.search_space("sglang", tc.scheme("fp8-block"))
+    assert len(v) == 640 and {(c["BLOCK_SIZE_K"], c["BLOCK_SIZE_N"]) for c in v} == {
+        (k, n) for k in (128, 256) for n in (128, 256)}
+    assert len(s) == 1280 and {c["BLOCK_SIZE_K"] for c in s} == {64, 128}
+    assert {c["BLOCK_SIZE_N"] for c in s} == {32, 64, 128, 256}
+    assert all(c in full for c in v + s)
+
+
+def test_tune_refuses_without_a_gpu_of_the_arch(tmp_path):
+    try:
+        import torch
+        if torch.cuda.is_available():
+            pytest.skip("a GPU is visible here")
+    except ImportError:
+        pass
+    f = tmp_path / vllm.config_file_name(128, 768, tc.scheme("bf16"), "NVIDIA H200")
+    f.write_text(json.dumps({"1": dict(zip(KEYS, (16, 64, 128, 1, 4, 3)))}))
+    p = subprocess.run([sys.executable, "-m", "tileprobe", "export", "triton-configs", str(f), "--target", "h200",
+                        "--out", str(tmp_path / "o"), "--tune"], capture_output=True, text=True, timeout=300,
+                       cwd=ROOT, env=os.environ | {"PYTHONPATH": str(ROOT)})
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--tune" in lines[0] and ("CUDA" in lines[0] or "GPU" in lines[0]), p.stderr
+    assert not (tmp_path / "o").exists()
+
+
+SCRIPT = r'''
+import json, sys
+import torch
+from pathlib import Path
+from tileprobe.triton import tune
+inputs, out, space, seed, cache = sys.argv[1], Path(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+opts = tune.TuneOptions(device="cpu", dtype=torch.float32, space=space, jobs=2, seed=seed, cache_dir=cache,
+                        confirm_top=8, launch_overrides={"compute_type": "tl.float32", "USE_GDC": False,
+                                                         "launch_pdl": False})
+files, prov = tune.run(Path(inputs), "sglang", None, "rtx-pro-6000", out, None, 256, opts)
+print(json.dumps({"files": [str(f.path) for f in files], "prov": prov}))
+'''
+
+
+def _cfg(bm, bn, bk, warps=4, stages=2):
+    return dict(zip(KEYS, (bm, bn, bk, 1, warps, stages)))
+
+
+def test_interpreted_tune_prunes_checks_and_writes_what_sglang_loads(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    try:
+        src = tc.find_engine("sglang")
+    except UsageError as exc:
+        pytest.skip(str(exc))
+    from _engine_exec import sglang_namespace
+    from tileprobe.targets import PROFILES
+    r = random.Random()
+    good = [_cfg(16, 32, 64), _cfg(16, 64, 128, stages=r.choice([2, 3]))]
+    wrong = _cfg(16, 32, 256)  # one fp8 scale per 256 columns of K: wrong for K = 256 (two 128-blocks)
+    over = _cfg(128, 256, 128, warps=8, stages=4)  # (4-1) * (128*128 + 128*256) fp8 bytes alone > 101376
+    space = good + [wrong, over]
+    r.shuffle(space)
+    scheme = tc.scheme("fp8-block")
+    m = r.choice([1, 2])
+    f = tmp_path / "in" / "triton_3_4_0" / sglang.config_file_name(8, 32, scheme, "NVIDIA H200")
+    f.parent.mkdir(parents=True)
+    f.write_text(json.dumps({str(m): over, "64": over}))  # the input's entry is the over-limit one
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, "-c", SCRIPT, str(f), str(out), json.dumps(space), str(r.randrange(10**6)),
+                        str(tmp_path / "cache")], capture_output=True, text=True, timeout=1500, cwd=ROOT,
+                       env=os.environ | {"PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    prov = res["prov"]
+    launched = set(prov["launch_log"])
+    assert tune._label(over) not in launched  # pruned: compiled, never launched
+    assert launched == {tune._label(c) for c in good + [wrong]}
+    assert prov["totals"]["space"] == 4 and prov["totals"]["pruned_over_limit"] == 1 and prov["totals"]["left"] == 3
+    target = PROFILES["rtx-pro-6000"]
+    monkeypatch.setenv(sglang.USER_ENV, str(out))
+    for dev in (x for x in res["files"]):
+        rel = str(Path(dev).relative_to(out))
+        for key in (str(m), "64"):
+            rec = prov["files"][rel]["entries"][key]
+            assert rec["pruned_configs"] == [over] and rec["left"] == 3 and rec["screened"] == 3
+            assert rec["rejected_wrong"] == [wrong], rec["confirmed"]
+            assert rec["winner"] in good and rec["bytes"] <= 101376
+        name = Path(dev).name.split("device_name=")[1].split(",dtype")[0].replace("_", " ")
+        ns = sglang_namespace(src, tmp_path / "tree", name, target.smem_optin, target.sms, (12, 0))
+        loaded = ns["get_moe_configs"](8, 32, "fp8_w8a8", 128, 128)
+        assert loaded == {int(k): v for k, v in json.loads(Path(dev).read_text()).items()}
+        assert loaded[m] == prov["files"][rel]["entries"][str(m)]["winner"]
+
+
+@pytest.mark.gpu
+def test_gpu_tune_of_a_few_configs(tmp_path):
+    """A real tune on the GPU (its own arch's profile), a handful of configs, bf16, two M keys."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    from tileprobe.targets import resolve_target
+    dev_target, devices = resolve_target(None)
+    if not devices:
+        pytest.skip("no GPU")
+    r = random.Random()
+    space = [_cfg(16, 64, 128), _cfg(32, 64, 64, stages=3), _cfg(64, 128, 64, warps=8, stages=3),
+             _cfg(256, 256, 256, warps=8, stages=5)]  # the last: over any opt-in limit
+    f = tmp_path / "in" / vllm.config_file_name(128, 768, tc.scheme("bf16"), devices[0].device_name)
+    f.parent.mkdir()
+    f.write_text(json.dumps({"1": space[0], "16": space[1]}))
+    opts = tune.TuneOptions(space=space, jobs=4, seed=r.randrange(10**6), confirm_top=3)
+    files, prov = tune.run(f, "vllm", None, dev_target.name, tmp_path / "out", [devices[0].device_name], None, opts)
+    assert tune._label(space[3]) not in set(prov["launch_log"])
+    for rec in next(iter(prov["files"].values()))["entries"].values():
+        assert rec["winner"] in space[:3] and rec["us_graph_median"] > 0
