@@ -139,6 +139,10 @@ class _Counted:
         return self.fn()
 
 
+def _entries(folder: str) -> int:
+    return len(os.listdir(folder)) if os.path.isdir(folder) else 0
+
+
 def _label(c: dict) -> str:
     return ",".join(f"{k}={c[k]}" for k, _ in GRID)
 
@@ -286,7 +290,8 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
                   "files": {}, "totals": {}}
     written: list[Tuned] = []
     totals = {"space": 0, "pruned_over_limit": 0, "pruned_no_compile": 0, "left": 0, "compile_s": 0.0,
-              "screen_s": 0.0, "confirm_s": 0.0, "launches": 0}
+              "screen_s": 0.0, "confirm_s": 0.0, "launches": 0,
+              "jit_entries_added_by_launches": 0}
     launch_log: list[str] = []
     downs = {(f.triton_dir, f.name) for f in files if f.name.down}
     for f in files:
@@ -318,6 +323,7 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
         builds = compile_many([canonical(job(space[i], m, g), consts) for m, i in pairs for g in gemms], opts.jobs,
                               opts.cache_dir, triton_cache=triton_cache, worker_env=worker_env)
         compile_s = time.perf_counter() - t0
+        entries_compiled = _entries(triton_cache)
         per = len(gemms)
         need: dict = {}
         per_m: dict[int, dict] = {m: {"over_limit": [], "no_compile": [], "left": []} for m in keys}
@@ -352,6 +358,8 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
             totals["screen_s"] += rec["screen_s"]
             totals["confirm_s"] += rec["confirm_s"]
         totals["compile_s"] += compile_s
+        # Triton cache entries the launches added (0 when every launch found the workers' cubin; CPU: no cache)
+        totals["jit_entries_added_by_launches"] += _entries(triton_cache) - entries_compiled
         # per file: a config counts as pruned when it is pruned at some M; left when launched at every M
         totals["space"] += len(space)
         for why in ("over_limit", "no_compile"):
