@@ -69,8 +69,8 @@ from pathlib import Path
 from tileprobe.triton import tune
 inputs, out, space, seed, cache = sys.argv[1], Path(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 opts = tune.TuneOptions(device="cpu", dtype=torch.float32, space=space, jobs=2, seed=seed, cache_dir=cache,
-                        confirm_top=8, launch_overrides={"compute_type": "tl.float32", "USE_GDC": False,
-                                                         "launch_pdl": False})
+                        confirm_top=8, tolerance=(1e-4, 1e-4),
+                        launch_overrides={"compute_type": "tl.float32", "USE_GDC": False, "launch_pdl": False})
 files, prov = tune.run(Path(inputs), "sglang", None, "rtx-pro-6000", out, None, 256, opts)
 print(json.dumps({"files": [str(f.path) for f in files], "prov": prov}))
 '''
@@ -133,10 +133,10 @@ def test_gpu_tune_of_a_few_configs(tmp_path):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no GPU")
-    from tileprobe.targets import resolve_target
+    from tileprobe.targets import PROFILES, resolve_target
     dev_target, devices = resolve_target(None)
-    if not devices:
-        pytest.skip("no GPU")
+    if not devices or dev_target.name not in PROFILES:
+        pytest.skip("no GPU with a target profile")
     r = random.Random()
     space = [_cfg(16, 64, 128), _cfg(32, 64, 64, stages=3), _cfg(64, 128, 64, warps=8, stages=3),
              _cfg(256, 256, 256, warps=8, stages=5)]  # the last: over any opt-in limit
@@ -147,4 +147,70 @@ def test_gpu_tune_of_a_few_configs(tmp_path):
     files, prov = tune.run(f, "vllm", None, dev_target.name, tmp_path / "out", [devices[0].device_name], None, opts)
     assert tune._label(space[3]) not in set(prov["launch_log"])
     for rec in next(iter(prov["files"].values()))["entries"].values():
-        assert rec["winner"] in space[:3] and rec["us_graph_median"] > 0
+        assert rec["winner"] in space[:3] and rec["us_graph_median"] > 0 and rec["pruned_configs"] == [space[3]]
+    rows = [json.loads(x) for x in (tmp_path / "out" / tune.ROWS_DIR / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == prov["totals"]["rows"] > 0 and {r["evidence"] for r in rows} == {"verified"}
+    assert prov["totals"]["jit_entries_added_by_launches"] == 0  # every launch found the workers' cubin
+
+
+JIT = r'''
+import json, os, sys
+from pathlib import Path
+cache, tdir, cc, job_json = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+os.environ["TRITON_CACHE_DIR"] = tdir
+from triton.backends.compiler import GPUTarget
+from triton.runtime.driver import driver
+from tileprobe.backends.triton.compile import jit_function, stand_in
+from tileprobe.backends.triton.source import KernelSource, load
+d = json.loads(job_json)
+class Stub:  # all JITFunction.run asks the driver before its compile (warmup: nothing is launched)
+    def get_current_device(self): return 0
+    def get_current_stream(self, device=None): return 0
+    def get_current_target(self): return GPUTarget("cuda", cc, 32)
+driver.set_active(Stub())
+fn = jit_function(load(KernelSource(d["text"], d["function"], "test"), Path(cache)))
+k = fn.warmup(*[stand_in(a) for a in d["args"]], grid=(1,), **{key: stand_in(v) for key, v in d["kwargs"]})
+print(json.dumps({"hash": k.hash, "shared": k.metadata.shared}))
+'''
+
+
+def test_jit_launch_finds_the_cubin_the_tune_compiled(tmp_path):
+    """Triton's own JIT path (JITFunction.warmup: binder, _pack_args, compile's file-cache lookup), run with the
+    engine launch's real integer arguments and a driver stub that reports sm_90, finds the entry tileprobe's worker
+    compiled from the canonical job in the shared TRITON_CACHE_DIR: same key, nothing added. A launch tileprobe did
+    not compile (another stage count) adds exactly its own entry, so the check can fail."""
+    import base64
+    pytest.importorskip("triton")
+    from tileprobe.backends.triton.compile import compile_many
+    from tileprobe.triton.audit import canonical, constexpr_positions
+    from tileprobe.families import triton_moe as tm
+    from tileprobe.triton_sweep import engine_kernel_source
+    try:
+        _, source = engine_kernel_source("vllm", None)
+    except UsageError as exc:
+        pytest.skip(str(exc))
+    r = random.Random()
+    entry = _cfg(r.choice([16, 32]), r.choice([32, 64]), r.choice([64, 128]), stages=r.choice([2, 3]))
+    m, gemm = r.choice([1, 16, 24]), r.choice(tm.GEMMS)
+    job = tm.launch_job("vllm", source, "bf16", gemm, 128, *tm.gemm_shape(gemm, 2048, 768), m, 8, entry, 90)
+    tdir, cache = tmp_path / "triton-jit", tmp_path / "cache"
+    built = compile_many([canonical(job, constexpr_positions(source))], 1, cache, triton_cache=str(tdir),
+                         worker_env={"TRITON_CACHE_DIR": str(tdir), "TRITON_INTERPRET": None})[0]
+    before = set(os.listdir(tdir))
+
+    def warm(j):
+        d = {"text": source.text, "function": source.function, "args": list(j.args),
+             "kwargs": [list(x) for x in j.kwargs]}
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"PYTHONPATH": str(ROOT)}
+        p = subprocess.run([sys.executable, "-c", JIT, str(cache), str(tdir), "90", json.dumps(d)],
+                           capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+        assert p.returncode == 0, p.stderr[-3000:]
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    got = warm(job)
+    assert set(os.listdir(tdir)) == before and built.shared == got["shared"]
+    assert base64.b32encode(bytes.fromhex(got["hash"])).decode().rstrip("=") in before
+    other = tm.launch_job("vllm", source, "bf16", gemm, 128, *tm.gemm_shape(gemm, 2048, 768), m, 8,
+                          entry | {"num_stages": entry["num_stages"] + 2}, 90)
+    got2 = warm(other)
+    assert set(os.listdir(tdir)) - before == {base64.b32encode(bytes.fromhex(got2["hash"])).decode().rstrip("=")}

@@ -36,6 +36,7 @@ earlier run whose Triton folder was removed is still valid for pruning; its laun
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -56,10 +57,14 @@ from tileprobe.errors import UsageError
 from tileprobe.families import family
 from tileprobe.families import triton_moe as tm
 from tileprobe.lazy import LazyModule
+from tileprobe.results.rows import Outcome, StaticInfo, make_row
+from tileprobe.results.writer import ResultsWriter, row_key
 from tileprobe.targets import Target, profile, resolve_target
 from tileprobe.triton.audit import _entry, arch_of, canonical, constexpr_positions, guess_engine, problem_for
 from tileprobe.triton.export import PROVENANCE
-from tileprobe.triton_sweep import engine_kernel_source
+from tileprobe.triton_sweep import engine_kernel_source, toolchain_columns
+from tileprobe.verdict import Verdict
+from tileprobe.workloads import PRESETS
 
 torch = LazyModule("torch")
 
@@ -102,6 +107,8 @@ class TuneOptions:
     dtype: object = None
     launch_overrides: dict = field(default_factory=dict)
     space: list[dict] | None = None  # replaces the engine's space (tests: a small one)
+    tolerance: tuple[float, float] | None = None  # (atol, rtol); default the family's (bf16 output); the CPU
+    # interpreter computes in fp32, so its tests check to 1e-4 as tests/test_triton_runtime.py does
 
 
 @dataclass
@@ -137,6 +144,42 @@ class _Counted:
     def __call__(self):
         self.log.append(self.label)
         return self.fn()
+
+
+ROWS_DIR = "tileprobe-rows"  # beside the config files: neither engine reads it
+
+
+def write_rows(folder: Path, device: Target, triton, ctx: dict, arch: str, builds: list, pairs: list,
+               space: list[dict], rel: str) -> int:
+    """Result rows (the usual schema, rows.make_row) for every launch the confirm step checked and timed."""
+    fam = family(tm.NAME)
+    per = len(ctx["gemms"])
+    index = {(m, i): n for n, (m, i) in enumerate(pairs)}
+    n = 0
+    with ResultsWriter(folder, resume=True) as writer:
+        for entry, m, g, seed, got in ctx["runtime"]:
+            nn, kk = tm.gemm_shape(g, ctx["hidden"], ctx["N"])
+            cfg = tm.make_config(ctx["engine"], ctx["quant"], g, ctx["experts"], nn, kk, ctx["top_k"], entry, arch,
+                                 f"tune:{Path(rel).name}#{m}")
+            b = builds[index[(m, space.index(entry))] * per + ctx["gemms"].index(g)]
+            info = StaticInfo(stages=b.num_stages, smem_bytes=b.shared, regs_per_thread=b.regs,
+                              threads_per_cta=b.num_warps * 32, compiled=True)
+            got = dict(got)
+            ok = got.pop("verified")
+            verdict = Verdict.OK if ok else Verdict.INCORRECT
+            reason = (f"every one of {got['checked_elements']} elements within {got['atol']} + "
+                      f"{got['rtol']}*|ref| of the fp64 reference" if ok else
+                      f"{got['bad_elements']} of {got['checked_elements']} elements off the fp64 reference")
+            ident = f"{device.device_name}|{g}|{m}|{seed}|tune"
+            point = {"workload": ctx["workload"], "gemm": g, "batch": m, "routing": "uniform", "experts_active": None,
+                     "problem": f"M={m} E={ctx['experts']} N={nn} K={kk} top_k={ctx['top_k']} (tune of {rel})",
+                     "problems_hash": hashlib.sha256(ident.encode()).hexdigest()[:12], "seed": seed}
+            runtime = {**got, "gpu_index": device.gpu_index, "launch_status": "ok", "launch_reason": reason}
+            row = make_row(cfg, device, toolchain_columns(triton), Outcome(cfg, verdict, reason, info), runtime, point)
+            if not writer.has(row_key(row)):
+                writer.write(row)
+                n += 1
+    return n
 
 
 def _entries(folder: str) -> int:
@@ -188,6 +231,8 @@ def tune_key(ctx: dict, m: int, left: list[int], space: list[dict], log: list) -
     seed = ctx["seed"] + m
     tensors = {g: rt.make_tensors(probs[g], seed, opts.device, opts.dtype) for g in gemms}
     aligned: dict = {}
+    reps = {g: 1 if opts.device == "cpu" else rt.rotations(
+        probs[g], len(set(tensors[g].topk_ids.reshape(-1).tolist())), ctx["l2"]) for g in gemms}
 
     def launches_of(i: int) -> list:
         out = []
@@ -196,8 +241,7 @@ def tune_key(ctx: dict, m: int, left: list[int], space: list[dict], log: list) -
             job = _for_launch(ctx["job"](space[i], m, g), opts.launch_overrides)
             kw = dict(job.kwargs)
             bm, naive = kw["BLOCK_SIZE_M"], bool(kw.get("naive_block_assignment", False))
-            active = len(set(t.topk_ids.reshape(-1).tolist()))
-            r = 1 if opts.device == "cpu" else rt.rotations(p, active, ctx["l2"])
+            r = reps[g]
             for j in range(r):
                 key = (g, bm, naive, j)
                 if key not in aligned:
@@ -224,11 +268,13 @@ def tune_key(ctx: dict, m: int, left: list[int], space: list[dict], log: list) -
                 job = _for_launch(ctx["job"](space[i], m, g), opts.launch_overrides)
                 naive = bool(dict(job.kwargs).get("naive_block_assignment", False))
                 log.append(_label(space[i]))
-                got = rt.run_point(ctx["kernel"], job, probs[g], seed + 1, opts.device, fam.atol, fam.rtol,
+                atol, rtol = opts.tolerance or (fam.atol, fam.rtol)
+                got = rt.run_point(ctx["kernel"], job, probs[g], seed + 1, opts.device, atol, rtol,
                                    ctx["l2"], naive, opts.dtype, timed=opts.device != "cpu")
                 rec["gemms"][g] = {k: got[k] for k in ("verified", "bad_elements", "checked_elements", "rel_err")
                                    if k in got} | {k: round(got[k], 3) for k in ("us_graph_median", "us_median")
                                                   if k in got}
+                ctx["runtime"].append((space[i], m, g, seed + 1, got))
         except Exception as exc:
             rec["error"] = one_line(exc)
         rec["verified"] = "error" not in rec and all(v["verified"] for v in rec["gemms"].values())
@@ -244,7 +290,8 @@ def tune_key(ctx: dict, m: int, left: list[int], space: list[dict], log: list) -
             "us_graph_median": best["us_graph_median"] if best else None,
             "bytes": ctx["bytes"][(m, space.index(best["config"]))] if best else None,
             "screened": len(screened), "screen_failed": failed, "confirmed": confirmed,
-            "rejected_wrong": [r["config"] for r in confirmed if not r["verified"]],
+            "rejected_wrong": [r["config"] for r in confirmed if not r["verified"] and "error" not in r],
+            "confirm_failed": [{"config": r["config"], "error": r["error"]} for r in confirmed if "error" in r],
             "screen_s": round(screen_s, 2), "confirm_s": round(confirm_s, 2)}
 
 
@@ -268,7 +315,7 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
     files = tc.read_tree(Path(inputs), engine)
     device = require_device(target) if opts.device != "cpu" else None
     limit = device.smem_optin if device else target.smem_optin
-    require_triton(opts.any_triton)
+    triton = require_triton(opts.any_triton)
     src, source = engine_kernel_source(engine, wheel)
     consts = constexpr_positions(source)
     cache = cache_root(opts.cache_dir)
@@ -291,7 +338,7 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
     written: list[Tuned] = []
     totals = {"space": 0, "pruned_over_limit": 0, "pruned_no_compile": 0, "left": 0, "compile_s": 0.0,
               "screen_s": 0.0, "confirm_s": 0.0, "launches": 0,
-              "jit_entries_added_by_launches": 0}
+              "jit_entries_added_by_launches": 0, "rows": 0}
     launch_log: list[str] = []
     downs = {(f.triton_dir, f.name) for f in files if f.name.down}
     for f in files:
@@ -338,7 +385,8 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
                 need[(m, i)] = max(b.shared for b in bs)
         ctx = {"engine": engine, "quant": scheme.name, "gemms": gemms, "opts": opts, "experts": prob.experts_global,
                "hidden": prob.hidden, "N": f.name.N, "top_k": prob.top_k, "seed": seed, "kernel": kernel,
-               "l2": device.l2_bytes if device else 0, "job": job, "bytes": need}
+               "l2": device.l2_bytes if device else 0, "job": job, "bytes": need, "runtime": [],
+               "workload": prob.how.split()[0] if prob.how.split()[0] in PRESETS else None}
         out_entries: dict[str, dict] = {}
         prov_keys: dict[str, dict] = {}
         for m in keys:
@@ -358,6 +406,8 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
             totals["screen_s"] += rec["screen_s"]
             totals["confirm_s"] += rec["confirm_s"]
         totals["compile_s"] += compile_s
+        if device is not None:
+            totals["rows"] += write_rows(out / ROWS_DIR, device, triton, ctx, arch, builds, pairs, space, f.rel)
         # Triton cache entries the launches added (0 when every launch found the workers' cubin; CPU: no cache)
         totals["jit_entries_added_by_launches"] += _entries(triton_cache) - entries_compiled
         # per file: a config counts as pruned when it is pruned at some M; left when launched at every M
