@@ -1,14 +1,17 @@
 """A real pruned tune on the lent H200: qwen3-30b-a3b, vLLM, bf16, the engine's shipped H200 file as input
-(`E=128,N=768,device_name=NVIDIA_H200.json`), `--batches 1,16,64,256`; then the shipped entry at each of those M
+(`E=128,N=768,device_name=NVIDIA_H200.json`; `--hidden 2048`: qwen3-235b-a22b at tp2 has the same file name, and
+tileprobe's preset match would otherwise take its hidden size 4096), `--batches 1,16,64,256`; then the shipped entry at each of those M
 timed the same way (runtime.run_point: element-wise check, graph timing over rotated routings), for comparison.
 Prints and appends one JSON record to results/benchmarks/triton_tune_h200.jsonl, and writes it to OUT/record.json
 (on the device only OUT comes back).
 
     PYTHONPATH=. python3 benchmarks/triton_tune_h200.py --any-triton --out $OUT/tune [--batches 1,16,64,256]
-        [--jobs N] [--cache-dir .tp-cache/tune] [--no-save]
+        [--jobs N] [--cache-dir .tp-cache/tune] [--prune-only] [--no-save]
 
 The build cache defaults to .tp-cache/tune (git-ignored: kept on a warm device between calls), so a run cut by the
-device's per-command limit resumes with every config already compiled. With no TILEPROBE_ENGINE_WHEELS set, the
+device's per-command limit resumes with every config already compiled. The cold estimate printed first is over
+the 10-minute per-command limit for 1,16,64,256 on 16 cores; then run it twice on the same warm machine:
+`--prune-only` (the compile of the whole space, no launch), then without it (the record carries both calls). With no TILEPROBE_ENGINE_WHEELS set, the
 slimmed wheels in .engine-wheels/ are used.
 """
 
@@ -68,6 +71,8 @@ def main() -> None:
     ap.add_argument("--jobs", default=str(os.cpu_count() or 1))
     ap.add_argument("--cache-dir", default=str(ROOT / ".tp-cache" / "tune"))
     ap.add_argument("--any-triton", action="store_true")
+    ap.add_argument("--prune-only", action="store_true",
+                    help="compile and prune only (fills the cache; a second call then tunes with it warm)")
     ap.add_argument("--no-save", action="store_true")
     a = ap.parse_args()
     if not os.environ.get(tc.WHEELS_ENV) and (ROOT / ".engine-wheels").is_dir():
@@ -77,19 +82,22 @@ def main() -> None:
     shipped = {int(k): v for k, v in json.loads(text).items()}
     batches = [int(b) for b in a.batches.split(",")]
     jobs = int(a.jobs)
-    # the estimate: every config of the space, both GEMMs, one specialisation for the naive M (M*top_k*4 <= E)
-    # and one for the rest; ~1 s per compile per core
+    # the estimate: every config of the space, both GEMMs, one specialisation for vLLM's naive M (M*top_k*4 <= E)
+    # and one for the rest; 0.7 s per compile per core (measured on the 2-core CPU machine, a sample of the space
+    # for sm_90, under load), plus ~0.03 s per config and M to screen and ~3 s per confirmed config and M
     classes = len({m * 8 * 4 <= 128 for m in batches})
     est_compiles = 1920 * 2 * classes
-    print(f"estimate: {est_compiles} compiles / {jobs} workers ~ {est_compiles / jobs:.0f} s at 1 s each (cold)",
-          flush=True)
+    est = est_compiles * 0.7 / jobs + 1920 * 0.8 * len(batches) * 0.03 + 8 * len(batches) * 3
+    print(f"estimate (cold cache): {est_compiles} compiles / {jobs} workers ~ {est_compiles * 0.7 / jobs:.0f} s, "
+          f"whole tune ~ {est:.0f} s", flush=True)
     out = Path(a.out)
     with tempfile.TemporaryDirectory() as tmp:
         inp = Path(tmp) / SHIPPED
         inp.write_text(text)
         cmd = [sys.executable, "-m", "tileprobe", "export", "triton-configs", str(inp), "--engine", "vllm",
-               "--target", "h200", "--out", str(out), "--tune", "--batches", a.batches, "--jobs", str(jobs),
-               "--cache-dir", a.cache_dir] + (["--any-triton"] if a.any_triton else [])
+               "--target", "h200", "--out", str(out), "--tune", "--hidden", "2048", "--batches", a.batches, "--jobs", str(jobs),
+               "--cache-dir", a.cache_dir] + (["--any-triton"] if a.any_triton else []) + (
+                   ["--prune-only"] if a.prune_only else [])
         t0 = time.perf_counter()
         p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=3600,
                            env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -98,6 +106,11 @@ def main() -> None:
     if p.returncode != 0:
         raise SystemExit(f"tune failed ({p.returncode}): {p.stderr.strip()[-2000:]}")
     prov = json.loads((out / "tileprobe-provenance.json").read_text())
+    prune_record = Path(a.cache_dir) / "prune-call.json"  # kept with the cache: the next call reports it
+    if a.prune_only:
+        prune_record.write_text(json.dumps({"wall_s": round(wall, 2), "jobs": jobs, "totals": prov["totals"]}))
+        print(json.dumps({"prune_call": json.loads(prune_record.read_text())}))
+        return
     info = next(iter(prov["files"].values()))
     _, devices = resolve_target("h200")
     dev = devices[0]
@@ -118,7 +131,9 @@ def main() -> None:
               "machine": platform.machine(), "python": platform.python_version(),
               "triton": metadata.version("triton"), "torch": metadata.version("torch"), "engine": prov["engine"],
               "workload": "qwen3-30b-a3b tp1 bf16", "input": SHIPPED, "totals": prov["totals"],
-              "estimate_compiles": est_compiles, "per_m": per_m}
+              "estimate_compiles": est_compiles, "estimate_s": round(est),
+              "prune_call": json.loads(prune_record.read_text()) if prune_record.is_file() else None,
+              "per_m": per_m}
     line = json.dumps(record)
     print(line)
     out.mkdir(parents=True, exist_ok=True)

@@ -214,3 +214,24 @@ def test_jit_launch_finds_the_cubin_the_tune_compiled(tmp_path):
                           entry | {"num_stages": entry["num_stages"] + 2}, 90)
     got2 = warm(other)
     assert set(os.listdir(tdir)) - before == {base64.b32encode(bytes.fromhex(got2["hash"])).decode().rstrip("=")}
+
+
+def test_prune_only_needs_no_gpu_and_launches_nothing(tmp_path):
+    """--prune-only: every config compiled for the target's arch and counted; nothing launched, no config file."""
+    pytest.importorskip("triton")
+    try:
+        tc.find_engine("vllm")
+    except UsageError as exc:
+        pytest.skip(str(exc))
+    r = random.Random()
+    fits = _cfg(16, r.choice([32, 64]), 64, stages=r.choice([2, 3]))
+    over = _cfg(128, 256, 128, warps=8, stages=4)  # 3 * (128*128 + 128*256) bf16 bytes alone = 294912 > 232448
+    f = tmp_path / "in" / vllm.config_file_name(128, 768, tc.scheme("bf16"), "NVIDIA H200")
+    f.parent.mkdir()
+    f.write_text(json.dumps({"16": fits}))
+    opts = tune.TuneOptions(space=[over, fits], prune_only=True, jobs=2, cache_dir=str(tmp_path / "cache"))
+    files, prov = tune.run(f, "vllm", None, "h200", tmp_path / "out", None, 2048, opts)
+    assert files == [] and prov["launch_log"] == [] and prov["evidence"].startswith("compiled, not launched")
+    t = prov["totals"]
+    assert (t["space"], t["pruned_over_limit"], t["pruned_no_compile"], t["left"]) == (2, 1, 0, 1)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["tileprobe-provenance.json"]

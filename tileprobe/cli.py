@@ -522,6 +522,7 @@ def export_triton_configs(
     confirm_top: Annotated[int, typer.Option("--confirm-top", help="--tune: how many of the screen's fastest get the element-wise check and full timing")] = 8,
     screen_reps: Annotated[int, typer.Option("--screen-reps", help="--tune: timed graph replays per config in the screen")] = 3,
     seed: Annotated[Optional[int], typer.Option("--seed", help="--tune: the inputs' seed (default: random, recorded)")] = None,
+    prune_only: Annotated[bool, typer.Option("--prune-only", help="--tune: compile and prune the space only (no GPU needed; nothing launched; fills the caches a later --tune reuses)")] = False,
 ) -> None:
     """Engine config files for TARGET in the engine's names and layout, every entry fitting (an over-limit entry
     becomes the nearest fitting config by a stated rule; compiled, not timed; provenance beside them). With --tune,
@@ -529,7 +530,7 @@ def export_triton_configs(
     if tune:
         opts = triton_tune.TuneOptions(batches=_ints([batches] if batches else None, "--batches"), confirm_top=confirm_top,
                                        screen_reps=screen_reps, jobs=max(1, jobs), cache_dir=cache_dir,
-                                       any_triton=any_triton, seed=seed)
+                                       any_triton=any_triton, seed=seed, prune_only=prune_only)
         tuned, prov = triton_tune.run(inputs, engine, engine_wheel, target, out, _split_csv(device_name), hidden,
                                       opts)
         for line in triton_tune.summary(tuned, prov):

@@ -107,6 +107,7 @@ class TuneOptions:
     dtype: object = None
     launch_overrides: dict = field(default_factory=dict)
     space: list[dict] | None = None  # replaces the engine's space (tests: a small one)
+    prune_only: bool = False  # compile and prune only (fills the caches; no GPU needed, nothing launched)
     tolerance: tuple[float, float] | None = None  # (atol, rtol); default the family's (bf16 output); the CPU
     # interpreter computes in fp32, so its tests check to 1e-4 as tests/test_triton_runtime.py does
 
@@ -180,6 +181,14 @@ def write_rows(folder: Path, device: Target, triton, ctx: dict, arch: str, build
                 writer.write(row)
                 n += 1
     return n
+
+
+def _workload(E: int, N: int, hidden: int) -> str | None:
+    """The preset whose experts, intermediate size (N = inter / tp) and hidden size match the file's problem."""
+    for name, m in PRESETS.items():
+        if m.experts == E and m.inter % N == 0 and m.hidden == hidden:
+            return name
+    return None
 
 
 def _entries(folder: str) -> int:
@@ -313,7 +322,7 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
     cc = tm.arch_cc(arch)
     devs = triton_lookup.device_names(target, device_names)
     files = tc.read_tree(Path(inputs), engine)
-    device = require_device(target) if opts.device != "cpu" else None
+    device = require_device(target) if opts.device != "cpu" and not opts.prune_only else None
     limit = device.smem_optin if device else target.smem_optin
     triton = require_triton(opts.any_triton)
     src, source = engine_kernel_source(engine, wheel)
@@ -321,15 +330,16 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
     cache = cache_root(opts.cache_dir)
     triton_cache = str(cache / "triton-jit")
     worker_env = {"TRITON_CACHE_DIR": triton_cache, "TRITON_INTERPRET": None}
-    if opts.device != "cpu":
+    if device is not None:
         os.environ["TRITON_CACHE_DIR"] = triton_cache  # the launches read the cubins the workers wrote
     kernel = load(source, cache)
     seed = opts.seed if opts.seed is not None else random.randrange(2**31)
     gpu = device.device_name if device else "no GPU (Triton's CPU interpreter: a test run, not timed)"
     prov: dict = {"tool": "tileprobe export triton-configs --tune", "engine": src.label(), "target": target.name,
                   "smem_limit_bytes": limit, "arch": arch, "seed": seed,
-                  "evidence": f"verified (timed on {gpu})" if device else "verified on Triton's CPU interpreter "
-                                                                           "(test only; not timed)",
+                  "evidence": "compiled, not launched (--prune-only)" if opts.prune_only else
+                  f"verified (timed on {gpu})" if device else "verified on Triton's CPU interpreter (test only; "
+                                                              "not timed)",
                   "space_source": SPACE_SOURCE[engine] if opts.space is None else "given (test)",
                   "screen_rule": f"one CUDA graph of the launches over rotated routings, 1 warm + "
                                  f"{opts.screen_reps} timed replays, median; the {opts.confirm_top} fastest "
@@ -383,10 +393,21 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
             else:
                 per_m[m]["left"].append(i)
                 need[(m, i)] = max(b.shared for b in bs)
+        totals["compile_s"] += compile_s
+        # per file: a config counts as pruned when it is pruned at some M; left when launched at every M
+        totals["space"] += len(space)
+        for why in ("over_limit", "no_compile"):
+            totals[f"pruned_{why}"] += len({i for m in keys for i in per_m[m][why]})
+        totals["left"] += len(set.intersection(*(set(per_m[m]["left"]) for m in keys))) if keys else 0
+        if opts.prune_only:  # the caches are filled; nothing is launched or written but the provenance
+            prov["files"][f.rel] = {"from": f.path, "problem": prob.how, "gemms": list(gemms),
+                                    "compile_s": round(compile_s, 2), "entries": {str(m): {
+                                        k: len(v) for k, v in per_m[m].items()} for m in keys}}
+            continue
         ctx = {"engine": engine, "quant": scheme.name, "gemms": gemms, "opts": opts, "experts": prob.experts_global,
                "hidden": prob.hidden, "N": f.name.N, "top_k": prob.top_k, "seed": seed, "kernel": kernel,
                "l2": device.l2_bytes if device else 0, "job": job, "bytes": need, "runtime": [],
-               "workload": prob.how.split()[0] if prob.how.split()[0] in PRESETS else None}
+               "workload": _workload(f.name.E, f.name.N, prob.hidden)}
         out_entries: dict[str, dict] = {}
         prov_keys: dict[str, dict] = {}
         for m in keys:
@@ -405,16 +426,10 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
             totals["launches"] += rec["launches"]
             totals["screen_s"] += rec["screen_s"]
             totals["confirm_s"] += rec["confirm_s"]
-        totals["compile_s"] += compile_s
         if device is not None:
             totals["rows"] += write_rows(out / ROWS_DIR, device, triton, ctx, arch, builds, pairs, space, f.rel)
         # Triton cache entries the launches added (0 when every launch found the workers' cubin; CPU: no cache)
         totals["jit_entries_added_by_launches"] += _entries(triton_cache) - entries_compiled
-        # per file: a config counts as pruned when it is pruned at some M; left when launched at every M
-        totals["space"] += len(space)
-        for why in ("over_limit", "no_compile"):
-            totals[f"pruned_{why}"] += len({i for m in keys for i in per_m[m][why]})
-        totals["left"] += len(set.intersection(*(set(per_m[m]["left"]) for m in keys))) if keys else 0
         for dev in devs:
             if engine == "vllm":
                 path = out / mod.config_file_name(f.name.E, f.name.N, scheme, dev)
@@ -442,6 +457,8 @@ def summary(tuned: list[Tuned], prov: dict) -> list[str]:
     out = [f"space {t['space']} configs: pruned {t['pruned_over_limit']} over {prov['smem_limit_bytes']} B, "
            f"{t['pruned_no_compile']} did not compile; {t['left']} left and launched "
            f"(wall {t['wall_s']} s: compile {t['compile_s']} s, screen {t['screen_s']} s, confirm {t['confirm_s']} s)"]
+    if prov["evidence"].startswith("compiled"):
+        return out + [f"{rel}: per M {info['entries']}" for rel, info in prov["files"].items()]
     for rel, info in prov["files"].items():
         out.append(f"{rel}:")
         for m, rec in info["entries"].items():
