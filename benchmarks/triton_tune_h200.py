@@ -1,7 +1,8 @@
 """A real pruned tune on the lent H200: qwen3-30b-a3b, vLLM, bf16, the engine's shipped H200 file as input
-(`E=128,N=768,device_name=NVIDIA_H200.json`; `--hidden 2048`: qwen3-235b-a22b at tp2 has the same file name, and
-tileprobe's preset match would otherwise take its hidden size 4096), `--batches 1,16,64,256`; then the shipped entry at each of those M
-timed the same way (runtime.run_point: element-wise check, graph timing over rotated routings), for comparison.
+(`E=128,N=768,device_name=NVIDIA_H200.json`; `--hidden 2048`: qwen3-235b-a22b at tp2 has the same file name,
+and tileprobe's preset match would otherwise take its hidden size 4096), `--batches 1,16,64,256`; then the shipped
+entry at each of those M timed the same way (runtime.run_point: element-wise check, graph timing over rotated
+routings), for comparison.
 Prints and appends one JSON record to results/benchmarks/triton_tune_h200.jsonl, and writes it to OUT/record.json
 (on the device only OUT comes back).
 
@@ -9,10 +10,10 @@ Prints and appends one JSON record to results/benchmarks/triton_tune_h200.jsonl,
         [--jobs N] [--cache-dir .tp-cache/tune] [--prune-only] [--no-save]
 
 The build cache defaults to .tp-cache/tune (git-ignored: kept on a warm device between calls), so a run cut by the
-device's per-command limit resumes with every config already compiled. The cold estimate printed first is over
-the 10-minute per-command limit for 1,16,64,256 on 16 cores; then run it twice on the same warm machine:
-`--prune-only` (the compile of the whole space, no launch), then without it (the record carries both calls). With no TILEPROBE_ENGINE_WHEELS set, the
-slimmed wheels in .engine-wheels/ are used.
+device's per-command limit resumes with every config already compiled. The cold estimate printed first (~616 s for
+1,16,64,256 on 16 cores) is at the 10-minute per-command limit; then run it twice on the same warm machine:
+`--prune-only` (the compile of the whole space, no launch), then without it (the record carries both calls). With
+no TILEPROBE_ENGINE_WHEELS set, the slimmed wheels in .engine-wheels/ are used.
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ def main() -> None:
         inp = Path(tmp) / SHIPPED
         inp.write_text(text)
         cmd = [sys.executable, "-m", "tileprobe", "export", "triton-configs", str(inp), "--engine", "vllm",
-               "--target", "h200", "--out", str(out), "--tune", "--hidden", "2048", "--batches", a.batches, "--jobs", str(jobs),
+               "--target", "h200", "--out", str(out), "--tune", "--hidden", "2048", "--batches", a.batches,
+               "--jobs", str(jobs),
                "--cache-dir", a.cache_dir] + (["--any-triton"] if a.any_triton else []) + (
                    ["--prune-only"] if a.prune_only else [])
         t0 = time.perf_counter()

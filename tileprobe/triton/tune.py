@@ -22,6 +22,11 @@ The tune, per output file and batch size M (a key of the input file; `batches` p
 3. Confirm: the `confirm_top` fastest by the screen get runtime.run_point on fresh inputs for each GEMM: every
    element checked against the fp64 reference, then graph-timed over rotated routings. The winner is the fastest
    config whose every GEMM is verified; a config with a wrong element is never chosen (the provenance lists it).
+   A time per M (`us_graph_median`) is the sum over the GEMMs the file serves (vLLM: one entry serves both).
+Only the M keys tuned are written. Result rows (rows.make_row, evidence `verified`) of every confirmed launch go to
+OUT/tileprobe-rows/. `prune_only` stops after step 1 (no GPU needed; the caches are filled for a later tune).
+Not handled: an SGLang `_down` file is tuned on its own, but the engine runs its entry with the up entry's
+BLOCK_SIZE_M (down_config), so tune the up file without a `_down` file beside it (one config for both GEMMs).
 
 Triton's cache: the workers compile with TRITON_CACHE_DIR set to one folder (`<cache>/triton-jit`), which the
 launching process uses too. The JIT launch (`JITFunction.run` -> `_do_compile` -> `triton.compile(ASTSource(fn,
@@ -29,9 +34,12 @@ signature, constexprs, attrs), target=driver target, options=options.__dict__)`)
 the same source hash, backend (target) hash and options hash as tileprobe's own `triton.compile(ASTSource(...))`
 with the binder's signature, constexprs and attrs (tileprobe.backends.triton.compile), and `GPUTarget("cuda", 90,
 32)` is what the H200's driver reports; so the launch of a pruned-in config finds its cubin and is not compiled
-again. tests/test_triton_tune.py checks this on the CPU: Triton's own JIT warmup, with a driver stub that reports
-that target, adds no entry to the shared cache that tileprobe's compile filled. A tileprobe cache entry from an
-earlier run whose Triton folder was removed is still valid for pruning; its launch then JIT-compiles (slower only).
+again. Measured on the CPU machine with Triton 3.8.0 (tests/test_triton_tune.py): Triton's own JIT warmup, run with
+the engine launch's real integers and a driver stub that reports that target, computes the key of the entry
+tileprobe's worker wrote and adds nothing to the shared cache. On the device (Triton 3.6.0 on the lent H200) the
+provenance's `jit_entries_added_by_launches` says whether any launch compiled again (0: none). A tileprobe cache
+entry from an earlier run whose Triton folder was removed is still valid for pruning; its launch then JIT-compiles
+(slower only).
 """
 
 from __future__ import annotations
