@@ -34,8 +34,8 @@ signature, constexprs, attrs), target=driver target, options=options.__dict__)`)
 the same source hash, backend (target) hash and options hash as tileprobe's own `triton.compile(ASTSource(...))`
 with the binder's signature, constexprs and attrs (tileprobe.backends.triton.compile), and `GPUTarget("cuda", 90,
 32)` is what the H200's driver reports; so the launch of a pruned-in config finds its cubin and is not compiled
-again. Measured on the CPU machine with Triton 3.8.0 (tests/test_triton_tune.py): Triton's own JIT warmup, run with
-the engine launch's real integers and a driver stub that reports that target, computes the key of the entry
+again. Measured on the CPU machine with Triton 3.8.0 (tests/triton/test_triton_tune.py): Triton's own JIT warmup,
+run with the engine launch's real integers and a driver stub that reports that target, computes the key of the entry
 tileprobe's worker wrote and adds nothing to the shared cache. On the device (Triton 3.6.0 on the lent H200) the
 provenance's `jit_entries_added_by_launches` says whether any launch compiled again (0: none). A tileprobe cache
 entry from an earlier run whose Triton folder was removed is still valid for pruning; its launch then JIT-compiles

@@ -21,7 +21,7 @@ from tileprobe.engines import triton_configs as tc
 from tileprobe.errors import UsageError
 from tileprobe.triton import tune
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 
 
