@@ -15,6 +15,7 @@ from rich.console import Console
 from tileprobe import families, ray_sweep, triton_sweep
 from tileprobe.triton import audit as triton_audit
 from tileprobe.triton import export as triton_export
+from tileprobe.triton import tune as triton_tune
 from tileprobe.engines import flashinfer_blocklist as blocklist
 from tileprobe.engines import flashinfer_blocklist_check as bl_check
 from tileprobe.reports import compare
@@ -516,10 +517,25 @@ def export_triton_configs(
     jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles", show_default="cores")] = os.cpu_count() or 1,
     any_triton: Annotated[bool, typer.Option("--any-triton", help="compile with an installed Triton other than the engines' pinned release")] = False,
     cache_dir: CacheOpt = None,
+    tune: Annotated[bool, typer.Option("--tune", help="on a GPU of the target's arch: each entry becomes the fastest verified config of the engine tuner's own search space that fits (pruned by compiled bytes, screened, confirmed)")] = False,
+    batches: Annotated[Optional[str], typer.Option("--batches", help="--tune: only these M keys of the input file(s), e.g. 1,16,64")] = None,
+    confirm_top: Annotated[int, typer.Option("--confirm-top", help="--tune: how many of the screen's fastest get the element-wise check and full timing")] = 8,
+    screen_reps: Annotated[int, typer.Option("--screen-reps", help="--tune: timed graph replays per config in the screen")] = 3,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="--tune: the inputs' seed (default: random, recorded)")] = None,
+    prune_only: Annotated[bool, typer.Option("--prune-only", help="--tune: compile and prune the space only (no GPU needed; nothing launched; fills the caches a later --tune reuses)")] = False,
 ) -> None:
     """Engine config files for TARGET in the engine's names and layout, every entry fitting (an over-limit entry
-    becomes the nearest fitting config by a stated rule; compiled, not timed; provenance beside them)."""
-
+    becomes the nearest fitting config by a stated rule; compiled, not timed; provenance beside them). With --tune,
+    on a GPU of TARGET's arch, every entry is the fastest verified config of the engine's tuning space instead."""
+    if tune:
+        opts = triton_tune.TuneOptions(batches=_ints([batches] if batches else None, "--batches"), confirm_top=confirm_top,
+                                       screen_reps=screen_reps, jobs=max(1, jobs), cache_dir=cache_dir,
+                                       any_triton=any_triton, seed=seed, prune_only=prune_only)
+        tuned, prov = triton_tune.run(inputs, engine, engine_wheel, target, out, _split_csv(device_name), hidden,
+                                      opts)
+        for line in triton_tune.summary(tuned, prov):
+            sys.stdout.write(line + "\n")
+        return
     written = triton_export.run(inputs, engine, engine_wheel, target, out, _split_csv(device_name), hidden,
                                 max(1, jobs), cache_dir, any_triton)
     for w in written:

@@ -165,9 +165,11 @@ def jit_function(kernel):
     return kernel
 
 
-def _compile_now(job: KernelJob, work: Path, cache: Path) -> dict:
-    """Compile in this process into `work`; the result as a JSON dict ({'error': line} on a compile failure)."""
-    os.environ["TRITON_CACHE_DIR"] = str(work / "triton-cache")  # Triton's own cache: this entry's, never shared
+def _compile_now(job: KernelJob, work: Path, cache: Path, triton_cache: str | None = None) -> dict:
+    """Compile in this process into `work`; the result as a JSON dict ({'error': line} on a compile failure).
+    Triton's own cache is this entry's (deleted after) unless `triton_cache` names a folder to share: the tune's
+    launching process then finds the cubin there (tileprobe.triton.tune)."""
+    os.environ["TRITON_CACHE_DIR"] = triton_cache or str(work / "triton-cache")
     kernel = src_mod.load(job.source, cache)
     fn = jit_function(kernel)
     t0 = time.perf_counter()
@@ -215,7 +217,7 @@ def _as_result(doc: dict, cached: bool) -> TritonBuild | TritonCompileError:
 
 
 def compile_job(job: KernelJob, cache_dir: str | os.PathLike | None = None,
-                rebuild: bool = False) -> TritonBuild | TritonCompileError:
+                rebuild: bool = False, triton_cache: str | None = None) -> TritonBuild | TritonCompileError:
     """The build of one launch, from the cache or compiled now (a compile failure is returned, not raised)."""
     cache = cache_root(cache_dir)
     inst = installed()
@@ -230,7 +232,7 @@ def compile_job(job: KernelJob, cache_dir: str | os.PathLike | None = None,
             return _as_result(doc, True)
         work = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
         try:
-            doc = _compile_now(job, work, cache)
+            doc = _compile_now(job, work, cache, triton_cache)
             doc["identity"] = job.identity(version)
             (work / "result.json").write_text(json.dumps(doc, indent=1, default=str))
             shutil.rmtree(work / "triton-cache", ignore_errors=True)
@@ -243,16 +245,28 @@ def compile_job(job: KernelJob, cache_dir: str | os.PathLike | None = None,
 
 
 def _worker(args) -> TritonBuild | TritonCompileError:
-    job, cache_dir, rebuild = args
+    job, cache_dir, rebuild, triton_cache = args
     try:
-        return compile_job(job, cache_dir, rebuild)
+        return compile_job(job, cache_dir, rebuild, triton_cache)
     except TritonCompileError as exc:
         return exc
 
 
+def _set_env(env: dict) -> None:
+    """A worker's environment: each name set to its value, or removed where the value is None."""
+    for k, v in env.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 def compile_many(jobs: list[KernelJob], n_jobs: int = 1, cache_dir: str | os.PathLike | None = None,
-                 rebuild: bool = False) -> list[TritonBuild | TritonCompileError]:
-    """Every job's build, in order; cache misses compiled by `n_jobs` processes (distinct jobs compiled once)."""
+                 rebuild: bool = False, triton_cache: str | None = None,
+                 worker_env: dict | None = None) -> list[TritonBuild | TritonCompileError]:
+    """Every job's build, in order; cache misses compiled by `n_jobs` processes (distinct jobs compiled once).
+    `triton_cache`: Triton's own cache folder, shared by every worker (kept); `worker_env`: the workers'
+    environment changes (then every miss is compiled in a worker process, never in this one)."""
     cache = cache_root(cache_dir)
     version = (installed().version if installed() else "none")
     keys = [j.key(version) for j in jobs]
@@ -262,12 +276,15 @@ def compile_many(jobs: list[KernelJob], n_jobs: int = 1, cache_dir: str | os.Pat
         if doc is not None:
             done[k] = _as_result(doc, True)
     todo = {k: j for k, j in zip(keys, jobs) if k not in done}
-    work = [(j, str(cache), rebuild) for j in todo.values()]
-    if n_jobs <= 1 or len(work) <= 1:
+    work = [(j, str(cache), rebuild, triton_cache) for j in todo.values()]
+    if worker_env is None and (n_jobs <= 1 or len(work) <= 1):
         results = [_worker(w) for w in work]
+    elif not work:
+        results = []
     else:
-        with ProcessPoolExecutor(max_workers=min(n_jobs, len(work)),
-                                 mp_context=multiprocessing.get_context("spawn")) as pool:
+        with ProcessPoolExecutor(max_workers=max(1, min(n_jobs, len(work))),
+                                 mp_context=multiprocessing.get_context("spawn"), initializer=_set_env,
+                                 initargs=(worker_env or {},)) as pool:
             results = list(pool.map(_worker, work))
     done.update(zip(todo, results))
     return [done[k] for k in keys]

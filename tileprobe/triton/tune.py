@@ -1,0 +1,482 @@
+"""`tileprobe export triton-configs --tune`: on a GPU of the target's arch, each entry of the engine's config files
+becomes the best *verified* config of the engine tuner's own search space that fits, measured.
+
+The search space is data (tileprobe's statement of it, not the engines' code):
+- vLLM: `benchmarks/kernels/benchmark_moe.py`, get_configs_compute_bound, CUDA branch (vllm-project/vllm at
+  71acd375): BLOCK_SIZE_M {16,32,64,128,256} x BLOCK_SIZE_N {32,64,128,256} x BLOCK_SIZE_K {64,128,256} x
+  GROUP_SIZE_M {1,16,32,64} x num_warps {4,8} x num_stages {2,3,4,5} = 1920 configs. With fp8 block quantization
+  [block_n, block_k] it keeps only configs with `BLOCK_SIZE_K % block_k == 0 and BLOCK_SIZE_N % block_n == 0`
+  (multiples of the block: 640 of 1920 for [128, 128]).
+- SGLang: `benchmark/kernels/fused_moe_triton/common_utils.py` get_configs_compute_bound (the same 1920 on CUDA) and
+  `tuning_fused_moe_triton.py`, which with a block shape keeps only `block_k % BLOCK_SIZE_K == 0` (divisors of the
+  block: 1280 of 1920 for [128, 128]) (sgl-project/sglang at 00e96592 / 00f0b462).
+
+The tune, per output file and batch size M (a key of the input file; `batches` picks a subset):
+1. Prune: every config is compiled for the GPU's own arch, for each GEMM the file serves (as export does), in worker
+   processes (`jobs`), cached by content; a config that does not compile, or whose `metadata.shared` exceeds the
+   device's opt-in limit, is pruned and never launched.
+2. Screen: every config left is launched once on fresh random inputs (the routing rotated as runtime.run_point
+   rotates it, so the weights read span 4x the L2 or every expert); SCREEN RULE: one CUDA graph of those launches
+   (both GEMMs), replayed once to warm, then `screen_reps` replays timed with CUDA events; the screen time is their
+   median per launch set. A launch that raises is recorded and dropped.
+3. Confirm: the `confirm_top` fastest by the screen get runtime.run_point on fresh inputs for each GEMM: every
+   element checked against the fp64 reference, then graph-timed over rotated routings. The winner is the fastest
+   config whose every GEMM is verified; a config with a wrong element is never chosen (the provenance lists it).
+   A time per M (`us_graph_median`) is the sum over the GEMMs the file serves (vLLM: one entry serves both).
+Only the M keys tuned are written. Result rows (rows.make_row, evidence `verified`) of every confirmed launch go to
+OUT/tileprobe-rows/. `prune_only` stops after step 1 (no GPU needed; the caches are filled for a later tune).
+Not handled: an SGLang `_down` file is tuned on its own, but the engine runs its entry with the up entry's
+BLOCK_SIZE_M (down_config), so tune the up file without a `_down` file beside it (one config for both GEMMs).
+
+Triton's cache: the workers compile with TRITON_CACHE_DIR set to one folder (`<cache>/triton-jit`), which the
+launching process uses too. The JIT launch (`JITFunction.run` -> `_do_compile` -> `triton.compile(ASTSource(fn,
+signature, constexprs, attrs), target=driver target, options=options.__dict__)`) computes its file-cache key from
+the same source hash, backend (target) hash and options hash as tileprobe's own `triton.compile(ASTSource(...))`
+with the binder's signature, constexprs and attrs (tileprobe.backends.triton.compile), and `GPUTarget("cuda", 90,
+32)` is what the H200's driver reports; so the launch of a pruned-in config finds its cubin and is not compiled
+again. Measured on the CPU machine with Triton 3.8.0 (tests/triton/test_triton_tune.py): Triton's own JIT warmup,
+run with the engine launch's real integers and a driver stub that reports that target, computes the key of the entry
+tileprobe's worker wrote and adds nothing to the shared cache. On the device (Triton 3.6.0 on the lent H200) the
+provenance's `jit_entries_added_by_launches` says whether any launch compiled again (0: none). A tileprobe cache
+entry from an earlier run whose Triton folder was removed is still valid for pruning; its launch then JIT-compiles
+(slower only).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import random
+import statistics
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from tileprobe.backends.triton import runtime as rt
+from tileprobe.backends.triton.compile import KernelJob, TritonBuild, compile_many, one_line
+from tileprobe.backends.triton.source import load
+from tileprobe.backends.triton.toolchain import cache_root, require_triton
+from tileprobe.engines import sglang
+from tileprobe.engines import triton_configs as tc
+from tileprobe.engines import triton_lookup
+from tileprobe.errors import UsageError
+from tileprobe.families import family
+from tileprobe.families import triton_moe as tm
+from tileprobe.lazy import LazyModule
+from tileprobe.results.rows import Outcome, StaticInfo, make_row
+from tileprobe.results.writer import ResultsWriter, row_key
+from tileprobe.targets import Target, profile, resolve_target
+from tileprobe.triton.audit import _entry, arch_of, canonical, constexpr_positions, guess_engine, problem_for
+from tileprobe.triton.export import PROVENANCE
+from tileprobe.triton_sweep import engine_kernel_source, toolchain_columns
+from tileprobe.verdict import Verdict
+from tileprobe.workloads import PRESETS
+
+torch = LazyModule("torch")
+
+GRID = (("BLOCK_SIZE_M", (16, 32, 64, 128, 256)), ("BLOCK_SIZE_N", (32, 64, 128, 256)),
+        ("BLOCK_SIZE_K", (64, 128, 256)), ("GROUP_SIZE_M", (1, 16, 32, 64)), ("num_warps", (4, 8)),
+        ("num_stages", (2, 3, 4, 5)))
+SPACE_SOURCE = {
+    "vllm": "vLLM benchmarks/kernels/benchmark_moe.py get_configs_compute_bound (CUDA); fp8 block: BLOCK_SIZE_K "
+            "and BLOCK_SIZE_N multiples of the block",
+    "sglang": "SGLang benchmark/kernels/fused_moe_triton common_utils.get_configs_compute_bound (CUDA) + "
+              "tuning_fused_moe_triton.py; fp8 block: BLOCK_SIZE_K divides block_k",
+}
+
+
+def search_space(engine: str, scheme: tc.Scheme) -> list[dict]:
+    """The engine tuner's own CUDA search space for this scheme (the module docstring's statement)."""
+    keys = [k for k, _ in GRID]
+    space = [dict(zip(keys, values)) for values in itertools.product(*(v for _, v in GRID))]
+    if scheme.block_shape and all(scheme.block_shape):
+        bn, bk = scheme.block_shape
+        if engine == "vllm":
+            space = [c for c in space if c["BLOCK_SIZE_K"] % bk == 0 and c["BLOCK_SIZE_N"] % bn == 0]
+        else:
+            space = [c for c in space if bk % c["BLOCK_SIZE_K"] == 0]
+    return space
+
+
+@dataclass
+class TuneOptions:
+    batches: list[int] | None = None  # a subset of the input files' M keys (default: every key)
+    confirm_top: int = 8
+    screen_reps: int = 3
+    jobs: int = 1
+    cache_dir: str | None = None
+    any_triton: bool = False
+    seed: int | None = None
+    # for tests on Triton's CPU interpreter only: no GPU; launches on "cpu" with these kwargs replaced (e.g. fp32
+    # compute, no PDL) and activations of `dtype`; the compile (pruning) is the real one for the target's arch
+    device: str = "cuda"
+    dtype: object = None
+    launch_overrides: dict = field(default_factory=dict)
+    space: list[dict] | None = None  # replaces the engine's space (tests: a small one)
+    prune_only: bool = False  # compile and prune only (fills the caches; no GPU needed, nothing launched)
+    tolerance: tuple[float, float] | None = None  # (atol, rtol); default the family's (bf16 output); the CPU
+    # interpreter computes in fp32, so its tests check to 1e-4 as tests/test_triton_runtime.py does
+
+
+@dataclass
+class Tuned:
+    path: Path
+    keys: list[int]
+
+
+def require_device(target: Target) -> Target:
+    """The GPU to tune on: torch with CUDA, a visible GPU, of the target's compute capability. UsageError else."""
+    try:
+        has_cuda = bool(torch.cuda.is_available())
+    except ImportError:
+        raise UsageError("--tune needs torch (with CUDA): it is not installed") from None
+    if not torch.version.cuda:
+        raise UsageError(f"--tune needs torch with CUDA; this torch ({torch.__version__}) has none")
+    if not has_cuda:
+        raise UsageError("--tune launches on a GPU of the target's arch: no CUDA GPU is visible")
+    _, devices = resolve_target(target.name)
+    if not devices:
+        cc = ".".join(map(str, torch.cuda.get_device_capability()))
+        raise UsageError(f"--tune on this GPU ({torch.cuda.get_device_name()}, sm_{cc.replace('.', '')}) cannot "
+                         f"tune for {target.name} (sm_{target.cc_int}): the GPU must be of the target's arch")
+    return devices[0]
+
+
+class _Counted:
+    """A launch that records its config each time it runs (the tune's launch count)."""
+
+    def __init__(self, fn, log: list, label: str):
+        self.fn, self.log, self.label = fn, log, label
+
+    def __call__(self):
+        self.log.append(self.label)
+        return self.fn()
+
+
+ROWS_DIR = "tileprobe-rows"  # beside the config files: neither engine reads it
+
+
+def write_rows(folder: Path, device: Target, triton, ctx: dict, arch: str, builds: list, pairs: list,
+               space: list[dict], rel: str) -> int:
+    """Result rows (the usual schema, rows.make_row) for every launch the confirm step checked and timed."""
+    fam = family(tm.NAME)
+    per = len(ctx["gemms"])
+    index = {(m, i): n for n, (m, i) in enumerate(pairs)}
+    n = 0
+    with ResultsWriter(folder, resume=True) as writer:
+        for entry, m, g, seed, got in ctx["runtime"]:
+            nn, kk = tm.gemm_shape(g, ctx["hidden"], ctx["N"])
+            cfg = tm.make_config(ctx["engine"], ctx["quant"], g, ctx["experts"], nn, kk, ctx["top_k"], entry, arch,
+                                 f"tune:{Path(rel).name}#{m}")
+            b = builds[index[(m, space.index(entry))] * per + ctx["gemms"].index(g)]
+            info = StaticInfo(stages=b.num_stages, smem_bytes=b.shared, regs_per_thread=b.regs,
+                              threads_per_cta=b.num_warps * 32, compiled=True)
+            got = dict(got)
+            ok = got.pop("verified")
+            verdict = Verdict.OK if ok else Verdict.INCORRECT
+            reason = (f"every one of {got['checked_elements']} elements within {got['atol']} + "
+                      f"{got['rtol']}*|ref| of the fp64 reference" if ok else
+                      f"{got['bad_elements']} of {got['checked_elements']} elements off the fp64 reference")
+            ident = f"{device.device_name}|{g}|{m}|{seed}|tune"
+            point = {"workload": ctx["workload"], "gemm": g, "batch": m, "routing": "uniform", "experts_active": None,
+                     "problem": f"M={m} E={ctx['experts']} N={nn} K={kk} top_k={ctx['top_k']} (tune of {rel})",
+                     "problems_hash": hashlib.sha256(ident.encode()).hexdigest()[:12], "seed": seed}
+            runtime = {**got, "gpu_index": device.gpu_index, "launch_status": "ok", "launch_reason": reason}
+            row = make_row(cfg, device, toolchain_columns(triton), Outcome(cfg, verdict, reason, info), runtime, point)
+            if not writer.has(row_key(row)):
+                writer.write(row)
+                n += 1
+    return n
+
+
+def _workload(E: int, N: int, hidden: int) -> str | None:
+    """The preset whose experts, intermediate size (N = inter / tp) and hidden size match the file's problem."""
+    for name, m in PRESETS.items():
+        if m.experts == E and m.inter % N == 0 and m.hidden == hidden:
+            return name
+    return None
+
+
+def _entries(folder: str) -> int:
+    return len(os.listdir(folder)) if os.path.isdir(folder) else 0
+
+
+def _label(c: dict) -> str:
+    return ",".join(f"{k}={c[k]}" for k, _ in GRID)
+
+
+def _screen(launches: list, device: str, reps: int) -> float:
+    """The screen rule (module docstring): microseconds per pass over `launches`."""
+    if device == "cpu":  # Triton's interpreter (tests): the wall time of one pass
+        t0 = time.perf_counter()
+        for f in launches:
+            f()
+        return (time.perf_counter() - t0) * 1e6
+    for f in launches:
+        f()
+    torch.cuda.synchronize()
+    stream, graph = torch.cuda.Stream(), torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph, stream=stream):
+            for f in launches:
+                f()
+    torch.cuda.synchronize()
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(max(1, reps)):
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
+def _for_launch(job: KernelJob, overrides: dict) -> KernelJob:
+    return replace(job, kwargs=tuple((k, overrides.get(k, v)) for k, v in job.kwargs))
+
+
+def tune_key(ctx: dict, m: int, left: list[int], space: list[dict], log: list) -> dict:
+    """Screen then confirm at one M; returns the provenance record (winner None when nothing verified)."""
+    engine, quant, gemms, opts = ctx["engine"], ctx["quant"], ctx["gemms"], ctx["opts"]
+    fam = family(tm.NAME)
+    probs = {g: rt.Problem(engine, quant, g, ctx["experts"], *tm.gemm_shape(g, ctx["hidden"], ctx["N"]), m,
+                           ctx["top_k"]) for g in gemms}
+    seed = ctx["seed"] + m
+    tensors = {g: rt.make_tensors(probs[g], seed, opts.device, opts.dtype) for g in gemms}
+    aligned: dict = {}
+    reps = {g: 1 if opts.device == "cpu" else rt.rotations(
+        probs[g], len(set(tensors[g].topk_ids.reshape(-1).tolist())), ctx["l2"]) for g in gemms}
+
+    def launches_of(i: int) -> list:
+        out = []
+        for g in gemms:
+            p, t = probs[g], tensors[g]
+            job = _for_launch(ctx["job"](space[i], m, g), opts.launch_overrides)
+            kw = dict(job.kwargs)
+            bm, naive = kw["BLOCK_SIZE_M"], bool(kw.get("naive_block_assignment", False))
+            r = reps[g]
+            for j in range(r):
+                key = (g, bm, naive, j)
+                if key not in aligned:
+                    ids = (t.topk_ids + j * max(1, p.experts // r)) % p.experts if j else t.topk_ids
+                    aligned[key] = rt.align(engine, ids, bm, p.experts, naive)
+                out.append(_Counted(rt.launcher(ctx["kernel"], job, p, t, *aligned[key]), log, _label(space[i])))
+        return out
+
+    t0 = time.perf_counter()
+    screened, failed = [], []
+    for i in left:
+        try:
+            screened.append((_screen(launches_of(i), opts.device, opts.screen_reps), i))
+        except Exception as exc:  # the launch's own error: the config is dropped, with its one line
+            failed.append({"config": space[i], "error": one_line(exc)})
+    screen_s = time.perf_counter() - t0
+    screened.sort()
+    t0 = time.perf_counter()
+    confirmed = []
+    for us_screen, i in screened[:max(1, opts.confirm_top)]:
+        rec = {"config": space[i], "us_screen": round(us_screen, 3), "gemms": {}}
+        try:
+            for g in gemms:
+                job = _for_launch(ctx["job"](space[i], m, g), opts.launch_overrides)
+                naive = bool(dict(job.kwargs).get("naive_block_assignment", False))
+                log.append(_label(space[i]))
+                atol, rtol = opts.tolerance or (fam.atol, fam.rtol)
+                got = rt.run_point(ctx["kernel"], job, probs[g], seed + 1, opts.device, atol, rtol,
+                                   ctx["l2"], naive, opts.dtype, timed=opts.device != "cpu")
+                rec["gemms"][g] = {k: got[k] for k in ("verified", "bad_elements", "checked_elements", "rel_err")
+                                   if k in got} | {k: round(got[k], 3) for k in ("us_graph_median", "us_median")
+                                                  if k in got}
+                ctx["runtime"].append((space[i], m, g, seed + 1, got))
+        except Exception as exc:
+            rec["error"] = one_line(exc)
+        rec["verified"] = "error" not in rec and all(v["verified"] for v in rec["gemms"].values())
+        times = [v.get("us_graph_median") for v in rec["gemms"].values()]
+        rec["us_graph_median"] = round(sum(times), 3) if rec["verified"] and None not in times else None
+        confirmed.append(rec)
+    confirm_s = time.perf_counter() - t0
+    ok = [r for r in confirmed if r["verified"]]
+    # the fastest verified by its graph time (on the CPU interpreter, tests only: by the screen time)
+    best = min(ok, key=lambda r: (r["us_graph_median"] if r["us_graph_median"] is not None else r["us_screen"]),
+               default=None)
+    return {"winner": best["config"] if best else None,
+            "us_graph_median": best["us_graph_median"] if best else None,
+            "bytes": ctx["bytes"][(m, space.index(best["config"]))] if best else None,
+            "screened": len(screened), "screen_failed": failed, "confirmed": confirmed,
+            "rejected_wrong": [r["config"] for r in confirmed if not r["verified"] and "error" not in r],
+            "confirm_failed": [{"config": r["config"], "error": r["error"]} for r in confirmed if "error" in r],
+            "screen_s": round(screen_s, 2), "confirm_s": round(confirm_s, 2)}
+
+
+def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, out: Path,
+        device_names: list[str] | None, hidden: int | None, opts: TuneOptions) -> tuple[list[Tuned], dict]:
+    """The tune (module docstring); returns the files written and the provenance written beside them."""
+    wall0 = time.perf_counter()
+    if opts.jobs < 1 or opts.confirm_top < 1 or opts.screen_reps < 1:
+        raise UsageError("--jobs, --confirm-top and --screen-reps must be at least 1")
+    if not Path(inputs).exists():
+        raise UsageError(f"{inputs}: no such file or folder")
+    names_in = [p.name for p in ([Path(inputs)] if Path(inputs).is_file() else Path(inputs).rglob("*.json"))]
+    engine = engine or guess_engine(names_in)
+    mod = triton_lookup.engine_module(engine)
+    target = profile(target_name)
+    arch = arch_of(target)
+    if arch is None:
+        raise UsageError(f"triton-moe compiles for {', '.join(tm.ARCHS)}; not {target.name}")
+    cc = tm.arch_cc(arch)
+    devs = triton_lookup.device_names(target, device_names)
+    files = tc.read_tree(Path(inputs), engine)
+    device = require_device(target) if opts.device != "cpu" and not opts.prune_only else None
+    limit = device.smem_optin if device else target.smem_optin
+    triton = require_triton(opts.any_triton)
+    src, source = engine_kernel_source(engine, wheel)
+    consts = constexpr_positions(source)
+    cache = cache_root(opts.cache_dir)
+    triton_cache = str(cache / "triton-jit")
+    worker_env = {"TRITON_CACHE_DIR": triton_cache, "TRITON_INTERPRET": None}
+    if device is not None:
+        os.environ["TRITON_CACHE_DIR"] = triton_cache  # the launches read the cubins the workers wrote
+    kernel = load(source, cache)
+    seed = opts.seed if opts.seed is not None else random.randrange(2**31)
+    gpu = device.device_name if device else "no GPU (Triton's CPU interpreter: a test run, not timed)"
+    prov: dict = {"tool": "tileprobe export triton-configs --tune", "engine": src.label(), "target": target.name,
+                  "smem_limit_bytes": limit, "arch": arch, "seed": seed,
+                  "evidence": "compiled, not launched (--prune-only)" if opts.prune_only else
+                  f"verified (timed on {gpu})" if device else "verified on Triton's CPU interpreter (test only; "
+                                                              "not timed)",
+                  "space_source": SPACE_SOURCE[engine] if opts.space is None else "given (test)",
+                  "screen_rule": f"one CUDA graph of the launches over rotated routings, 1 warm + "
+                                 f"{opts.screen_reps} timed replays, median; the {opts.confirm_top} fastest "
+                                 f"confirmed by run_point (element-wise check, graph timing)",
+                  "files": {}, "totals": {}}
+    written: list[Tuned] = []
+    totals = {"space": 0, "pruned_over_limit": 0, "pruned_no_compile": 0, "left": 0, "compile_s": 0.0,
+              "screen_s": 0.0, "confirm_s": 0.0, "launches": 0,
+              "jit_entries_added_by_launches": 0, "rows": 0}
+    launch_log: list[str] = []
+    downs = {(f.triton_dir, f.name) for f in files if f.name.down}
+    for f in files:
+        scheme = tc.scheme_of(f.name)
+        if scheme is None or scheme.name not in tm.QUANTS:
+            raise UsageError(f"{f.rel}: a scheme tileprobe does not launch (dtype={f.name.dtype}, "
+                             f"block_shape={f.name.block_shape}); --tune handles {', '.join(tm.QUANTS)}")
+        prob = problem_for(f.name.E, f.name.N, hidden)
+        gemms = ("down",) if f.name.down else ("gate_up",) if (f.triton_dir, replace(f.name, down=True)) in downs \
+            else tm.GEMMS
+        keys = sorted(f.entries)
+        if opts.batches:
+            missing = [b for b in opts.batches if b not in f.entries]
+            if missing:
+                raise UsageError(f"{f.rel}: --batches {missing} are not keys of the file (keys: "
+                                 f"{', '.join(map(str, keys))})")
+            keys = sorted(set(opts.batches))
+        space = opts.space if opts.space is not None else search_space(engine, scheme)
+        for c in space:
+            if _entry({**c})[0] is None:
+                raise UsageError(f"search space entry {c}: not a fused_moe_kernel config")
+
+        def job(c: dict, m: int, g: str, scheme=scheme, prob=prob, f=f) -> KernelJob:
+            return tm.launch_job(engine, source, scheme.name, g, prob.experts_global,
+                                 *tm.gemm_shape(g, prob.hidden, f.name.N), m, prob.top_k, c, cc, prob.ep)
+
+        t0 = time.perf_counter()
+        pairs = [(m, i) for m in keys for i in range(len(space))]
+        builds = compile_many([canonical(job(space[i], m, g), consts) for m, i in pairs for g in gemms], opts.jobs,
+                              opts.cache_dir, triton_cache=triton_cache, worker_env=worker_env)
+        compile_s = time.perf_counter() - t0
+        entries_compiled = _entries(triton_cache)
+        per = len(gemms)
+        need: dict = {}
+        per_m: dict[int, dict] = {m: {"over_limit": [], "no_compile": [], "left": []} for m in keys}
+        for n, (m, i) in enumerate(pairs):
+            bs = builds[n * per:(n + 1) * per]
+            if not all(isinstance(b, TritonBuild) for b in bs):
+                per_m[m]["no_compile"].append(i)
+            elif max(b.shared for b in bs) > limit:
+                per_m[m]["over_limit"].append(i)
+            else:
+                per_m[m]["left"].append(i)
+                need[(m, i)] = max(b.shared for b in bs)
+        totals["compile_s"] += compile_s
+        # per file: a config counts as pruned when it is pruned at some M; left when launched at every M
+        totals["space"] += len(space)
+        for why in ("over_limit", "no_compile"):
+            totals[f"pruned_{why}"] += len({i for m in keys for i in per_m[m][why]})
+        totals["left"] += len(set.intersection(*(set(per_m[m]["left"]) for m in keys))) if keys else 0
+        if opts.prune_only:  # the caches are filled; nothing is launched or written but the provenance
+            prov["files"][f.rel] = {"from": f.path, "problem": prob.how, "gemms": list(gemms),
+                                    "compile_s": round(compile_s, 2), "entries": {str(m): {
+                                        k: len(v) for k, v in per_m[m].items()} for m in keys}}
+            continue
+        ctx = {"engine": engine, "quant": scheme.name, "gemms": gemms, "opts": opts, "experts": prob.experts_global,
+               "hidden": prob.hidden, "N": f.name.N, "top_k": prob.top_k, "seed": seed, "kernel": kernel,
+               "l2": device.l2_bytes if device else 0, "job": job, "bytes": need, "runtime": [],
+               "workload": _workload(f.name.E, f.name.N, prob.hidden)}
+        out_entries: dict[str, dict] = {}
+        prov_keys: dict[str, dict] = {}
+        for m in keys:
+            before = len(launch_log)
+            rec = tune_key(ctx, m, per_m[m]["left"], space, launch_log)
+            rec.update(space=len(space), pruned_over_limit=len(per_m[m]["over_limit"]),
+                       pruned_no_compile=len(per_m[m]["no_compile"]), left=len(per_m[m]["left"]),
+                       launches=len(launch_log) - before,
+                       pruned_configs=[space[i] for i in per_m[m]["over_limit"] + per_m[m]["no_compile"]])
+            if rec["winner"] is not None:
+                out_entries[str(m)] = rec["winner"]
+            else:  # nothing verified: the input's entry stays, and the provenance says it is not the tune's
+                out_entries[str(m)] = f.entries[m]
+                rec["kept_input_unverified"] = f.entries[m]
+            prov_keys[str(m)] = rec
+            totals["launches"] += rec["launches"]
+            totals["screen_s"] += rec["screen_s"]
+            totals["confirm_s"] += rec["confirm_s"]
+        if device is not None:
+            totals["rows"] += write_rows(out / ROWS_DIR, device, triton, ctx, arch, builds, pairs, space, f.rel)
+        # Triton cache entries the launches added (0 when every launch found the workers' cubin; CPU: no cache)
+        totals["jit_entries_added_by_launches"] += _entries(triton_cache) - entries_compiled
+        for dev in devs:
+            if engine == "vllm":
+                path = out / mod.config_file_name(f.name.E, f.name.N, scheme, dev)
+            else:
+                vdir = f"triton_{sglang.TRITON_VERSION.replace('.', '_')}"
+                path = out / "configs" / vdir / mod.config_file_name(f.name.E, f.name.N, scheme, dev, f.name.down)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(out_entries, indent=4) + "\n")
+            prov["files"][str(path.relative_to(out))] = {"from": f.path, "device_name": dev, "problem": prob.how,
+                                                        "gemms": list(gemms), "compile_s": round(compile_s, 2),
+                                                        "entries": prov_keys}
+            written.append(Tuned(path, keys))
+    totals = {k: round(v, 2) if isinstance(v, float) else v for k, v in totals.items()}
+    totals["wall_s"] = round(time.perf_counter() - wall0, 2)
+    prov["totals"] = totals
+    out.mkdir(parents=True, exist_ok=True)
+    (out / PROVENANCE).write_text(json.dumps(prov, indent=1) + "\n")
+    prov["launch_log"] = launch_log  # returned to the caller (tests count launches); not written
+    return written, prov
+
+
+def summary(tuned: list[Tuned], prov: dict) -> list[str]:
+    """The lines `export triton-configs --tune` prints: totals, then per file and M the winner."""
+    t = prov["totals"]
+    out = [f"space {t['space']} configs: pruned {t['pruned_over_limit']} over {prov['smem_limit_bytes']} B, "
+           f"{t['pruned_no_compile']} did not compile; {t['left']} left and launched "
+           f"(wall {t['wall_s']} s: compile {t['compile_s']} s, screen {t['screen_s']} s, confirm {t['confirm_s']} s)"]
+    if prov["evidence"].startswith("compiled"):
+        return out + [f"{rel}: per M {info['entries']}" for rel, info in prov["files"].items()]
+    for rel, info in prov["files"].items():
+        out.append(f"{rel}:")
+        for m, rec in info["entries"].items():
+            w = rec["winner"]
+            what = (f"{_label(w)}  {rec['us_graph_median']} us, {rec['bytes']} B" if w else
+                    "no verified config: the input's entry is kept (not verified)")
+            wrong = f"; {len(rec['rejected_wrong'])} confirmed config(s) wrong, not chosen" if rec["rejected_wrong"] \
+                else ""
+            out.append(f"  M={m}: {what} (screened {rec['screened']}, confirmed {len(rec['confirmed'])}{wrong})")
+    env = "VLLM_TUNED_CONFIG_FOLDER" if prov["engine"].startswith("vllm") else "SGLANG_MOE_CONFIG_DIR"
+    folder = tuned[0].path.parent if prov["engine"].startswith("vllm") else tuned[0].path.parents[2]
+    out.append(f"use: export {env}={folder} (provenance: {folder / PROVENANCE}; {prov['evidence']})")
+    return out
