@@ -2,6 +2,7 @@
 refused unless forced; duplicates are dropped."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -12,8 +13,9 @@ from tileprobe.families import FAMILIES
 from tileprobe.results.writer import load_rows, row_key
 
 
-def tileprobe(*args):
-    p = subprocess.run([sys.executable, "-m", "tileprobe", *args], capture_output=True, text=True, timeout=1800)
+def tileprobe(*args, env=None):
+    p = subprocess.run([sys.executable, "-m", "tileprobe", *args], capture_output=True, text=True, timeout=1800,
+                       env=env)
     assert "Traceback" not in p.stderr, p.stderr
     return p
 
@@ -23,11 +25,13 @@ def test_merged_shards_equal_the_unsharded_sweep(tmp_path, toolchain, rng):
     tiles = rng.sample(list(FAMILIES["sm120-nvfp4"].default_tiles), 2)
     common = ["sweep", "--static-only", "--target", "rtx-pro-6000", "--family", "sm120-nvfp4", "--tiles",
               ",".join(tiles), "--schedules", "cooperative,pingpong", "--cache-dir", str(toolchain.cache)]
-    # the unsharded sweep builds its 4 configs in one unit, each shard its 2 (static_probe.sizes_batches)
-    p = tileprobe(*common, "--jobs", "2", "--out", str(tmp_path / "full"))
+    # one config per sizes-only unit (TILEPROBE_CONFIGS_PER_TU=1): the unsharded sweep compiles its 4 units and the
+    # shards are served the same units from the session's build cache (content-keyed); the subject here is the merge
+    env = dict(os.environ, TILEPROBE_CONFIGS_PER_TU="1")
+    p = tileprobe(*common, "--jobs", "2", "--out", str(tmp_path / "full"), env=env)
     assert p.returncode == 0, p.stderr
     for i in (0, 1):
-        p = tileprobe(*common, "--jobs", "1", "--shard", f"{i}/2", "--out", str(tmp_path / f"s{i}"))
+        p = tileprobe(*common, "--jobs", "1", "--shard", f"{i}/2", "--out", str(tmp_path / f"s{i}"), env=env)
         assert p.returncode == 0, p.stderr
     report = (tmp_path / "full" / "report.md").read_text()  # every sweep writes its report
     assert "Evidence: static only — sized (types instantiated for sm_120a, sizes read); nothing launched" in report
