@@ -67,7 +67,7 @@ def main() -> None:
                        check=True, timeout=3600)
     env = cold_env(tmp, clone, not args.install)
     start = time.perf_counter()
-    p = subprocess.run([py, "-m", "pytest", "-q", "--durations=10", *args.pytest_args.split()], cwd=clone, env=env,
+    p = subprocess.run([py, "-m", "pytest", "-q", "--durations=30", *args.pytest_args.split()], cwd=clone, env=env,
                        capture_output=True, text=True, timeout=4 * 3600)
     suite_s = time.perf_counter() - start
     (tmp / "pytest.log").write_text(p.stdout + p.stderr)
@@ -81,7 +81,7 @@ def main() -> None:
     sweep_s = time.perf_counter() - start
     rec = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit, "cores": os.cpu_count(),
            "machine": platform.machine(), "loadavg_at_end": round(os.getloadavg()[0], 2),
-           "command": " ".join(["python -m pytest -q --durations=10", args.pytest_args]).strip(),
+           "command": " ".join(["python -m pytest -q --durations=30", args.pytest_args]).strip(),
            "installed": "ci venv" if args.install else "this interpreter, clone on PYTHONPATH",
            "suite_s": round(suite_s, 1), "exit_code": p.returncode, "summary": summary,
            "slowest": slowest(p.stdout)[:10], "cold_static_sweep_s": round(sweep_s, 1),
