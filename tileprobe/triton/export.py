@@ -60,11 +60,21 @@ class Written:
     notes: list[str]
 
 
-def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, out: Path,
-        device_names: list[str] | None, hidden: int | None, jobs: int, cache_dir: str | None,
-        any_triton: bool) -> list[Written]:
-    if jobs < 1:
-        raise UsageError("--jobs must be at least 1")
+@dataclass
+class Inputs:
+    """What an export (or a tune) starts from, every part checked: the engine and its module, the target, its arch
+    and compute capability, the SKU names written for, and the input config files."""
+    engine: str
+    mod: object
+    target: object
+    arch: str
+    cc: int
+    devs: list[str]
+    files: list
+
+
+def read_inputs(inputs: Path, engine: str | None, target_name: str, device_names: list[str] | None) -> Inputs:
+    """Bad input first (one line, exit 2), before Triton is looked for."""
     if not Path(inputs).exists():
         raise UsageError(f"{inputs}: no such file or folder")
     names_in = [p.name for p in ([Path(inputs)] if Path(inputs).is_file() else Path(inputs).rglob("*.json"))]
@@ -74,9 +84,25 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
     arch = arch_of(target)
     if arch is None:
         raise UsageError(f"triton-moe compiles for {', '.join(tm.ARCHS)}; not {target.name}")
-    cc = tm.arch_cc(arch)
     devs = triton_lookup.device_names(target, device_names)
-    files = tc.read_tree(Path(inputs), engine)  # bad input first: before Triton
+    return Inputs(engine, mod, target, arch, tm.arch_cc(arch), devs, tc.read_tree(Path(inputs), engine))
+
+
+def output_path(out: Path, inp: Inputs, f, scheme: tc.Scheme, dev: str) -> Path:
+    """Where the engine looks for this file for SKU `dev`: vLLM's name in OUT, SGLang's configs/triton_X_Y_Z/."""
+    if inp.engine == "vllm":
+        return out / inp.mod.config_file_name(f.name.E, f.name.N, scheme, dev)
+    vdir = f"triton_{sglang.TRITON_VERSION.replace('.', '_')}"
+    return out / "configs" / vdir / inp.mod.config_file_name(f.name.E, f.name.N, scheme, dev, f.name.down)
+
+
+def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, out: Path,
+        device_names: list[str] | None, hidden: int | None, jobs: int, cache_dir: str | None,
+        any_triton: bool) -> list[Written]:
+    if jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    inp = read_inputs(inputs, engine, target_name, device_names)
+    engine, target, arch, cc, devs, files = inp.engine, inp.target, inp.arch, inp.cc, inp.devs, inp.files
     require_triton(any_triton)
     src, source = engine_kernel_source(engine, wheel)
     consts = constexpr_positions(source)
@@ -153,11 +179,7 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
             subs += 1
         out_entries = {str(k): out_entries[str(k)] for k in f.entries}  # the input's key order (the tie rule's)
         for dev in devs:
-            if engine == "vllm":
-                path = out / mod.config_file_name(f.name.E, f.name.N, scheme, dev)
-            else:
-                vdir = f"triton_{sglang.TRITON_VERSION.replace('.', '_')}"
-                path = out / "configs" / vdir / mod.config_file_name(f.name.E, f.name.N, scheme, dev, f.name.down)
+            path = output_path(out, inp, f, scheme, dev)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(out_entries, indent=4) + "\n")
             provenance["files"][str(path.relative_to(out))] = {"from": f.path, "device_name": dev,

@@ -58,18 +58,16 @@ from tileprobe.backends.triton import runtime as rt
 from tileprobe.backends.triton.compile import KernelJob, TritonBuild, compile_many, one_line
 from tileprobe.backends.triton.source import load
 from tileprobe.backends.triton.toolchain import cache_root, require_triton
-from tileprobe.engines import sglang
 from tileprobe.engines import triton_configs as tc
-from tileprobe.engines import triton_lookup
 from tileprobe.errors import UsageError
 from tileprobe.families import family
 from tileprobe.families import triton_moe as tm
 from tileprobe.lazy import LazyModule
 from tileprobe.results.rows import Outcome, StaticInfo, make_row
 from tileprobe.results.writer import ResultsWriter, row_key
-from tileprobe.targets import Target, profile, resolve_target
-from tileprobe.triton.audit import _entry, arch_of, canonical, constexpr_positions, guess_engine, problem_for
-from tileprobe.triton.export import PROVENANCE
+from tileprobe.targets import Target, resolve_target
+from tileprobe.triton.audit import _entry, canonical, constexpr_positions, problem_for
+from tileprobe.triton.export import PROVENANCE, output_path, read_inputs
 from tileprobe.triton_sweep import engine_kernel_source, toolchain_columns
 from tileprobe.verdict import Verdict
 from tileprobe.workloads import PRESETS
@@ -318,18 +316,8 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
     wall0 = time.perf_counter()
     if opts.jobs < 1 or opts.confirm_top < 1 or opts.screen_reps < 1:
         raise UsageError("--jobs, --confirm-top and --screen-reps must be at least 1")
-    if not Path(inputs).exists():
-        raise UsageError(f"{inputs}: no such file or folder")
-    names_in = [p.name for p in ([Path(inputs)] if Path(inputs).is_file() else Path(inputs).rglob("*.json"))]
-    engine = engine or guess_engine(names_in)
-    mod = triton_lookup.engine_module(engine)
-    target = profile(target_name)
-    arch = arch_of(target)
-    if arch is None:
-        raise UsageError(f"triton-moe compiles for {', '.join(tm.ARCHS)}; not {target.name}")
-    cc = tm.arch_cc(arch)
-    devs = triton_lookup.device_names(target, device_names)
-    files = tc.read_tree(Path(inputs), engine)
+    inp = read_inputs(inputs, engine, target_name, device_names)
+    engine, target, arch, cc, devs, files = inp.engine, inp.target, inp.arch, inp.cc, inp.devs, inp.files
     device = require_device(target) if opts.device != "cpu" and not opts.prune_only else None
     limit = device.smem_optin if device else target.smem_optin
     triton = require_triton(opts.any_triton)
@@ -439,11 +427,7 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
         # Triton cache entries the launches added (0 when every launch found the workers' cubin; CPU: no cache)
         totals["jit_entries_added_by_launches"] += _entries(triton_cache) - entries_compiled
         for dev in devs:
-            if engine == "vllm":
-                path = out / mod.config_file_name(f.name.E, f.name.N, scheme, dev)
-            else:
-                vdir = f"triton_{sglang.TRITON_VERSION.replace('.', '_')}"
-                path = out / "configs" / vdir / mod.config_file_name(f.name.E, f.name.N, scheme, dev, f.name.down)
+            path = output_path(out, inp, f, scheme, dev)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(out_entries, indent=4) + "\n")
             prov["files"][str(path.relative_to(out))] = {"from": f.path, "device_name": dev, "problem": prob.how,
