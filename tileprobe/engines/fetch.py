@@ -8,9 +8,13 @@ Nothing is installed. The wheel is the engine's published file, read as a zip at
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+
+from filelock import FileLock
 
 from tileprobe.engines import triton_configs
 from tileprobe.errors import UsageError
@@ -32,21 +36,32 @@ def fetch(engine: str, version: str | None = None, dest: Path | None = None,
 
 
 def download(dist: str, version: str, dest: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Path:
-    """The wheel of distribution `dist` at `version` in `dest` (default: the wheel cache), downloaded if missing."""
+    """The wheel of distribution `dist` at `version` in `dest` (default: the wheel cache), downloaded if missing.
+    Check, lock, check: two processes asking at once (parallel test workers) download it once; pip writes into a
+    temporary folder beside it and the wheel is renamed into place whole, so nobody reads a partial file."""
     dest = Path(dest) if dest else cache_dir()
     stem = dist.replace("-", "_")
-    have = sorted(dest.glob(f"{stem}-{version}-*.whl")) if dest.is_dir() else []
-    if have:
-        return have[0]
+
+    def have() -> Path | None:
+        got = sorted(dest.glob(f"{stem}-{version}-*.whl")) if dest.is_dir() else []
+        return got[0] if got else None
+
+    if have():
+        return have()
     dest.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-q", "-d", str(dest),
-           f"{dist}=={version}"]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise UsageError(f"pip download {dist}=={version} did not finish in {timeout_s:.0f} s") from None
-    got = sorted(dest.glob(f"{stem}-{version}-*.whl"))
-    if p.returncode or not got:
-        last = (p.stderr.strip().splitlines() or ["no wheel was written"])[-1]
-        raise UsageError(f"pip download {dist}=={version} failed: {last}")
-    return got[0]
+    with FileLock(str(dest / f".{stem}-{version}.lock")):
+        if have():
+            return have()
+        with tempfile.TemporaryDirectory(prefix=".download-", dir=dest) as tmp:
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-q", "-d", tmp,
+                   f"{dist}=={version}"]
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                raise UsageError(f"pip download {dist}=={version} did not finish in {timeout_s:.0f} s") from None
+            got = sorted(Path(tmp).glob(f"{stem}-{version}-*.whl"))
+            if p.returncode or not got:
+                last = (p.stderr.strip().splitlines() or ["no wheel was written"])[-1]
+                raise UsageError(f"pip download {dist}=={version} failed: {last}")
+            os.replace(got[0], dest / got[0].name)
+    return have()
