@@ -84,7 +84,7 @@ template <int N> __global__ void static_b(float* out, int n) {{
 template __global__ void static_b<{sizes['b']}>(float*, int);
 }}
 __global__ void local_array(float* out, const int* idx, int n) {{
-  float a[{sizes['local']}];
+  volatile float a[{sizes['local']}];  // volatile: kept in local memory (a stack frame) at any size
   for (int i = 0; i < {sizes['local']}; ++i) a[i] = out[i * n + threadIdx.x];
   out[threadIdx.x] = a[idx[threadIdx.x] % {sizes['local']}];
 }}

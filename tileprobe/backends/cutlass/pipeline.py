@@ -60,7 +60,7 @@ def probe_and_launch(configs: list[Config], target: Target, job: RuntimeJob, wri
                                         job.compile_timeout_s, job.rebuild)] = ("run", c, None)
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
+                for fut in [f for f in pending if f in done]:  # several ready at once: in submission order
                     kind, c, harness = pending.pop(fut)
                     if kind == "sized":
                         accept(fut.result(), harness, launcher)
