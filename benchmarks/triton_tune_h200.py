@@ -102,7 +102,8 @@ def main() -> None:
                    ["--prune-only"] if a.prune_only else [])
         t0 = time.perf_counter()
         p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=3600,
-                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+                           env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                               [str(ROOT)] + [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x])})
         wall = time.perf_counter() - t0
     sys.stdout.write(p.stdout)
     if p.returncode != 0:

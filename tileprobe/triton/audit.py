@@ -49,11 +49,16 @@ class Problem:
 
 
 def problem_for(E: int, N: int, hidden: int | None) -> Problem:
-    for m in PRESETS.values():
-        for ep in (1, 2, 4, 8, 16, 32):
-            if m.experts % ep == 0 and m.experts // ep == E and m.inter % N == 0 and m.inter // N in (1, 2, 4, 8, 16):
-                return Problem(hidden or m.hidden, m.top_k, m.experts, ep,
-                               f"{m.name} tp{m.inter // N}" + (f" ep{ep}" if ep > 1 else ""))
+    """The preset whose experts (E, or E * ep) and intermediate size (N * tp) match, one of the given hidden size
+    first; where only another hidden size's preset matches, its top_k and ep are used and the label says the hidden
+    size was given (a file name carries E and N, never the hidden size)."""
+    matches = [(m, ep) for m in PRESETS.values() for ep in (1, 2, 4, 8, 16, 32)
+               if m.experts % ep == 0 and m.experts // ep == E and m.inter % N == 0 and m.inter // N in (1, 2, 4, 8, 16)]
+    for m, ep in sorted(matches, key=lambda me: hidden is not None and me[0].hidden != hidden):
+        how = f"{m.name} tp{m.inter // N}" + (f" ep{ep}" if ep > 1 else "")
+        if hidden is not None and m.hidden != hidden:
+            how = f"E={E} N={N} as {how} (top_k {m.top_k}), hidden {hidden} given"
+        return Problem(hidden or m.hidden, m.top_k, m.experts, ep, how)
     return Problem(hidden or ASSUMED_HIDDEN, ASSUMED_TOP_K, E, 1,
                    f"hidden {hidden} given" if hidden else f"no preset has E={E}, N={N}: hidden {ASSUMED_HIDDEN} "
                                                           "assumed")

@@ -379,11 +379,13 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
         entries_compiled = _entries(triton_cache)
         per = len(gemms)
         need: dict = {}
+        errors: dict = {}  # (M, config index) -> the compiler's own one line, for the provenance
         per_m: dict[int, dict] = {m: {"over_limit": [], "no_compile": [], "left": []} for m in keys}
         for n, (m, i) in enumerate(pairs):
             bs = builds[n * per:(n + 1) * per]
             if not all(isinstance(b, TritonBuild) for b in bs):
                 per_m[m]["no_compile"].append(i)
+                errors[(m, i)] = next(b.line for b in bs if not isinstance(b, TritonBuild))
             elif max(b.shared for b in bs) > limit:
                 per_m[m]["over_limit"].append(i)
             else:
@@ -398,7 +400,9 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
         if opts.prune_only:  # the caches are filled; nothing is launched or written but the provenance
             prov["files"][f.rel] = {"from": f.path, "problem": prob.how, "gemms": list(gemms),
                                     "compile_s": round(compile_s, 2), "entries": {str(m): {
-                                        k: len(v) for k, v in per_m[m].items()} for m in keys}}
+                                        **{k: len(v) for k, v in per_m[m].items()},
+                                        "no_compile_errors": [{"config": space[i], "error": errors[(m, i)]}
+                                                              for i in per_m[m]["no_compile"]]} for m in keys}}
             continue
         ctx = {"engine": engine, "quant": scheme.name, "gemms": gemms, "opts": opts, "experts": prob.experts_global,
                "hidden": prob.hidden, "N": f.name.N, "top_k": prob.top_k, "seed": seed, "kernel": kernel,
@@ -412,7 +416,8 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
             rec.update(space=len(space), pruned_over_limit=len(per_m[m]["over_limit"]),
                        pruned_no_compile=len(per_m[m]["no_compile"]), left=len(per_m[m]["left"]),
                        launches=len(launch_log) - before,
-                       pruned_configs=[space[i] for i in per_m[m]["over_limit"] + per_m[m]["no_compile"]])
+                       pruned_configs=[space[i] for i in per_m[m]["over_limit"] + per_m[m]["no_compile"]],
+                       no_compile=[{"config": space[i], "error": errors[(m, i)]} for i in per_m[m]["no_compile"]])
             if rec["winner"] is not None:
                 out_entries[str(m)] = rec["winner"]
             else:  # nothing verified: the input's entry stays, and the provenance says it is not the tune's
