@@ -145,15 +145,24 @@ def test_auto_carveout_with_no_room_for_two_stages_is_explained_in_bytes(toolcha
 
 
 def test_regs_build_reads_registers_and_spills_from_ptxas(toolchain):
-    c = cfg("128x128x128", schedule="pingpong")
-    (o,) = probe_static([c], TARGET, toolchain.cutlass, toolchain.nvcc, toolchain.cache, jobs=1, timeout_s=1800,
+    """`regs` (sweep --compile) builds each config as its runtime harness, the binary a GPU sweep launches: the fp8
+    config of tests/backends/cutlass/test_pipeline.py and test_gpu.py, so the session compiles it once for all
+    three. A config whose harness does not build is built again as a describe unit with device code, and that
+    build's error is the row's."""
+    good = Config("sm90-fp8", parse_tile("128x128x128", 8), "cooperative", 0, "no-c", False, "sm_90a")
+    bad = Config(FAM.name, parse_tile("96x128x128", 4), "cooperative", 0, "no-c", False, "sm_120a")  # not buildable
+    h200 = profile("h200")
+    (o,) = probe_static([good], h200, toolchain.cutlass, toolchain.nvcc, toolchain.cache, jobs=1, timeout_s=1800,
                         regs=True)
     assert o.verdict is Verdict.FITS, o.reason
     # __launch_bounds__(384, 1): at most 65536 / 384 = 170 registers, allocated in steps of 8
     assert 32 <= o.info.regs_per_thread <= 168 and o.info.spill_bytes is not None and o.info.spill_bytes >= 0
-    occ = occupancy(o.info, TARGET)
+    occ = occupancy(o.info, h200)
     assert occ["ctas_per_sm_regs"] == 65536 // (-(-o.info.regs_per_thread * 32 // 256) * 256 * 12)
-
+    (b,) = probe_static([bad], TARGET, toolchain.cutlass, toolchain.nvcc, toolchain.cache, jobs=1, timeout_s=1800,
+                        regs=True)
+    assert b.verdict is Verdict.COMPILE_ERROR and b.reason and "error" in b.log
+    assert "describe.cu" in b.log and "run.cu" not in b.log  # the describe unit's log, not the harness's
 
 def test_a_batched_build_gives_each_config_its_share_of_the_time(toolchain, tmp_path, rng):
     """Sizing builds batch configs into one translation unit: each row's compile_seconds is its share (the build's

@@ -78,7 +78,10 @@ def probe_static(configs: list[Config], target: Target, cutlass: CutlassTree, nv
     Without `regs`, configs are batched into translation units of up to CONFIGS_PER_TU consecutive configs, `jobs`
     built at a time (sizes_batches; sizes need no device code); a batch that
     fails falls back to one build per config so one bad config never hides the others. With `regs`, each config is
-    built with its device code so ptxas reports registers and spills.
+    built with its device code so ptxas reports registers and spills: as its runtime harness (run.cu, the binary a
+    GPU sweep launches: the same content-keyed cache entry, so one compile serves `--compile` and a later launch),
+    described by `--describe`; a config whose harness does not build is built again as a describe unit with device
+    code, whose log decides the row (the error is the kernel's, not the harness's).
     `on_outcome(outcome)`, when given, is called once per config as soon as its outcome is final (a batch's configs
     when that batch is described), in the order they become final: a sweep writes their rows then, not at the end.
     """
@@ -120,6 +123,22 @@ def probe_static(configs: list[Config], target: Target, cutlass: CutlassTree, nv
         order = {c.key: i for i, c in enumerate(todo)}
         singles.sort(key=lambda c: order[c.key])  # batches finish in any order; singles are built in input order
     retry: list[Config] = []
+    fallback: list[Config] = []  # regs: the configs whose runtime harness did not build
+
+    def harness_done(k: int, res: BuildResult) -> None:
+        c = singles[k]
+        o = static_from_run(c, res, target)
+        if o is None:
+            fallback.append(c)
+        else:
+            final(o)
+
+    if regs:
+        on_harness = _once(harness_done)
+        _each(build_many([BuildRequest("run", (c,)) for c in singles], cutlass, nvcc, cache, jobs, timeout_s,
+                         "compiling", rebuild, progress, on_result=on_harness), on_harness)
+        order = {c.key: i for i, c in enumerate(todo)}
+        singles = sorted(fallback, key=lambda c: order[c.key])
 
     def single_done(k: int, res: BuildResult) -> None:
         c = singles[k]
