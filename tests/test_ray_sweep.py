@@ -20,6 +20,9 @@ from tileprobe.families import FAMILIES
 from tileprobe.ray_sweep import SHARD_JSON, shard_dir
 from tileprobe.results.writer import load_rows, row_key
 
+# one worker for the whole module under `pytest -n 2 --dist loadgroup`: its module/session fixtures are built once
+pytestmark = pytest.mark.xdist_group("ray-cluster")
+
 
 def tileprobe(*args, **kw):
     return subprocess.run([sys.executable, "-m", "tileprobe", *args], capture_output=True, text=True, timeout=1800,
@@ -139,27 +142,25 @@ def test_ray_sweep_equals_the_plain_sweep_and_a_killed_task_resumes(tmp_path, cl
     # the rows merged after the kill were the final ones: every shard's but the killed one's (configs j % n == k)
     assert sorted(ident(partial)) == sorted(ident([r for j, r in enumerate(plain) if j % n != k]))
 
-    # 4. an uninterrupted --ray sweep over the n shards, likewise; each shard folder holds its configs j % n == i
-    p = tileprobe(*common, "--ray", cluster, "--ray-shards", str(n), "--out", str(tmp_path / "ray2"))
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert ident(load_rows(tmp_path / "ray2")) == ident(plain)
+    # 4. the resumed folder is laid out as an uninterrupted --ray sweep's: each shard folder holds its configs
+    # j % n == i, in order (the killed one's written afresh by --resume)
     for i in range(n):
-        assert [r["config"] for r in load_rows(shard_dir(tmp_path / "ray2", i, n))] == \
-            [r["config"] for r in plain[i::n]]
-    # each shard's run.json records the plain command of that shard; run as recorded, it gives the shard's rows
-    shard0 = shard_dir(tmp_path / "ray2", 0, n)
-    cmd = json.loads((shard0 / "run.json").read_text())["command"]
+        assert [r["config"] for r in load_rows(shard_dir(out, i, n))] == [r["config"] for r in plain[i::n]]
+    # a shard's run.json records the plain command of that shard; run as recorded, it gives the shard's rows (the
+    # shard that was never killed: its run.json is the first call's)
+    keep = shard_dir(out, (k + 1) % n, n)
+    cmd = json.loads((keep / "run.json").read_text())["command"]
     words = shlex.split(cmd)
     assert words[:2] == ["tileprobe", "sweep"] and "--ray" not in words and "--ray-shards" not in words, cmd
-    assert words[words.index("--shard") + 1] == f"0/{n}" and words[words.index("--out") + 1] == str(shard0), cmd
+    assert words[words.index("--shard") + 1] == f"{(k + 1) % n}/{n}" and words[words.index("--out") + 1] == str(keep), cmd
     again = tmp_path / "again"
     words[words.index("--out") + 1] = str(again)
     p = tileprobe(*words[1:])
     assert p.returncode == 0, p.stderr
-    assert ident(load_rows(again)) == ident(load_rows(shard0))
-    meta = json.loads((tmp_path / "ray2" / "run.json").read_text())
+    assert ident(load_rows(again)) == ident(load_rows(keep))
+    meta = json.loads((out / "run.json").read_text())
     assert len(meta["merged_from"]) == n and meta["configs"] == 4
-    assert json.loads((tmp_path / "ray2" / "ray.json").read_text())["shards"] == n
+    assert json.loads((out / "ray.json").read_text())["shards"] == n
 
 
 def _descendants(pid: int) -> list[int]:
