@@ -20,9 +20,6 @@ from tileprobe.families import FAMILIES
 from tileprobe.ray_sweep import SHARD_JSON, shard_dir
 from tileprobe.results.writer import load_rows, row_key
 
-# one worker for the whole module under `pytest -n 2 --dist loadgroup`: its module/session fixtures are built once
-pytestmark = pytest.mark.xdist_group("ray-cluster")
-
 
 def tileprobe(*args, **kw):
     return subprocess.run([sys.executable, "-m", "tileprobe", *args], capture_output=True, text=True, timeout=1800,

@@ -17,9 +17,6 @@ from tileprobe.binary.inspect import runs_on
 from tileprobe.guard import include_dir
 from tileprobe.targets import PROFILES
 
-# one worker for the whole module under `pytest -n 2 --dist loadgroup`: its module/session fixtures are built once
-pytestmark = pytest.mark.xdist_group("inspect-built")
-
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "row_in_smem.cu"
 ARCHS = ("sm_80", "sm_90a", "sm_100a", "sm_120a", "sm_121a")

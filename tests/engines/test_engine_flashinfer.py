@@ -407,13 +407,10 @@ def test_host_pass_names_the_ptx_entry(tmp_path):
 
 
 @pytest.mark.nvcc
-@pytest.mark.xdist_group("flashinfer-identity")
 def test_kernel_symbols_identical_to_flashinfer(identity):
     """Each variant's mangled kernel entry is the same from FlashInfer's generated instantiation and from tileprobe's
-    FlashinferMoeKernel, compiled with the module's own flags (nvcc's host pass, one TU per build). The blocked
-    finalize tiles of the next test join the same TUs (one host pass per build serves both tests: the `identity`
-    fixture remembers what it proved, and the xdist group keeps both tests on one worker under `--dist loadgroup`)."""
-    identity.check(_variants(identity.tree) + _blocked_finalize_or_none(identity.tree))
+    FlashinferMoeKernel, compiled with the module's own flags (nvcc's host pass, one TU per build)."""
+    identity.check(_variants(identity.tree))
 
 
 BLOCKLISTS = Path(__file__).resolve().parents[2] / "results" / "blocklists"
@@ -444,16 +441,7 @@ def _blocked_finalize_variants(tree: ef.FlashinferTree) -> tuple[list[_Variant],
     return gone, stay
 
 
-def _blocked_finalize_or_none(tree: ef.FlashinferTree) -> list[_Variant]:
-    try:
-        gone, stay = _blocked_finalize_variants(tree)
-    except pytest.skip.Exception:  # no committed blocklist for this flashinfer: that test skips, saying why
-        return []
-    return gone + stay
-
-
 @pytest.mark.nvcc
-@pytest.mark.xdist_group("flashinfer-identity")
 def test_blocked_finalize_tiles_are_flashinfers_kernels(identity):
     """The blocklist's case rests on tileprobe sizing the kernel users' autotuners try: the two gemm2 finalize tiles
     it blocks (NVFP4, no swap-AB) and their swap-AB copies that it keeps must be, symbol for symbol, the kernels

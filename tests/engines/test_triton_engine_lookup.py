@@ -21,9 +21,6 @@ from tileprobe.errors import UsageError
 from tileprobe.targets import DEVICE_NAMES, PROFILES
 from tileprobe.workloads import PRESETS
 
-# one worker for the whole module under `pytest -n 2 --dist loadgroup`: its module/session fixtures are built once
-pytestmark = pytest.mark.xdist_group("triton-engine-lookup")
-
 MODS = {"vllm": vllm, "sglang": sglang}
 TARGETS = [t for t in DEVICE_NAMES if t in PROFILES]
 

@@ -20,8 +20,7 @@ from tileprobe.families import triton_moe as tm  # noqa: E402
 from tileprobe.triton_sweep import engine_kernel_source  # noqa: E402
 from tileprobe.backends.triton.compile import TritonBuild, compile_many  # noqa: E402
 
-# one worker for the whole module under `pytest -n 2 --dist loadgroup`: its module/session fixtures are built once
-pytestmark = [pytest.mark.triton, pytest.mark.xdist_group("triton-moe-fixtures")]
+pytestmark = pytest.mark.triton
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 101376  # RTX PRO 6000 / RTX 5090 opt-in
 

@@ -11,8 +11,7 @@ from tileprobe.backends.cutlass.static_probe import judge, probe_static
 from tileprobe.targets import profile
 from tileprobe.verdict import Verdict
 
-# one worker for the whole module under `pytest -n 2 --dist loadgroup`: its module/session fixtures are built once
-pytestmark = [pytest.mark.nvcc, pytest.mark.xdist_group("static-probe-probed")]
+pytestmark = pytest.mark.nvcc
 FAM = FAMILIES["sm120-nvfp4"]
 TARGET = profile("rtx-pro-6000")
 

@@ -15,8 +15,7 @@ from tileprobe.backends.triton.compile import (KernelJob, TritonBuild, TritonCom
 from tileprobe.backends.triton.source import extract  # noqa: E402
 from tileprobe.errors import UsageError  # noqa: E402
 
-# one worker for the whole module under `pytest -n 2 --dist loadgroup`: its module/session fixtures are built once
-pytestmark = [pytest.mark.triton, pytest.mark.xdist_group("triton-backend-fixtures")]
+pytestmark = pytest.mark.triton
 
 KERNEL_FILE = '''
 import os, sys  # module-level code the kernel does not use is left out
