@@ -2,12 +2,13 @@
 
 1. A fresh clone of this checkout's HEAD (`git clone`, so only committed files) in a temporary folder.
 2. Install (not timed): by default the interpreter running this script is used with the clone on PYTHONPATH (it must
-   hold the packages CI installs: `pip install -c constraints.txt -e '.[test,ray]'`); `--install` makes the CI venv
-   in the clone instead (`python -m venv .venv && .venv/bin/pip install -q -c constraints.txt -e '.[test,ray]'`).
-3. Cold caches: an empty TILEPROBE_CACHE_DIR, no TILEPROBE_TEST_CACHE, an empty XDG_CACHE_HOME (so the user cache
-   ~/.cache/tileprobe is not read either).
-4. Timed: `python -m pytest -q --durations=10` in the clone (CI's command plus the durations report): total seconds,
-   the pass/fail summary and the ten slowest tests.
+   hold the packages CI installs: `pip install -c constraints.txt -e '.[test,ray,triton]'`); `--install` makes the CI venv
+   in the clone instead (`python -m venv .venv && .venv/bin/pip install -q -c constraints.txt -e '.[test,ray,triton]'`).
+3. Cold caches, set as CI's are: no TILEPROBE_CACHE_DIR and no TILEPROBE_TEST_CACHE (so the suite makes its one
+   session cache and every test and subprocess shares it, as under .ci/run), and an empty XDG_CACHE_HOME (so the user
+   cache ~/.cache/tileprobe, with its wheel cache, is not read either).
+4. Timed: `python -m pytest -q -n 2 --durations=30` in the clone (.ci/run's command, read from it, plus the durations
+   report): total seconds, the pass/fail summary and the ten slowest tests.
 5. Timed, in the same run: a cold default static sweep (`tileprobe sweep --family sm120-nvfp4 --target rtx-pro-6000
    --static-only`, empty cache), and the suite's seconds divided by it: a figure that does not depend on the machine.
 Prints the record and appends it to results/benchmarks/test_suite.jsonl (or --record PATH).
@@ -34,10 +35,18 @@ def cold_env(tmp: Path, clone: Path, python_path: bool) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("TILEPROBE_TEST_CACHE", "TILEPROBE_CACHE_DIR",
                                                             "PYTHONPATH", "VIRTUAL_ENV")}
     (tmp / "xdg").mkdir(exist_ok=True)
-    env.update(TILEPROBE_CACHE_DIR=str(tmp / "cache"), XDG_CACHE_HOME=str(tmp / "xdg"), PYTHONUNBUFFERED="1")
+    env.update(XDG_CACHE_HOME=str(tmp / "xdg"), PYTHONUNBUFFERED="1")
     if python_path:
         env["PYTHONPATH"] = str(clone)
     return env
+
+
+def ci_pytest_args(clone: Path) -> list[str]:
+    """The pytest arguments of .ci/run's `.venv/bin/python -m pytest ...` (CI's command, so the two cannot drift)."""
+    m = re.search(r"-m pytest([^&;\n]*)", (clone / ".ci" / "run").read_text())
+    if not m:
+        sys.exit("benchmarks/test_suite.py: .ci/run has no `-m pytest` command to time")
+    return m.group(1).split()
 
 
 def slowest(text: str) -> list[dict]:
@@ -51,7 +60,8 @@ def slowest(text: str) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--install", action="store_true", help="make CI's venv in the clone (not timed)")
-    ap.add_argument("--pytest-args", default="", help="extra pytest arguments (e.g. one file, for a dry run)")
+    ap.add_argument("--pytest-args", default=None,
+                    help="pytest arguments instead of .ci/run's (e.g. one file, for a dry run)")
     ap.add_argument("--record", type=Path, default=ROOT / "results" / "benchmarks" / "test_suite.jsonl")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="tp-suite-"))
@@ -63,11 +73,12 @@ def main() -> None:
     if args.install:
         subprocess.run([sys.executable, "-m", "venv", str(clone / ".venv")], check=True, timeout=600)
         py = str(clone / ".venv" / "bin" / "python")
-        subprocess.run([py, "-m", "pip", "install", "-q", "-c", "constraints.txt", "-e", ".[test,ray]"], cwd=clone,
+        subprocess.run([py, "-m", "pip", "install", "-q", "-c", "constraints.txt", "-e", ".[test,ray,triton]"], cwd=clone,
                        check=True, timeout=3600)
     env = cold_env(tmp, clone, not args.install)
     start = time.perf_counter()
-    p = subprocess.run([py, "-m", "pytest", "-q", "--durations=30", *args.pytest_args.split()], cwd=clone, env=env,
+    pytest_args = ci_pytest_args(clone) if args.pytest_args is None else args.pytest_args.split()
+    p = subprocess.run([py, "-m", "pytest", *pytest_args, "--durations=30"], cwd=clone, env=env,
                        capture_output=True, text=True, timeout=4 * 3600)
     suite_s = time.perf_counter() - start
     (tmp / "pytest.log").write_text(p.stdout + p.stderr)
@@ -81,7 +92,7 @@ def main() -> None:
     sweep_s = time.perf_counter() - start
     rec = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit, "cores": os.cpu_count(),
            "machine": platform.machine(), "loadavg_at_end": round(os.getloadavg()[0], 2),
-           "command": " ".join(["python -m pytest -q --durations=30", args.pytest_args]).strip(),
+           "command": " ".join(["python -m pytest", *pytest_args, "--durations=30"]),
            "installed": "ci venv" if args.install else "this interpreter, clone on PYTHONPATH",
            "suite_s": round(suite_s, 1), "exit_code": p.returncode, "summary": summary,
            "slowest": slowest(p.stdout)[:10], "cold_static_sweep_s": round(sweep_s, 1),

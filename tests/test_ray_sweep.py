@@ -77,12 +77,18 @@ def test_bad_input_with_ray_is_one_line(tmp_path, cluster):
 
 @pytest.mark.nvcc
 def test_ray_sweep_equals_the_plain_sweep_and_a_killed_task_resumes(tmp_path, cluster, toolchain, rng):
-    tiles = rng.sample(list(FAMILIES["sm120-nvfp4"].default_tiles), 2)
+    """Two shard tasks of one config each (one tile, both schedules), both compiling at once on the 2 CPUs; the
+    first to start is killed while it compiles. The plain sweep the merged rows are held to builds its configs one
+    per unit (TILEPROBE_CONFIGS_PER_TU=1 in its environment): the very units the shards built, so it is served from
+    the cache, and the test says so (no entry is added). That a unit's size changes no byte is held by the
+    known-good check (tests/results/test_known_good.py), which re-sizes each committed file in one unit."""
+    tile = rng.choice(list(FAMILIES["sm120-nvfp4"].default_tiles))
     cache = tmp_path / "cold-cache"  # cold: the killed task is certainly compiling when it is killed
-    common = ["sweep", "--static-only", "--target", "rtx-pro-6000", "--family", "sm120-nvfp4", "--tiles",
-              ",".join(tiles), "--schedules", "cooperative,pingpong", "--jobs", "1", "--cache-dir", str(cache)]
+    common = ["sweep", "--static-only", "--target", "rtx-pro-6000", "--family", "sm120-nvfp4", "--tiles", tile,
+              "--schedules", "cooperative,pingpong", "--jobs", "1", "--cache-dir", str(cache)]
     out = tmp_path / "ray"
-    n = 2  # two shard tasks of two configs each (one unit each), both compiling at once on the 2 CPUs
+    n = 2  # two shard tasks of one config each (one unit each)
+    n_configs = 2
 
     # 1. the shard tasks; kill the first task that starts, while it compiles
     drv = subprocess.Popen([sys.executable, "-m", "tileprobe", *common, "--ray", cluster, "--ray-shards", str(n),
@@ -116,7 +122,7 @@ def test_ray_sweep_equals_the_plain_sweep_and_a_killed_task_resumes(tmp_path, cl
     finished = {i: (shard_dir(out, i, n) / "results.jsonl").read_text() for i in range(n) if i != k}
     stamps = {i: (shard_dir(out, i, n) / SHARD_JSON).read_text() for i in finished}
     partial = load_rows(out)  # the finished shard(s), merged
-    assert len(partial) == 4 - 4 // n
+    assert len(partial) == n_configs - n_configs // n
 
     # 2. --resume: only the killed shard runs again; the set is complete, no duplicate anywhere
     p = tileprobe(*common, "--ray", cluster, "--out", str(out), "--resume")
@@ -128,13 +134,16 @@ def test_ray_sweep_equals_the_plain_sweep_and_a_killed_task_resumes(tmp_path, cl
     assert json.loads((killed / SHARD_JSON).read_text())["complete"]
     resumed = load_rows(out)
     keys = [row_key(r) for r in resumed]
-    assert len(keys) == len(set(keys)) == 4
+    assert len(keys) == len(set(keys)) == n_configs
 
-    # 3. the same sweep without Ray (warm cache now) holds the same rows, in the same order
-    p = tileprobe(*common, "--out", str(tmp_path / "plain"))
+    # 3. the same sweep without Ray holds the same rows, in the same order; one config per unit, so its units are
+    # the shards' and the cache serves them all
+    built = _entries(cache)
+    p = tileprobe(*common, "--out", str(tmp_path / "plain"), env=dict(os.environ, TILEPROBE_CONFIGS_PER_TU="1"))
     assert p.returncode == 0, p.stderr
+    assert _entries(cache) == built, "the plain sweep compiled a unit the shards had not"
     plain = load_rows(tmp_path / "plain")
-    assert len(plain) == 4
+    assert len(plain) == n_configs
     assert ident(resumed) == ident(plain)
     # the rows merged after the kill were the final ones: every shard's but the killed one's (configs j % n == k)
     assert sorted(ident(partial)) == sorted(ident([r for j, r in enumerate(plain) if j % n != k]))
@@ -156,7 +165,7 @@ def test_ray_sweep_equals_the_plain_sweep_and_a_killed_task_resumes(tmp_path, cl
     assert p.returncode == 0, p.stderr
     assert ident(load_rows(again)) == ident(load_rows(keep))
     meta = json.loads((out / "run.json").read_text())
-    assert len(meta["merged_from"]) == n and meta["configs"] == 4
+    assert len(meta["merged_from"]) == n and meta["configs"] == n_configs
     assert json.loads((out / "ray.json").read_text())["shards"] == n
 
 
