@@ -10,8 +10,10 @@ FlashInfer launcher and tileprobe's entry point at the same mangled kernel (see 
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -23,6 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from _nvcc_host import NVCC_TIMEOUT_S, entry_target, host_pass, relocations
 from tileprobe.binary import elf
@@ -305,8 +308,9 @@ def _launcher_ident(block: str) -> str:
 
 
 class _Identity:
-    """The identity proof's shared state for the session: FlashInfer's generated sources (one generator run per
-    arch) and every variant proven so far, so that none is compiled twice.
+    """The identity proof's shared state: FlashInfer's generated sources (one generator run per arch and worker), the
+    session's plan (every variant any identity test checks), and every variant proven so far, so that none is
+    compiled twice.
 
     The variants of one build (generator arch, gencode: the module flags) go into one translation unit: FlashInfer's
     generated instantiation blocks, verbatim, and one `void* tp_entry_<i> = &cutlass::device_kernel<
@@ -314,17 +318,29 @@ class _Identity:
     flags (`_nvcc_host.host_pass`). In the object, FlashInfer's launcher for a variant (its name is made from the generator's
     arguments, so it is found by them) references its kernel's stub; `tp_entry_<i>` holds the address of tileprobe's.
     The proof for the variant: both are the same symbol, and it is a `cutlass::device_kernel`. Two types that differed in
-    anything would be two specialisations, two stubs, two names. Two TUs at a time (a host pass peaks at ~2 GiB)."""
+    anything would be two specialisations, two stubs, two names. Two TUs at a time (a host pass peaks at ~2 GiB).
 
-    def __init__(self, tree: ef.FlashinferTree, nvcc: str, work: Path):
+    A build's TU holds every planned variant of that build, so the two tests that need the SM120 build share one host
+    pass across the session's xdist workers: its (launcher, entry) symbols are kept in the session's build cache
+    (TILEPROBE_TEST_CACHE/fi-identity/<sha256 of the TU text, the flags and nvcc's path>.json), written by the worker
+    that compiled it (check, lock, check). A worker that finds the TU being compiled by the other waits for it: that
+    costs no core, since the compiling test runs its builds two at a time, on both."""
+
+    def __init__(self, tree: ef.FlashinferTree, nvcc: str, work: Path, plan: list[_Variant]):
         self.tree, self.nvcc, self.work = tree, nvcc, work
         self.files = {sm: _run_generator(tree.root, work / f"gen{sm}", sm) for sm in ("120", "90")}
         assert self.files["120"] and self.files["90"], "flashinfer's generator wrote no grouped SM120 / SM90 files"
+        self.plan: dict[tuple[str, str], list[_Variant]] = {}
+        for v in plan:
+            key = replace(v, name="")
+            group = self.plan.setdefault((v.sm, v.gencode), [])
+            if key not in group:
+                group.append(key)
+        self.shared = Path(os.environ.get("TILEPROBE_TEST_CACHE") or work) / "fi-identity"
         self._done: dict[_Variant, tuple[set[str], set[str]]] = {}
         self.units, self.seconds = 0, 0.0
 
-    def _unit(self, build: tuple[str, str], variants: list[_Variant]) -> dict[_Variant, tuple[set[str], set[str]]]:
-        sm, gencode = build
+    def _source(self, sm: str, variants: list[_Variant]) -> tuple[str, list[str]]:
         headers, blocks, entries = [], [], []
         for i, v in enumerate(variants):
             header, block = _find(self.files[sm], v)
@@ -332,21 +348,45 @@ class _Identity:
             blocks.append(block)
             entries.append(f"void* tp_entry_{i} = (void*)&cutlass::device_kernel<"
                            f"tileprobe::FlashinferMoeKernel<{v.tp_args}>::GemmKernel>;")
+        text = ("".join(headers) + '#include "families/flashinfer_moe.cuh"\n'
+                "namespace tensorrt_llm {\nnamespace kernels {\nnamespace cutlass_kernels_oss {\n"
+                + "\n".join(blocks) + "\n}\n}\n}\n" + "\n".join(entries) + "\n")
+        return text, blocks
+
+    def _compile(self, build: tuple[str, str], variants: list[_Variant], text: str, blocks: list[str],
+                 flags: list[str]) -> list[tuple[list[str], list[str]]]:
+        sm, gencode = build
         src = self.work / f"identity_sm{sm}_{gencode}_{self.units}.cu"
-        src.write_text("".join(headers) + '#include "families/flashinfer_moe.cuh"\n'
-                       "namespace tensorrt_llm {\nnamespace kernels {\nnamespace cutlass_kernels_oss {\n"
-                       + "\n".join(blocks) + "\n}\n}\n}\n" + "\n".join(entries) + "\n")
+        src.write_text(text)
         self.units += 1
-        obj = host_pass(self.nvcc, _module_flags(self.tree.root, sm, gencode) + _fi_includes(self.tree)
-                         + [f"-I{HARNESS}"], src)
+        obj = host_pass(self.nvcc, flags, src)
         refs = _kernel_refs(obj)
-        out = {}
-        for i, (v, block) in enumerate(zip(variants, blocks)):
+        out = []
+        for i, block in enumerate(blocks):
             ident = _launcher_ident(block)
             launchers = [name for name in refs if re.search(rf"\d+\w*Launcher_{re.escape(ident)}E", name)]
             assert len(launchers) == 1, f"FlashInfer's launcher for {ident} found {len(launchers)} times"
-            out[v] = (refs[launchers[0]], entry_target(obj, f"tp_entry_{i}"))
+            out.append((sorted(refs[launchers[0]]), sorted(entry_target(obj, f"tp_entry_{i}"))))
         return out
+
+    def _unit(self, build: tuple[str, str], needed: list[_Variant]) -> dict[_Variant, tuple[set[str], set[str]]]:
+        sm, gencode = build
+        planned = self.plan.get(build, [])
+        variants = planned + [v for v in needed if v not in planned]
+        flags = _module_flags(self.tree.root, sm, gencode) + _fi_includes(self.tree) + [f"-I{HARNESS}"]
+        text, blocks = self._source(sm, variants)
+        sha = hashlib.sha256("\0".join([text, *flags, self.nvcc]).encode()).hexdigest()[:24]
+        self.shared.mkdir(parents=True, exist_ok=True)
+        path = self.shared / f"{sha}.json"
+        if not path.is_file():  # check, lock, check: the other worker may be compiling this very TU
+            with FileLock(str(path) + ".lock"):
+                if not path.is_file():
+                    got = self._compile(build, variants, text, blocks, flags)
+                    tmp = path.with_suffix(".tmp")
+                    tmp.write_text(json.dumps({"variants": [v.tp_args for v in variants], "symbols": got}))
+                    os.replace(tmp, path)
+        got = json.loads(path.read_text())["symbols"]
+        return {v: (set(a), set(b)) for v, (a, b) in zip(variants, got)}
 
     def check(self, variants: list[_Variant]) -> None:
         todo: dict[tuple[str, str], list[_Variant]] = {}
@@ -372,7 +412,14 @@ class _Identity:
 def identity(tmp_path_factory) -> _Identity:
     nvcc = shutil.which("nvcc")
     assert nvcc, "nvcc must be on PATH for these tests"
-    return _Identity(_installed(), nvcc, tmp_path_factory.mktemp("fi_identity"))
+    tree = _installed()
+    plan = _variants(tree)
+    try:
+        gone, stay = _blocked_finalize_variants(tree)
+        plan += gone + stay
+    except pytest.skip.Exception:  # no committed blocklist for this flashinfer: that test skips, saying so
+        pass
+    return _Identity(tree, nvcc, tmp_path_factory.mktemp("fi_identity"), plan)
 
 
 _CROSS = """#include <cute/tensor.hpp>
