@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -65,7 +66,14 @@ struct Result {
   int iters = 0;  // launches per timed repeat (plain and graph)
   std::vector<double> us, us_graph;
   std::string graph_error;  // empty: null
+  // Host wall milliseconds of the point's phases (each ends on a device sync): allocate + fill, CUTLASS's steps up to
+  // the first run's sync, the check (reference + compare), the timing; -1 where the point did not get there.
+  double ms_allocate = -1, ms_first_run = -1, ms_check = -1, ms_time = -1;
 };
+
+inline double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
 
 // ---- What a family may change about a launch ----
 // FamilyRun<Cfg> is the one place a family's launch differs from the generic path: the epilogue and scheduler
@@ -337,7 +345,9 @@ struct Harness {
   void launch(Result& r) {
     if constexpr (kLaunchable) {  // else never instantiated
       inject_launch_fault(fault, point_id);
+      auto t0 = std::chrono::steady_clock::now();
       allocate(opt.rotate);
+      r.ms_allocate = ms_since(t0);
       launch_impl(r);
     } else {
       throw Failure{"this build cannot launch its kernel"};
@@ -346,6 +356,7 @@ struct Harness {
 
   void launch_impl(Result& r) {
     int N = opt.rotate;
+    auto t0 = std::chrono::steady_clock::now();
     ck(cudaStreamCreate(&stream), "cudaStreamCreate");
     ck(cudaEventCreate(&ev0), "cudaEventCreate");
     ck(cudaEventCreate(&ev1), "cudaEventCreate");
@@ -405,12 +416,17 @@ struct Harness {
     record("sync", ce == cudaSuccess ? "kSuccess" : cudaGetErrorName(ce), ce);
     if (ce != cudaSuccess) throw Failure{step_fail("sync", cudaGetErrorName(ce), ce)};
 
+    r.ms_first_run = ms_since(t0);
     if (fault.at(Fault::kCorrupt, point_id)) fam.corrupt(*this, int(fault.group));
+    t0 = std::chrono::steady_clock::now();
     if (opt.check) {
       fam.check(*this, r);
       r.checked = true;
     }
+    r.ms_check = ms_since(t0);
+    t0 = std::chrono::steady_clock::now();
     time(r);
+    r.ms_time = ms_since(t0);
   }
 
   void poison_group_d() {
@@ -431,24 +447,54 @@ struct Harness {
     ck(cudaDeviceSynchronize(), "corrupt_kernel");
   }
 
-  // Every element of every group of set 0 against the reference; see reference.cuh for the rule.
+  // Every element of every group of set 0 against the reference; see reference.cuh for the rule. The groups' references
+  // are computed side by side (reference_groups_kernel), a run of consecutive groups at a time whose outputs fit in
+  // kRefBudgetBytes (at least one group), then each group of the run is compared.
+  size_t total_mn() const {
+    size_t t = 0;
+    for (const Problem& p : probs) t += size_t(p.m) * p.n;
+    return t;
+  }
+  static constexpr size_t kRefBudgetBytes = size_t(256) << 20;
   void check_groups(Result& r) {
     int G = int(probs.size());
     size_t max_mn = 0;
     for (const Problem& p : probs) max_mn = std::max(max_mn, size_t(p.m) * p.n);
     if (max_mn >= 0xFFFFFFFFull) throw Failure{"check: a group's M*N reaches 2^32 elements; the check indexes with 32 bits"};
-    float* d_ref = static_cast<float*>(dalloc(max_mn * sizeof(float), "reference"));
+    size_t budget = std::max(max_mn, kRefBudgetBytes / sizeof(float));
+    float* d_ref = static_cast<float*>(dalloc(std::min(budget, total_mn()) * sizeof(float), "reference"));
     GroupStats* d_st = static_cast<GroupStats*>(dalloc(G * sizeof(GroupStats), "compare stats"));
     ck(cudaMemset(d_st, 0, G * sizeof(GroupStats)), "cudaMemset(compare stats)");
-    for (int g = 0; g < G; ++g) {  // all on the default stream, in order: d_ref is reused group after group
-      const Problem& p = probs[g];
-      size_t mn = size_t(p.m) * p.n;
-      reference(0, g, kHasC ? opt.beta : 0.0f, kHasC, d_ref, false);
-      int blocks = int(std::min<size_t>((mn + kCompareThreads - 1) / kCompareThreads, 2048));
-      ref_sq_kernel<<<blocks, kCompareThreads>>>(d_ref, mn, d_st + g);
-      compare_kernel<<<blocks, kCompareThreads>>>(sets[0].g[g].d, d_ref, p.m, p.n, kDColMajor, opt.atol, opt.rtol, d_st + g);
-      worst_values_kernel<<<1, 1>>>(sets[0].g[g].d, d_ref, p.m, p.n, kDColMajor, d_st + g);
-      ck(cudaGetLastError(), "compare kernel launch");
+    auto* d_groups = static_cast<RefGroup<Ops>*>(dalloc(G * sizeof(RefGroup<Ops>), "reference groups"));
+    std::vector<RefGroup<Ops>> hg(G);
+    for (int g0 = 0; g0 < G;) {  // all on the default stream, in order: d_ref is reused run after run
+      int g1 = g0, max_m = 0, max_n = 0;
+      size_t used = 0;
+      while (g1 < G && (g1 == g0 || used + size_t(probs[g1].m) * probs[g1].n <= budget) && g1 - g0 < 65535) {
+        const Problem& p = probs[g1];
+        hg[g1] = RefGroup<Ops>{operands(0, g1), p.m, p.n, p.k, h_alpha[g1], kHasC ? opt.beta : 0.0f,
+                               kHasC ? sets[0].g[g1].c : nullptr, used};
+        used += size_t(p.m) * p.n;
+        max_m = std::max(max_m, p.m), max_n = std::max(max_n, p.n);
+        ++g1;
+      }
+      ck(cudaMemcpy(d_groups + g0, hg.data() + g0, (g1 - g0) * sizeof(RefGroup<Ops>), cudaMemcpyHostToDevice),
+         "cudaMemcpy(reference groups)");
+      constexpr int cols = kRefThreads / 32 * kRefCols;
+      dim3 grid((max_n + cols - 1) / cols, std::max(1, std::min((max_m + kRefRows - 1) / kRefRows, 65535)), g1 - g0);
+      reference_groups_kernel<<<grid, kRefThreads>>>(d_groups + g0, kDColMajor, d_ref);
+      ck(cudaGetLastError(), "reference kernel launch");
+      for (int g = g0; g < g1; ++g) {
+        const Problem& p = probs[g];
+        size_t mn = size_t(p.m) * p.n;
+        float* ref = d_ref + hg[g].out_offset;
+        int blocks = int(std::min<size_t>((mn + kCompareThreads - 1) / kCompareThreads, 2048));
+        ref_sq_kernel<<<blocks, kCompareThreads>>>(ref, mn, d_st + g);
+        compare_kernel<<<blocks, kCompareThreads>>>(sets[0].g[g].d, ref, p.m, p.n, kDColMajor, opt.atol, opt.rtol, d_st + g);
+        worst_values_kernel<<<1, 1>>>(sets[0].g[g].d, ref, p.m, p.n, kDColMajor, d_st + g);
+        ck(cudaGetLastError(), "compare kernel launch");
+      }
+      g0 = g1;
     }
     ck(cudaDeviceSynchronize(), "reference and compare kernels");
     std::vector<GroupStats> st(G);

@@ -1,14 +1,16 @@
-// tileprobe runtime harness: device-side data generation, operand decoders (independent of CUTLASS's own
-// conversions), the fp32 reference kernel and the element-wise compare kernels.
+// tileprobe runtime harness: device-side data generation, the operand readers (over decode.cuh's decoders, independent
+// of CUTLASS's own conversions), the fp32 reference kernels and the element-wise compare kernels.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "cute/tensor.hpp"
+#include "decode.cuh"
 #include "cutlass/bfloat16.h"
 #include "cutlass/float8.h"
 #include "cutlass/float_subbyte.h"
@@ -37,23 +39,6 @@ __global__ void fill_kernel(void* p, size_t n, uint64_t seed, int kind) {
       default: static_cast<cutlass::bfloat16_t*>(p)[i] = cutlass::bfloat16_t(-1.0f + 2.0f * u); break;
     }
   }
-}
-
-__host__ __device__ inline float decode_minifloat(int bits, int exp_bits, int man_bits, int bias) {  // no sign, no NaN
-  int e = (bits >> man_bits) & ((1 << exp_bits) - 1), m = bits & ((1 << man_bits) - 1);
-  float frac = float(m) / float(1 << man_bits);
-  return e == 0 ? ldexpf(frac, 1 - bias) : ldexpf(1.0f + frac, e - bias);
-}
-__host__ __device__ inline float decode_e4m3(uint8_t b) {
-  if ((b & 0x7F) == 0x7F) return NAN;
-  float v = decode_minifloat(b & 0x7F, 4, 3, 7);
-  return (b & 0x80) ? -v : v;
-}
-__host__ __device__ inline float decode_ue4m3(uint8_t b) { return decode_minifloat(b & 0x7F, 4, 3, 7); }
-__host__ __device__ inline float decode_ue8m0(uint8_t b) { return b == 0xFF ? NAN : ldexpf(1.0f, int(b) - 127); }
-__host__ __device__ inline float decode_e2m1(uint8_t nib) {
-  float v = decode_minifloat(nib & 7, 2, 1, 1);  // 0, 0.5, 1, 1.5, 2, 3, 4, 6
-  return (nib & 8) ? -v : v;
 }
 
 // How one operand element type is stored, filled and decoded (the harness's own decoders, not CUTLASS's).
@@ -139,6 +124,62 @@ __global__ void __launch_bounds__(kRefThreads) reference_kernel(Ops ops, int M, 
         out[size_t(m) * N + n] = res;
       }
     }
+  }
+}
+
+// The same reference for every group of a point in one launch, with a block of kRefRows x kRefCols outputs per
+// warp: each lane decodes each of its A and B elements once for the block (reference_kernel decodes an A element
+// once per output column) and the groups run side by side instead of one launch after another. Every output element
+// sees exactly reference_kernel's additions in its order (lane l sums k = l, l + 32, ... into its partial; then the
+// same shuffle tree), so the two give the same bits. blockIdx.z is the group; blocks past a group's M or N return.
+constexpr int kRefCols = 8;
+template <class Ops>
+struct RefGroup {
+  Ops ops;
+  int m, n, k;
+  float alpha, beta;
+  const cutlass::bfloat16_t* c;  // null: no C term
+  size_t out_offset;             // the group's MxN row-major block in out
+};
+template <class Ops>
+__global__ void __launch_bounds__(kRefThreads) reference_groups_kernel(const RefGroup<Ops>* groups, bool col_major,
+                                                                       float* out) {
+  const RefGroup<Ops>& g = groups[blockIdx.z];
+  const int M = g.m, N = g.n, Kd = g.k;
+  const int n0 = ((blockIdx.x * blockDim.x + threadIdx.x) >> 5) * kRefCols, lane = threadIdx.x & 31;
+  if (n0 >= N) return;  // the whole warp: n0 is per warp
+  const int cols = min(kRefCols, N - n0);
+  float* o = out + g.out_offset;
+  for (int m0 = blockIdx.y * kRefRows; m0 < M; m0 += gridDim.y * kRefRows) {
+    const int rows = min(kRefRows, M - m0);
+    float acc[kRefRows][kRefCols];
+#pragma unroll
+    for (int r = 0; r < kRefRows; ++r)
+#pragma unroll
+      for (int c = 0; c < kRefCols; ++c) acc[r][c] = 0.0f;
+    for (int kk = lane; kk < Kd; kk += 32) {
+      float a[kRefRows], b[kRefCols];
+#pragma unroll
+      for (int r = 0; r < kRefRows; ++r) a[r] = r < rows ? g.ops.A(m0 + r, kk) : 0.0f;
+#pragma unroll
+      for (int c = 0; c < kRefCols; ++c) b[c] = c < cols ? g.ops.B(n0 + c, kk) : 0.0f;
+#pragma unroll
+      for (int r = 0; r < kRefRows; ++r)
+        if (r < rows)
+#pragma unroll
+          for (int c = 0; c < kRefCols; ++c) acc[r][c] += a[r] * b[c];
+    }
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) {
+        float v = acc[r][c];
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xFFFFFFFFu, v, off);
+        if (lane == 0) {
+          const int m = m0 + r, n = n0 + c;
+          float res = g.alpha * v;
+          if (g.c) res += g.beta * float(g.c[col_major ? size_t(n) * M + m : size_t(m) * N + n]);
+          o[size_t(m) * N + n] = res;
+        }
+      }
   }
 }
 

@@ -109,6 +109,7 @@ int main(int argc, char** argv) {
 
     std::string status = "ok", reason;
     Result r;
+    double ms_free = -1;
     bool sticky = false;
     if (dev_err != cudaSuccess) {
       status = "not-runnable-here";
@@ -138,8 +139,10 @@ int main(int argc, char** argv) {
         status = "launch-error";
         reason = std::string("sticky CUDA error after the point: ") + cudaGetErrorName(after) + " — " + cudaGetErrorString(after);
       }
+      auto t_free = std::chrono::steady_clock::now();
       h.release();
       free_point_allocs();
+      ms_free = ms_since(t_free);
     }
 
     std::string steps;
@@ -158,6 +161,8 @@ int main(int argc, char** argv) {
     j.add("us", jlist(r.us)).add("us_graph", jlist(r.us_graph));
     j.add("graph_error", r.graph_error.empty() ? "null" : jstr(r.graph_error));
     j.add("iters", jint(r.iters)).add("rotate", jint(popt.rotate));
+    j.add("phase_ms", Json().add("allocate", jnum(r.ms_allocate)).add("first_run", jnum(r.ms_first_run))
+                          .add("check", jnum(r.ms_check)).add("time", jnum(r.ms_time)).add("free", jnum(ms_free)).str());
     j.add("set_bytes", jint((long long)h.set_bytes)).add("rotation_bytes", jint((long long)(h.set_bytes * h.sets_allocated)));
     j.add("tokens", Harness<K>::Fam::kFinalize ? jint(h.fam.tokens) : "null");
     j.add("topk", Harness<K>::Fam::kFinalize ? jint(h.fam.topk) : "null");

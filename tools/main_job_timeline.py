@@ -1,7 +1,7 @@
 """Diagnostic (device): the main job's timeline. Runs `tileprobe sweep ARGS` in this process with three taps
 (no behaviour change): each harness build's start/end (pipeline.build), each harness process start (runner's Popen),
 each protocol line as it is read (runner._parse_line). Prints per config: build s, process start -> first point
-(context + setup), each point's s; and writes the raw events as JSON to --events.
+(context + setup), each point's s (with the harness's phase_ms: allocate/first_run/check/time/free); and writes the raw events as JSON to --events.
 
 PYTHONPATH=. python3 tools/main_job_timeline.py --events ev.json -- --seed 1 --out DIR
 """
@@ -53,7 +53,7 @@ def parse(line):
     if d is not None:
         note(ev=d.get("event") or "result", point=d.get("point"), status=d.get("launch_status"),
              reps=len(d.get("us") or []), greps=len(d.get("us_graph") or []), iters=d.get("iters"),
-             rotate=d.get("rotate"), set_bytes=d.get("set_bytes"))
+             rotate=d.get("rotate"), set_bytes=d.get("set_bytes"), phase_ms=d.get("phase_ms"))
     return d
 
 
@@ -93,7 +93,10 @@ def main():
         pts = []
         for a, b in zip(seq, seq[1:]):
             if a["ev"] == "start" and b["ev"] == "result":
-                pts.append(f"{b['t'] - a['t']:.2f}({b['reps']}/{b['greps']}x{b['iters']},r{b['rotate']})")
+                ph = b.get("phase_ms") or {}
+                split = "/".join(f"{ph[k]:.0f}" for k in ("allocate", "first_run", "check", "time", "free") if k in ph)
+                pts.append(f"{b['t'] - a['t']:.2f}({b['reps']}/{b['greps']}x{b['iters']},r{b['rotate']}"
+                           f"{',ms ' + split if split else ''})")
         last = seq[-1]["t"] if seq else p["t"]
         parts = p["binary"].split("/")
         if len(parts) < 2 or not parts[-2].startswith("run-") or not seq:
