@@ -26,14 +26,20 @@ from tileprobe.workloads import points_for
 def test_the_harness_describes_the_kernel_it_launches_as_the_static_probe_sizes_it(toolchain):
     """The runtime harness of the GPU tests' fp8 config (test_gpu.py builds the same one: one compile per session)
     answers --describe with the very numbers the sizes-only describe build gives, and its static row claims
-    `compiled` (ptxas ran: registers known) where the sizes-only row claims `sized`."""
+    `compiled` (ptxas ran: registers known) where the sizes-only row claims `sized`. The sizes-only numbers come from
+    the default sm90-fp8 set's one unit, the config among them: the unit the h200 known-good check builds too, so the
+    session compiles it once."""
     cfg = Config("sm90-fp8", parse_tile("128x128x128", 8), "cooperative", 0, "no-c", False, "sm_90a")
     target = profile("h200")
     tc = toolchain
     harness = build(BuildRequest("run", (cfg,)), tc.cutlass, tc.nvcc, tc.cache, 1800)
     assert harness.ok, harness.log[-2000:]
     merged = static_from_run(cfg, harness, target)
-    (alone,) = probe_static([cfg], target, tc.cutlass, tc.nvcc, tc.cache, 1, 1800)
+    defaults = [c for c in expand_configs(FAMILIES["sm90-fp8"], "sm_90a") if not c.unsupported_reason]
+    keys = [c.key for c in defaults]
+    assert cfg.key in keys
+    alone = probe_static(defaults, target, tc.cutlass, tc.nvcc, tc.cache, 1, 1800)[keys.index(cfg.key)]
+    assert alone.config.key == cfg.key
     assert merged is not None and merged.verdict is alone.verdict is Verdict.FITS
     for field in ("stages", "smem_bytes", "smem_mainloop_bytes", "smem_epilogue_bytes", "cutlass_cap_bytes",
                   "threads_per_cta", "min_blocks"):
