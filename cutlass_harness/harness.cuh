@@ -23,6 +23,10 @@
 #include "harness_io.cuh"
 #include "reference.cuh"
 #include "faults.cuh"
+#include "kernel_library.cuh"
+
+// The GEMM kernel, loaded from the kernel.cubin built beside the harness (kernel_library.cuh), once per process.
+inline KernelLibrary g_kernel;
 
 // ---- Device memory of one point ----
 inline std::vector<void*> g_allocs;  // everything one point allocated, freed before the next point
@@ -123,8 +127,7 @@ struct Harness {
   using Extent = std::remove_cv_t<std::remove_reference_t<decltype(cute::get<0>(Shape3{}))>>;
   static constexpr bool kHasC = !std::is_void_v<typename Cfg::ElementC>;
   static constexpr bool kDColMajor = std::is_same_v<typename Cfg::LayoutD, cutlass::layout::ColumnMajor>;
-  // Only the family's own arch can launch it: an nvfp4 sm_90a build exists just to serve --reference-dump.
-  static constexpr bool kLaunchable = Cfg::BlockScaled ? TP_ARCH >= 120 : TP_ARCH == 90;
+  static constexpr bool kLaunchable = tileprobe::kLaunchableOn<Cfg>;
   static constexpr int kBitsA = cutlass::sizeof_bits<typename Cfg::DataA>::value;
   static constexpr int kBitsB = cutlass::sizeof_bits<typename Cfg::DataB>::value;
 
@@ -369,15 +372,21 @@ struct Harness {
     record("can_implement", status_name(st), ce);
     if (st != cutlass::Status::kSuccess || ce != cudaSuccess) throw Failure{step_fail("can_implement", status_name(st), ce)};
 
+    std::string unloaded = g_kernel.load();  // part of initialize: CUTLASS's initialize would have the kernel linked in
+    if (!unloaded.empty()) {
+      record("initialize", "kErrorInternal", cudaGetLastError());
+      throw Failure{"initialize: kErrorInternal — the GEMM kernel did not load: " + unloaded};
+    }
     for (int s = 0; s < N; ++s) {
       size_t ws = Gemm::get_workspace_size(args[s]);
       sets[s].workspace = ws ? dalloc(ws, "workspace, set " + std::to_string(s)) : nullptr;
-      st = gemms[s].initialize(args[s], sets[s].workspace, stream);
+      st = gemms[s].initialize(args[s], sets[s].workspace, stream, &g_kernel);
+      if (st == cutlass::Status::kSuccess) st = g_kernel.opt_in_smem(GemmKernel::SharedStorageSize);
       ce = cudaGetLastError();
       if (st != cutlass::Status::kSuccess) {
         // CUTLASS swallows the CUDA error behind a failed initialize: repeat its smem opt-in to capture it.
         size_t smem = sizeof(typename GemmKernel::SharedStorage);
-        cudaError_t attr = cudaFuncSetAttribute(cutlass::device_kernel<GemmKernel>,
+        cudaError_t attr = cudaFuncSetAttribute(g_kernel.fn(),
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
         cudaGetLastError();
         int optin = 0;
@@ -401,14 +410,15 @@ struct Harness {
     // prepare its output otherwise: a scatter that accumulates needs zeros).
     fam.before_first_run(*this);
     ck(cudaDeviceSynchronize(), "D poison: sync");
-    st = gemms[0].run(stream);
+    st = gemms[0].run(stream, &g_kernel);
     ce = cudaGetLastError();
     if (st != cutlass::Status::kSuccess && ce == cudaSuccess) {
-      // kernel_launch consumed the CUDA error; launch once more the same way to see it.
-      auto const& params = gemms[0].params();
-      cutlass::device_kernel<GemmKernel><<<Gemm::get_grid_shape(params), GemmKernel::get_block_shape(),
-                                           GemmKernel::SharedStorageSize, stream>>>(params);
-      ce = cudaGetLastError();
+      // The launcher consumed the CUDA error; launch once more, plainly, to see it.
+      auto params = gemms[0].params();
+      void* kernel_args[] = {&params};
+      ce = cudaLaunchKernel(g_kernel.fn(), Gemm::get_grid_shape(params), GemmKernel::get_block_shape(), kernel_args,
+                            GemmKernel::SharedStorageSize, stream);
+      cudaGetLastError();
     }
     record("run", status_name(st), ce);
     if (st != cutlass::Status::kSuccess || ce != cudaSuccess) throw Failure{step_fail("run", status_name(st), ce)};
@@ -569,7 +579,7 @@ struct Harness {
     int N = opt.rotate;
     long long launches = 0;
     auto launch_one = [&]() {
-      cutlass::Status st = gemms[launches++ % N].run(stream);
+      cutlass::Status st = gemms[launches++ % N].run(stream, &g_kernel);
       if (st != cutlass::Status::kSuccess) throw Failure{step_fail("timing: run", status_name(st), cudaGetLastError())};
     };
     int iters = opt.iters, warmup = opt.warmup;
@@ -612,7 +622,7 @@ struct Harness {
     };
     if (cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture")) {
       for (int i = 0; i < iters && why.empty(); ++i) {
-        cutlass::Status st = gemms[i % N].run(stream);
+        cutlass::Status st = gemms[i % N].run(stream, &g_kernel);
         if (st != cutlass::Status::kSuccess) why = step_fail("capture: run", status_name(st), cudaGetLastError());
       }
       cuda(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");  // always ends the capture

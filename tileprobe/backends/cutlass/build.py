@@ -46,6 +46,7 @@ def _harness_dir() -> Path:
 HARNESS_DIR = _harness_dir()
 COMMON_FLAGS = ["-std=c++17", "-DNDEBUG", "--expt-relaxed-constexpr", "-diag-suppress", "20012,20013,20014,20015"]
 DEFAULT_COMPILE_TIMEOUT_S = 1200
+KERNEL_CUBIN = "kernel.cubin"  # a split build's GEMM kernel, beside its harness (cutlass_harness/kernel_library.cuh)
 
 
 def cache_root(explicit: str | os.PathLike | None = None) -> Path:
@@ -90,7 +91,17 @@ class BuildRequest:
                    f"-DTP_ARCH={num}"]
         if self.kind == "describe" and self.with_device:
             defines.append("-DTP_WITH_DEVICE")
+        if self.split:
+            # Both halves (kernel.cu, run.cu) see GemmUniversalAdapter launch through a CudaHostAdapter; 20011: CUTLASS's
+            # own memsetDevice is __host__ __device__ and calls a __host__ virtual.
+            defines += ["-DCUTLASS_ENABLE_CUDA_HOST_ADAPTER=true", "-diag-suppress", "20011"]
         return COMMON_FLAGS + gencode + defines
+
+    @property
+    def split(self) -> bool:
+        """A runtime harness is built as two nvcc processes at once: kernel.cu → kernel.cubin (the GEMM kernel) and
+        run.cu → harness (host code, reference, check; no GEMM device code), which loads the cubin."""
+        return self.kind == "run"
 
     def config_include(self) -> str:
         fam = family(self.configs[0].family)
@@ -116,9 +127,11 @@ class BuildResult:
     seconds: float
     cached: bool
     command: list[str]
+    kernel_command: list[str] | None = None  # a split build's kernel half (BuildRequest.split)
+    kernel_log: str | None = None  # its output: the GEMM kernel's ptxas report
 
     def ptxas(self) -> dict:
-        return parse_ptxas(self.log)
+        return parse_ptxas(self.log if self.kernel_log is None else self.kernel_log)
 
 
 def cache_key(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc) -> str:
@@ -142,9 +155,11 @@ def harness_sources() -> list[Path]:
 
 
 def build(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc, cache: Path, timeout_s: float,
-          rebuild: bool = False) -> BuildResult:
+          rebuild: bool = False, nice: int = 0) -> BuildResult:
     """Return the cached build or compile it (always compile with `rebuild`, replacing the cached entry). Never
-    raises for a compile failure: the result carries the log."""
+    raises for a compile failure: the result carries the log. `nice` (0-19) lowers the compilers' CPU priority: the
+    main job gives each later config a lower one, so that when its builds outnumber the cores the first ones finish
+    first and the GPU starts on them (it changes no output, so it is not part of the key)."""
     key = cache_key(req, cutlass, nvcc)
     final = cache / f"{req.readable_name()}-{key}"
     hit = None if rebuild else _load(final, req, quiet=True)
@@ -156,7 +171,7 @@ def build(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc, cache: Path, time
             return hit
         if final.exists():  # --rebuild, or an entry _load found broken: it must not shadow the new build
             shutil.rmtree(final, ignore_errors=True)
-        return _compile(req, cutlass, nvcc, cache, final, timeout_s)
+        return _compile(req, cutlass, nvcc, cache, final, timeout_s, nice)
 
 
 def _load(entry: Path, req: BuildRequest, quiet: bool = False) -> BuildResult | None:
@@ -173,44 +188,52 @@ def _load(entry: Path, req: BuildRequest, quiet: bool = False) -> BuildResult | 
         binary = entry / "harness"
         if ok and not binary.is_file():
             raise FileNotFoundError(f"its binary {binary.name} is gone")
+        kernel_command = kernel_log = None
+        if req.split:
+            kernel_command = list(meta["kernel_command"])
+            kernel_log = (entry / "kernel.log").read_text(errors="replace")
+            if ok and not (entry / KERNEL_CUBIN).is_file():
+                raise FileNotFoundError(f"its kernel {KERNEL_CUBIN} is gone")
     except (OSError, ValueError, KeyError, TypeError) as exc:
         if not quiet:
             why = exc.args[0] if isinstance(exc, FileNotFoundError) and exc.args and isinstance(exc.args[0], str) \
                 else f"{type(exc).__name__}: {exc}"
             sys.stderr.write(f"tileprobe: warning: build cache entry {entry.name} is broken ({why}); rebuilding\n")
         return None
-    return BuildResult(req, ok, binary if ok else None, log, seconds, True, command)
+    return BuildResult(req, ok, binary if ok else None, log, seconds, True, command, kernel_command, kernel_log)
 
 
 def _compile(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc, cache: Path, final: Path,
-             timeout_s: float) -> BuildResult:
+             timeout_s: float, nice: int = 0) -> BuildResult:
     nvcc.check_arch(req.arch)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=cache))
     try:
         (tmp / "tp_configs.inc").write_text(req.config_include())
-        cmd = [str(nvcc.path), *req.flags(), "-I", str(HARNESS_DIR), "-I", str(tmp)]
+        base = [str(nvcc.path), *req.flags(), "-I", str(HARNESS_DIR), "-I", str(tmp)]
         for inc in [*req.include_dirs(), *cutlass.include_dirs]:  # a family's own headers come first
-            cmd += ["-I", str(inc)]
-        cmd += [str(req.source), "-o", str(tmp / "harness")]
+            base += ["-I", str(inc)]
+        cmd = [*base, str(req.source), "-o", str(tmp / "harness")]
+        kernel_cmd = [*base, "-cubin", str(HARNESS_DIR / "kernel.cu"), "-o", str(tmp / KERNEL_CUBIN)] if req.split else None
         start = time.monotonic()
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=tmp)
-            ok, log = proc.returncode == 0, proc.stdout + proc.stderr
-            why = killed_reason(proc.returncode, log)
-            if why:
-                log = f"tileprobe: {why}; not cached\n{log}"
-            timed_out = why is not None
-        except subprocess.TimeoutExpired as exc:
-            ok = False
-            log = f"tileprobe: nvcc timed out after {timeout_s:.0f} s; not cached\n{_text(exc.stdout)}{_text(exc.stderr)}"
-            timed_out = True
+        runs = _run_nvcc([cmd] if kernel_cmd is None else [cmd, kernel_cmd], timeout_s, tmp, nice)
         seconds = time.monotonic() - start
+        ok = all(r.ok for r in runs)
+        # A failure's log is the failed halves' output, the kernel half first; a success's is both, the harness's first.
+        failed = [r for r in reversed(runs) if not r.ok]
+        log = "".join(r.log for r in (failed or runs))
+        killed = [r.killed for r in runs if r.killed]
+        if killed:
+            log = f"tileprobe: {killed[0]}; not cached\n{log}"
+        kernel_log = runs[1].log if kernel_cmd else None
         (tmp / "build.log").write_text(log)
-        result = BuildResult(req, ok, None, log, seconds, False, cmd)
-        if timed_out:  # a timeout, a signal or memory exhaustion says nothing about the config: do not cache
+        result = BuildResult(req, ok, None, log, seconds, False, cmd, kernel_cmd, kernel_log)
+        if killed:  # a timeout, a signal or memory exhaustion says nothing about the config: do not cache
             return result
-        (tmp / "meta.json").write_text(json.dumps({"ok": ok, "seconds": seconds, "command": cmd,
-                                                   "configs": [c.name for c in req.configs]}))
+        meta = {"ok": ok, "seconds": seconds, "command": cmd, "configs": [c.name for c in req.configs]}
+        if kernel_cmd:
+            meta["kernel_command"] = kernel_cmd
+            (tmp / "kernel.log").write_text(kernel_log)
+        (tmp / "meta.json").write_text(json.dumps(meta))
         try:
             os.rename(tmp, final)
         except OSError:  # another process put it in place first; theirs is as good as ours
@@ -220,6 +243,32 @@ def _compile(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc, cache: Path, f
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+@dataclass
+class _Run:
+    ok: bool
+    log: str
+    killed: str | None  # why the result says nothing about the config (timeout, signal, out of memory)
+
+
+def _run_nvcc(cmds: list[list[str]], timeout_s: float, cwd: Path, nice: int = 0) -> list[_Run]:
+    """Run nvcc commands at the same time (threads waiting on processes), each under the timeout, at CPU priority
+    `nice` (through coreutils' nice, so that every process nvcc starts has it; where there is none, unchanged)."""
+    nice_exe = shutil.which("nice") if nice > 0 else None
+    prefix = [nice_exe, "-n", str(min(19, nice))] if nice_exe else []
+
+    def one(cmd: list[str]) -> _Run:
+        try:
+            proc = subprocess.run([*prefix, *cmd], capture_output=True, text=True, timeout=timeout_s, cwd=cwd)
+        except subprocess.TimeoutExpired as exc:
+            return _Run(False, f"{_text(exc.stdout)}{_text(exc.stderr)}", f"nvcc timed out after {timeout_s:.0f} s")
+        log = proc.stdout + proc.stderr
+        return _Run(proc.returncode == 0, log, killed_reason(proc.returncode, log))
+    if len(cmds) == 1:
+        return [one(cmds[0])]
+    with ThreadPoolExecutor(max_workers=len(cmds)) as pool:
+        return list(pool.map(one, cmds))
 
 
 _OOM = re.compile(r"out of memory|cannot allocate memory|std::bad_alloc|virtual memory exhausted|Killed", re.I)

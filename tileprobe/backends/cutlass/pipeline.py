@@ -50,14 +50,16 @@ def probe_and_launch(configs: list[Config], target: Target, job: RuntimeJob, wri
     try:
         with Launcher(job, writer, console) as launcher:
             pending: dict[Future, tuple[str, Config, BuildResult | None]] = {}
+            builds = 0
             for c in configs:
                 if c.unsupported_reason:
                     accept(Outcome(c, Verdict.UNSUPPORTED, c.unsupported_reason), None, launcher)
                 elif refusal(c):  # never built as a harness: sized, then its points answered without a launch
                     pending[pool.submit(sized, c)] = ("sized", c, None)
-                else:
+                else:  # each later config's compilers one CPU priority lower (build's `nice`): the first finish first
                     pending[pool.submit(build, BuildRequest("run", (c,)), tc.cutlass, tc.nvcc, tc.cache,
-                                        job.compile_timeout_s, job.rebuild)] = ("run", c, None)
+                                        job.compile_timeout_s, job.rebuild, min(19, builds))] = ("run", c, None)
+                    builds += 1
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in [f for f in pending if f in done]:  # several ready at once: in submission order

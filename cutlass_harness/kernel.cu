@@ -1,0 +1,22 @@
+// tileprobe runtime harness, the kernel half: the config's GEMM kernel alone, built with `nvcc -cubin` into
+// kernel.cubin at the same time as run.cu builds the host half (build.py); the harness loads it (kernel_library.cuh).
+// The same flags and the same tp_configs.inc as run.cu, and CUTLASS_ENABLE_CUDA_HOST_ADAPTER as there, so both halves
+// see the same types. tests/backends/cutlass/test_split_build.py holds this kernel's code equal to the kernel a
+// single-TU build compiles.
+#ifndef NDEBUG
+#define NDEBUG
+#endif
+#include "kernels.cuh"
+
+#define TP_CFG(idx, ...) using K = tileprobe::TP_FAMILY_KERNEL<__VA_ARGS__>;
+#include "tp_configs.inc"
+#undef TP_CFG
+
+// The kernel, where the harness can launch it (else an empty cubin: the harness never loads one). Taking its address
+// in a host function is what makes the device pass compile it, as in describe.cu.
+template <class Cfg>
+const void* tp_gemm_entry() {
+  if constexpr (tileprobe::kLaunchableOn<Cfg>) return reinterpret_cast<const void*>(&cutlass::device_kernel<typename Cfg::GemmKernel>);
+  else return nullptr;
+}
+template const void* tp_gemm_entry<K>();
