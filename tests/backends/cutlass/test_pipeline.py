@@ -82,9 +82,12 @@ def test_builds_overlap_launches_and_each_config_launches_as_soon_as_its_build_i
     finished: dict[str, float] = {}
     started: dict[str, float] = {}
 
+    nices: dict[int, int] = {}
+
     def fake_build(req, *a, **k):
         (c,) = req.configs
         i = configs.index(c)
+        nices[i] = a[5]  # build(req, cutlass, nvcc, cache, timeout_s, rebuild, nice)
         time.sleep(slow_s if i == 1 else 0.05)
         exe = fake_harness(tmp_path, {}, name=f"h{i}", describe=_desc(100_000 + 1024 * i), log=log)
         finished[c.key] = time.monotonic()
@@ -103,6 +106,7 @@ def test_builds_overlap_launches_and_each_config_launches_as_soon_as_its_build_i
         outs, rows = pipeline.probe_and_launch(configs, profile("h200"), job, w, Console(quiet=True), statics.append)
     quick, slow = configs
     assert started[quick.key] < finished[slow.key]  # the GPU did not wait for the last build
+    assert nices == {0: 0, 1: 1}  # the later config's compilers one CPU priority lower
     assert [o.config.key for o in outs] == [quick.key, slow.key] and len(statics) == 2
     assert all(o.verdict is Verdict.FITS and o.info.compiled for o in outs)
     assert [o.info.smem_bytes for o in outs] == [100_000, 101_024]  # each config's own build described it

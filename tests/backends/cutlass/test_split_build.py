@@ -1,0 +1,114 @@
+"""A runtime harness is built as two nvcc processes at once (build.BuildRequest.split): kernel.cu → kernel.cubin, the
+GEMM kernel alone, and run.cu → harness, which launches that kernel through CUTLASS's CudaHostAdapter. Nothing about
+the kernel may change by it. Real nvcc: the split kernel's machine code is compared with the kernel a single
+translation unit compiles (describe.cu with its device code, no host adapter: the layout the harness had before)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tileprobe.backends.cutlass import build
+from tileprobe.backends.cutlass.build import KERNEL_CUBIN, BuildRequest, parse_ptxas
+from tileprobe.binary.cubin import kernels_of
+from tileprobe.binary.elf import cubin_arch, images_in, parse_elf
+from tileprobe.families import Config, parse_tile
+
+
+def _gemm_kernels(blob: bytes, what: str):
+    elf = parse_elf(blob, what)
+    sm, suffix = cubin_arch(elf)
+    found = [k for k in kernels_of(elf, f"sm_{sm}{suffix}", sm, suffix, what) if "device_kernel" in k.name]
+    return elf, found
+
+
+@pytest.mark.nvcc
+def test_the_split_kernel_is_the_kernel_a_single_unit_compiles(toolchain, tmp_path):
+    """The GPU tests' fp8 config (test_pipeline and test_gpu build the same harness: one compile per session)."""
+    tc = toolchain
+    cfg = Config("sm90-fp8", parse_tile("128x128x128", 8), "cooperative", 0, "no-c", False, "sm_90a")
+    req = BuildRequest("run", (cfg,))
+    res = build.build(req, tc.cutlass, tc.nvcc, tc.cache, 1800)
+    assert res.ok, res.log[-2000:]
+    cubin = res.binary.parent / KERNEL_CUBIN
+    split_elf, (split,) = _gemm_kernels(cubin.read_bytes(), str(cubin))
+
+    # The single unit: describe.cu with TP_WITH_DEVICE takes the kernel's address, so its device pass compiles
+    # cutlass::device_kernel<GemmKernel> with the same flags, without CUTLASS_ENABLE_CUDA_HOST_ADAPTER.
+    single = BuildRequest("describe", (cfg,), with_device=True)
+    flags = single.flags()
+    assert "-DCUTLASS_ENABLE_CUDA_HOST_ADAPTER=true" not in flags and "-DTP_WITH_DEVICE" in flags
+    (tmp_path / "tp_configs.inc").write_text(single.config_include())
+    cmd = [str(tc.nvcc.path), *flags, "-I", str(build.HARNESS_DIR), "-I", str(tmp_path)]
+    for inc in tc.cutlass.include_dirs:
+        cmd += ["-I", str(inc)]
+    cmd += ["-cubin", str(build.HARNESS_DIR / "describe.cu"), "-o", str(tmp_path / "single.cubin")]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=tmp_path)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-2000:]
+    single_elf, (one,) = _gemm_kernels((tmp_path / "single.cubin").read_bytes(), "single.cubin")
+
+    assert split.name == one.name  # the same cutlass::device_kernel<GemmKernel> instantiation
+    text = f".text.{split.name}"
+    assert split_elf.section(text).data(split_elf.blob) == single_elf.section(text).data(single_elf.blob)
+    for field in ("registers", "stack_frame", "static_smem", "barriers", "max_threads", "launch_bounds"):
+        assert getattr(split, field) == getattr(one, field), field
+    assert parse_ptxas(res.kernel_log)["regs"] == split.registers == res.ptxas()["regs"]
+
+    # The host half holds no GEMM kernel: its device code is the reference, the check and the fault kernels.
+    host_kernels = [k.name for img in images_in(res.binary) if img.kind == "cubin" and img.data
+                    for k in kernels_of(parse_elf(img.data, "harness"), img.arch, img.sm, img.suffix, "harness")]
+    assert host_kernels and not [n for n in host_kernels if "device_kernel" in n], host_kernels
+    meta = json.loads((res.binary.parent / "meta.json").read_text())
+    assert "-cubin" in meta["kernel_command"] and "-cubin" not in meta["command"]
+
+
+def _entry(tmp_path, req: BuildRequest):
+    e = tmp_path / "entry"
+    e.mkdir()
+    (e / "meta.json").write_text(json.dumps({"ok": True, "seconds": 1.0, "command": ["nvcc", "run.cu"],
+                                             "kernel_command": ["nvcc", "-cubin", "kernel.cu"], "configs": []}))
+    (e / "build.log").write_text("log\n")
+    (e / "kernel.log").write_text("ptxas info    : Function properties for k\nptxas info    : Used 77 registers\n")
+    (e / "harness").write_bytes(b"\x7fELF")
+    (e / KERNEL_CUBIN).write_bytes(b"\x7fELF")
+    return e
+
+
+def test_a_split_entry_without_its_kernel_or_kernel_log_is_broken(tmp_path, capsys, rng):
+    """The cache's own check (no compiler: its subject is _load): an "ok" run entry is whole only with kernel.cubin
+    and kernel.log; the registers come from the kernel's log."""
+    cfg = Config("sm90-fp8", parse_tile(rng.choice(["128x128x128", "64x256x128"]), 8), "pingpong", 0, "no-c", False,
+                 "sm_90a")
+    req = BuildRequest("run", (cfg,))
+    e = _entry(tmp_path, req)
+    whole = build._load(e, req)
+    assert whole is not None and whole.ptxas()["regs"] == 77 and whole.kernel_command[1] == "-cubin"
+    victim = rng.choice([KERNEL_CUBIN, "kernel.log"])
+    (e / victim).unlink()
+    assert build._load(e, req) is None
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is broken" in err and e.name in err and "rebuilding" in err
+    if victim == KERNEL_CUBIN:
+        assert KERNEL_CUBIN in err
+
+
+def test_both_halves_run_at_once_at_the_asked_priority(tmp_path, rng):
+    """_run_nvcc's plumbing with stand-in commands (its subject is process handling, not nvcc): the two commands run
+    at the same time (each is inside its 1 s sleep while the other starts), each at the CPU priority asked for, and
+    a failure keeps its output."""
+    nice = rng.randint(1, 12)
+    probe = ("import json, os, sys, time; t0 = time.time(); time.sleep(1.0);"
+             " open(sys.argv[1], 'w').write(json.dumps([os.getpriority(os.PRIO_PROCESS, 0), t0, time.time()]));"
+             " sys.stdout.write('out-' + sys.argv[1][-1]); sys.exit(int(sys.argv[2]))")
+    a, b = tmp_path / "pa", tmp_path / "pb"
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    runs = build._run_nvcc([[sys.executable, "-c", probe, str(a), "0"], [sys.executable, "-c", probe, str(b), "3"]],
+                           60, tmp_path, nice)
+    assert [r.ok for r in runs] == [True, False] and runs[0].log == "out-a" and runs[1].log == "out-b"
+    (pa, a0, a1), (pb, b0, b1) = json.loads(a.read_text()), json.loads(b.read_text())
+    assert a0 < b1 and b0 < a1  # the two lifetimes overlap
+    assert pa == pb == min(19, base + nice)
