@@ -1,7 +1,9 @@
 """The main job with a GPU: one compile per config serves its static row and its launches, and compiles overlap
 launches.
 
-Each config's runtime harness (run.cu) is built once; the static probe reads the config's sizes from that very binary
+Each config's runtime harness is built once (run.cu and its kernel.cu, two nvcc processes at once: build.py); each later
+config's compilers run one CPU priority lower, so that the first builds finish first when the compilers outnumber the
+cores. The static probe reads the config's sizes from that very binary
 (`harness --describe`, the same description describe.cu prints, with the registers and spills of its ptxas report:
 evidence `compiled`) and judges them against the target. The config then goes straight to the GPU workers
 (runtime.Launcher), which take each config as soon as its build is ready while the other builds go on.
