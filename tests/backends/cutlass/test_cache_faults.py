@@ -1,9 +1,16 @@
 """A broken build-cache entry is rebuilt with one warning line: a truncated meta.json, a missing build.log, an "ok"
-entry whose binary is gone. Never a traceback, never a row that points at a binary that does not exist. Real nvcc."""
+entry whose binary is gone. Never a traceback, never a row that points at a binary that does not exist.
+
+The subject is the cache, not CUTLASS: the sweep (the real CLI, the real nvcc) builds a tiny describe harness
+(TILEPROBE_HARNESS_DIR) that prints a description of the config from its TP_CFG numbers, so each of the four builds
+takes a second or two instead of a CUTLASS parse. The numbers it prints differ per tile (a random one per run), so a
+row that came from a stale or another entry would show. tests/backends/cutlass/test_split_build.py holds the split
+run entry's own faults (its kernel.cubin or kernel.log gone)."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,14 +19,27 @@ import pytest
 
 pytestmark = pytest.mark.nvcc
 
-TILE = "128x128x128"
+# The family's TP_CFG(idx, TM, TN, TK, Sched, Stages, Epi, Swap): sizes made up from the tile, as describe.cuh spells them.
+TINY_DESCRIBE = r"""
+#include <cstdio>
+#define TP_CFG(idx, tm, tn, tk, sched, stages, epi, swap)                                                        \
+  std::printf("{\"index\": %d, \"stages\": 2, \"smem_bytes\": %d, \"smem_mainloop_bytes\": %d, "              \
+              "\"smem_epilogue_bytes\": 1024, \"cutlass_cap_bytes\": 101376, \"max_threads\": 384, "          \
+              "\"min_blocks\": 1, \"kernel_type\": \"tiny<%d,%d,%d>\"}\n",                                  \
+              idx, 2 * (tm + tn) * tk / 2 + 1024, 2 * (tm + tn) * tk / 2, tm, tn, tk);
+int main() {
+#include "tp_configs.inc"
+  return 0;
+}
+"""
 
 
-def _sweep(cache: Path, out: Path):
+def _sweep(harness: Path, tile: str, cache: Path, out: Path):
+    env = dict(os.environ, TILEPROBE_HARNESS_DIR=str(harness))
     return subprocess.run([sys.executable, "-m", "tileprobe", "sweep", "--family", "sm120-nvfp4", "--target",
-                           "rtx-pro-6000", "--static-only", "--tiles", TILE, "--epilogue", "no-c", "--schedules",
+                           "rtx-pro-6000", "--static-only", "--tiles", tile, "--epilogue", "no-c", "--schedules",
                            "cooperative", "--jobs", "1", "--cache-dir", str(cache), "--out", str(out), "--json"],
-                          capture_output=True, text=True, timeout=1200)
+                          capture_output=True, text=True, timeout=600, env=env)
 
 
 def _sizes(out: Path) -> list[tuple]:
@@ -42,16 +62,24 @@ def _break_binary_gone(entry: Path) -> None:
 
 
 def test_broken_cache_entries_are_rebuilt_with_one_warning(tmp_path, rng):
+    harness = tmp_path / "harness"
+    harness.mkdir()
+    (harness / "describe.cu").write_text(TINY_DESCRIBE)
+    tm, tn = rng.choice([64, 128, 256]), rng.choice([64, 128, 256])
+    tile = f"{tm}x{tn}x128"
     cache = tmp_path / "cache"
-    first = _sweep(cache, tmp_path / "o0")
+    sweep = lambda out: _sweep(harness, tile, cache, out)  # noqa: E731
+    first = sweep(tmp_path / "o0")
     assert first.returncode == 0, first.stderr
     want = _sizes(tmp_path / "o0")
+    # The tiny harness's own numbers: nvcc built it and the sweep read its output.
+    assert [(w[2], w[3]) for w in want] == [((tm + tn) * 64 * 2 + 1024, 2)], want
     (entry,) = [p for p in cache.iterdir() if p.is_dir() and (p / "meta.json").is_file()]
     faults = [_break_truncated_meta, _break_missing_log, _break_binary_gone]
     rng.shuffle(faults)
     for i, fault in enumerate(faults, 1):
         fault(entry)
-        p = _sweep(cache, tmp_path / f"o{i}")
+        p = sweep(tmp_path / f"o{i}")
         said = p.stdout + p.stderr
         assert p.returncode == 0, (fault.__name__, said)
         assert "Traceback" not in said, (fault.__name__, said)
@@ -62,5 +90,5 @@ def test_broken_cache_entries_are_rebuilt_with_one_warning(tmp_path, rng):
         # Repaired: a whole entry again, and the next sweep uses it silently.
         assert (entry / "harness").is_file() and (entry / "build.log").is_file()
         assert json.loads((entry / "meta.json").read_text())["ok"] is True
-    again = _sweep(cache, tmp_path / "again")
+    again = sweep(tmp_path / "again")
     assert again.returncode == 0 and "warning: build cache entry" not in again.stderr
