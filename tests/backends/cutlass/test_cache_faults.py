@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tileprobe.families import FAMILIES, expand_configs
+
 pytestmark = pytest.mark.nvcc
 
 # The family's TP_CFG(idx, TM, TN, TK, Sched, Stages, Epi, Swap): sizes made up from the tile, as describe.cuh spells them.
@@ -65,15 +67,18 @@ def test_broken_cache_entries_are_rebuilt_with_one_warning(tmp_path, rng):
     harness = tmp_path / "harness"
     harness.mkdir()
     (harness / "describe.cu").write_text(TINY_DESCRIBE)
-    tm, tn = rng.choice([64, 128, 256]), rng.choice([64, 128, 256])
-    tile = f"{tm}x{tn}x128"
+    supported = [c for c in expand_configs(FAMILIES["sm120-nvfp4"], "sm_120a")
+                 if not c.unsupported_reason and c.schedule == "cooperative" and c.epilogue == "no-c"]
+    t = rng.choice(supported).tile  # a tile the family launches (others are refused before any build)
+    tm, tn, tk = t.m, t.n, t.k
+    tile = f"{tm}x{tn}x{tk}"
     cache = tmp_path / "cache"
     sweep = lambda out: _sweep(harness, tile, cache, out)  # noqa: E731
     first = sweep(tmp_path / "o0")
     assert first.returncode == 0, first.stderr
     want = _sizes(tmp_path / "o0")
     # The tiny harness's own numbers: nvcc built it and the sweep read its output.
-    assert [(w[2], w[3]) for w in want] == [((tm + tn) * 64 * 2 + 1024, 2)], want
+    assert [(w[1], w[2], w[3]) for w in want] == [("fits", (tm + tn) * tk + 1024, 2)], want
     (entry,) = [p for p in cache.iterdir() if p.is_dir() and (p / "meta.json").is_file()]
     faults = [_break_truncated_meta, _break_missing_log, _break_binary_gone]
     rng.shuffle(faults)
