@@ -27,6 +27,7 @@
 
 // The GEMM kernel, loaded from the kernel.cubin built beside the harness (kernel_library.cuh), once per process.
 inline KernelLibrary g_kernel;
+const char* tp_config_id();  // the config's name (TP_CONFIG_ID from tp_configs.inc), defined in run.cu
 
 // ---- Device memory of one point ----
 inline std::vector<void*> g_allocs;  // everything one point allocated, freed before the next point
@@ -372,7 +373,8 @@ struct Harness {
     record("can_implement", status_name(st), ce);
     if (st != cutlass::Status::kSuccess || ce != cudaSuccess) throw Failure{step_fail("can_implement", status_name(st), ce)};
 
-    std::string unloaded = g_kernel.load();  // part of initialize: CUTLASS's initialize would have the kernel linked in
+    // Part of initialize: CUTLASS's initialize would have the kernel linked in.
+    std::string unloaded = g_kernel.load(tp_config_id());
     if (!unloaded.empty()) {
       record("initialize", "kErrorInternal", cudaGetLastError());
       throw Failure{"initialize: kErrorInternal — the GEMM kernel did not load: " + unloaded};

@@ -12,6 +12,10 @@
 #include "tp_configs.inc"
 #undef TP_CFG
 
+// Which config this cubin is: the harness reads it back (cudaLibraryGetGlobal) and launches nothing from a cubin of
+// another config. TP_CONFIG_ID is the config's name, defined in tp_configs.inc by build.py for both halves.
+extern "C" __device__ __attribute__((used)) const char tp_config_id[] = TP_CONFIG_ID;
+
 // The kernel, where the harness can launch it (else an empty cubin: the harness never loads one). Taking its address
 // in a host function is what makes the device pass compile it, as in describe.cu.
 template <class Cfg>

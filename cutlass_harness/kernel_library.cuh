@@ -19,6 +19,7 @@
 #include <cstring>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "cutlass/cluster_launch.hpp"
 #include "cutlass/cuda_host_adapter.hpp"
@@ -49,12 +50,23 @@ struct KernelLibrary final : cutlass::CudaHostAdapter {
     return exe.substr(0, exe.rfind('/') + 1) + "kernel.cubin";
   }
 
-  // Load once; "" or why not (the error the runtime gave, with the file).
-  std::string load() {
+  // Load once; "" or why not (the error the runtime gave, with the file). `config_id` is the config this harness was
+  // built for (TP_CONFIG_ID): the cubin names its own (kernel.cu's tp_config_id), so a cubin of another config beside
+  // the binary is refused, never launched with this config's Params.
+  std::string load(const char* config_id) {
     if (kernel) return "";
     path = default_path();
     cudaError_t e = cudaLibraryLoadFromFile(&library, path.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0);
     if (e != cudaSuccess) return "cudaLibraryLoadFromFile(" + path + "): " + cudaGetErrorName(e) + " — " + cudaGetErrorString(e);
+    void* id_ptr = nullptr;
+    size_t id_bytes = 0;
+    std::string id;
+    if (cudaLibraryGetGlobal(&id_ptr, &id_bytes, library, "tp_config_id") == cudaSuccess && id_bytes > 0) {
+      std::vector<char> text(id_bytes);
+      if (cudaMemcpy(text.data(), id_ptr, id_bytes, cudaMemcpyDeviceToHost) == cudaSuccess) id.assign(text.data(), strnlen(text.data(), id_bytes));
+    }
+    cudaGetLastError();
+    if (id != config_id) return path + " holds config '" + id + "', not this harness's '" + config_id + "'";
     unsigned count = 0;
     e = cudaLibraryGetKernelCount(&count, library);
     if (e != cudaSuccess) return std::string("cudaLibraryGetKernelCount: ") + cudaGetErrorString(e);

@@ -18,3 +18,4 @@ template <class Cfg>
 inline constexpr bool kLaunchableOn = Cfg::BlockScaled ? TP_ARCH >= 120 : TP_ARCH == 90;
 }  // namespace tileprobe
 #endif
+

@@ -41,6 +41,7 @@
   static constexpr int kCfgIndex = idx;
 #include "tp_configs.inc"
 #undef TP_CFG
+const char* tp_config_id() { return TP_CONFIG_ID; }
 
 int main(int argc, char** argv) {
   // --describe: the config's sizes from this very binary (describe.cuh; no GPU, no other option): the static probe

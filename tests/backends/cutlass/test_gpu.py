@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import os
+import shutil
 import subprocess
 
 from tileprobe.backends.cutlass.build import BuildRequest, build_many
@@ -117,6 +118,28 @@ def test_overfull_stage_count_fails_at_initialize_with_bytes(builds, tmp_path):
     assert r.data["smem_bytes"] == 280576 and r.data["smem_optin"] == 232448
     assert "initialize: kErrorInternal" in r.reason and "MaxDynamicSharedMemorySize=280576" in r.reason
     assert "232448" in r.reason
+
+
+def test_a_harness_without_its_own_kernel_fails_at_initialize_and_says_which_file(builds, tmp_path):
+    """The harness launches only the kernel.cubin beside it, and only if it is its config's kernel: with none, or with
+    another config's cubin in its place, the point fails at initialize and names the file; nothing is launched."""
+    problems = str(_problems(tmp_path, [(64, 512, 1024)]))
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy2(builds["fp8_ok"].binary, alone / "harness")
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy2(builds["fp8_ok"].binary, other / "harness")
+    shutil.copy2(builds["fp8_overfull"].binary.parent / "kernel.cubin", other / "kernel.cubin")
+    for folder, said in ((alone, "cudaLibraryLoadFromFile"), (other, "holds config")):
+        r = run_one([str(folder / "harness"), "--problems", problems], 120)
+        assert r.verdict is Verdict.LAUNCH_ERROR, (folder.name, r)
+        assert r.data["steps"]["can_implement"]["status"] == "kSuccess"
+        assert r.data["steps"]["initialize"]["status"] == "kErrorInternal" and "run" not in r.data["steps"]
+        assert "initialize: kErrorInternal" in r.reason and said in r.reason and str(folder) in r.reason, r.reason
+    # and beside its own cubin the same binary runs
+    shutil.copy2(builds["fp8_ok"].binary.parent / "kernel.cubin", alone / "kernel.cubin")
+    assert run_one([str(alone / "harness"), "--problems", problems], 120).verdict is Verdict.OK
 
 
 def test_fp8_grouped_gemm_is_correct_on_random_shapes(builds, tmp_path):

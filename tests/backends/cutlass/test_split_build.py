@@ -57,6 +57,10 @@ def test_the_split_kernel_is_the_kernel_a_single_unit_compiles(toolchain, tmp_pa
     for field in ("registers", "stack_frame", "static_smem", "barriers", "max_threads", "launch_bounds"):
         assert getattr(split, field) == getattr(one, field), field
     assert parse_ptxas(res.kernel_log)["regs"] == split.registers == res.ptxas()["regs"]
+    # The cubin names its config (the harness checks the name before it launches anything from it).
+    sym = split_elf.symbol("tp_config_id")
+    sec = split_elf.sections[sym.shndx]
+    assert sec.data(split_elf.blob)[sym.value:sym.value + sym.size] == cfg.name.encode() + b"\0"
 
     # The host half holds no GEMM kernel: its device code is the reference, the check and the fault kernels.
     host_kernels = [k.name for img in images_in(res.binary) if img.kind == "cubin" and img.data

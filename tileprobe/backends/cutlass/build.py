@@ -105,7 +105,10 @@ class BuildRequest:
 
     def config_include(self) -> str:
         fam = family(self.configs[0].family)
-        return "".join(fam.cfg_macro(c, i) + "\n" for i, c in enumerate(self.configs))
+        text = "".join(fam.cfg_macro(c, i) + "\n" for i, c in enumerate(self.configs))
+        if self.split:  # both halves name the config: the harness launches only a kernel.cubin of this very config
+            text += f'#define TP_CONFIG_ID "{self.configs[0].name}"\n'
+        return text
 
     def include_dirs(self) -> list[str]:
         """Folders a family's header needs besides CUTLASS's (e.g. an engine's extensions)."""
