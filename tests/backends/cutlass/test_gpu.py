@@ -137,9 +137,12 @@ def test_a_harness_without_its_own_kernel_fails_at_initialize_and_says_which_fil
         assert r.data["steps"]["can_implement"]["status"] == "kSuccess"
         assert r.data["steps"]["initialize"]["status"] == "kErrorInternal" and "run" not in r.data["steps"]
         assert "initialize: kErrorInternal" in r.reason and said in r.reason and str(folder) in r.reason, r.reason
-    # and beside its own cubin the same binary runs
+    # and beside its own cubin the same binary runs, and computes right
     shutil.copy2(builds["fp8_ok"].binary.parent / "kernel.cubin", alone / "kernel.cubin")
-    assert run_one([str(alone / "harness"), "--problems", problems], 120).verdict is Verdict.OK
+    fam = FAMILIES["sm90-fp8"]
+    r = run_one([str(alone / "harness"), "--problems", problems, "--atol", repr(fam.atol), "--rtol", repr(fam.rtol)],
+                120)
+    assert r.verdict is Verdict.OK and r.data["bad_elements"] == 0, r
 
 
 def test_fp8_grouped_gemm_is_correct_on_random_shapes(builds, tmp_path):
