@@ -23,16 +23,11 @@
 
 #include "cutlass/cluster_launch.hpp"
 #include "cutlass/cuda_host_adapter.hpp"
+#include "reference.cuh"  // pattern_fill_kernel
 
 #if !CUTLASS_ENABLE_CUDA_HOST_ADAPTER
 #error "kernel_library.cuh needs CUTLASS_ENABLE_CUDA_HOST_ADAPTER=true (build.py passes it to both TUs)"
 #endif
-
-template <class T>
-__global__ void pattern_fill_kernel(T* dst, T value, size_t count) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x)
-    dst[i] = value;
-}
 
 struct KernelLibrary final : cutlass::CudaHostAdapter {
   using Status = cutlass::Status;

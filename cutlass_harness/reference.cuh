@@ -41,6 +41,13 @@ __global__ void fill_kernel(void* p, size_t n, uint64_t seed, int kind) {
   }
 }
 
+// A workspace fill with a 2-, 4- or 8-byte pattern (KernelLibrary::memsetDeviceImpl, for cutlass/workspace.h).
+template <class T>
+__global__ void pattern_fill_kernel(T* dst, T value, size_t count) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x)
+    dst[i] = value;
+}
+
 // How one operand element type is stored, filled and decoded (the harness's own decoders, not CUTLASS's).
 template <class T>
 struct Elem;

@@ -14,6 +14,11 @@
 #ifndef NDEBUG
 #define NDEBUG
 #endif
+#if defined(__CUDA_ARCH__) && defined(TP_DEVICE_PASS_HEADER)
+// The device pass, where the family names its operand types: the harness's own kernels only (device_pass.cuh). The
+// GEMM kernel is kernel.cu's; this pass would otherwise parse every CUTLASS GEMM header again to compile no GEMM.
+#include "device_pass.cuh"
+#else
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -42,6 +47,11 @@
 #include "tp_configs.inc"
 #undef TP_CFG
 const char* tp_config_id() { return TP_CONFIG_ID; }
+#ifdef TP_DEVICE_PASS_HEADER
+#include "device_pass.cuh"
+static_assert(std::is_same_v<typename Harness<K>::Ops, tileprobe::DevicePassOps>,
+              "TP_DEVICE_PASS_HEADER names other operand types than this config's reference reads");
+#endif
 
 int main(int argc, char** argv) {
   // --describe: the config's sizes from this very binary (describe.cuh; no GPU, no other option): the static probe
@@ -58,6 +68,9 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   int cc = -1, optin = 0, sms = 0, l2 = 0;
   cudaError_t dev_err = cudaSetDevice(opt.device);
+  // Waits (event and stream syncs) block instead of spinning: the main job compiles other configs on every core while
+  // a harness runs, and a spinning wait would hold one of them. Timings are CUDA-event times, not the host's.
+  if (dev_err == cudaSuccess && cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync) != cudaSuccess) cudaGetLastError();
   if (dev_err == cudaSuccess) dev_err = cudaGetDeviceProperties(&prop, opt.device);
   if (dev_err == cudaSuccess) dev_err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, opt.device);
   if (dev_err == cudaSuccess) dev_err = cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, opt.device);
@@ -172,3 +185,4 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+#endif  // the device pass of a family with TP_DEVICE_PASS_HEADER

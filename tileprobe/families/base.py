@@ -159,6 +159,9 @@ class Family:
     epilogues: tuple[str, ...] = tuple(EPILOGUES)
     render: Callable[[Config], list[int]] | None = None  # template arguments, when not the default seven
     include_dirs: Callable[[], list[str]] | None = None  # -I folders the header needs (before CUTLASS's)
+    # A light header (cutlass_harness/families/) naming the reference's operand types (tileprobe::DevicePassOps): a
+    # split harness's host half then compiles only the harness's own kernels in its device pass (device_pass.cuh)
+    device_pass_header: str | None = None
     expand: Callable[..., list[Config]] | None = None  # configs from elsewhere (an engine's tactics)
     operand_bits: Callable[[Config], int] | None = None  # when a config's activation width is not ab_bits
     weight_bits: Callable[[Config], int] | None = None  # when a config's weight (B) width is not its activation width

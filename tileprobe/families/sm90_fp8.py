@@ -19,6 +19,7 @@ FAMILY = Family(
     name="sm90-fp8",
     kernel_template="Sm90Fp8Kernel",
     header="sm90_fp8.cuh",
+    device_pass_header="sm90_fp8_device.cuh",
     archs=("sm_90a",),
     ab_bits=8,
     sf_vector=0,

@@ -116,3 +116,40 @@ def test_both_halves_run_at_once_at_the_asked_priority(tmp_path, rng):
     (pa, a0, a1), (pb, b0, b1) = json.loads(a.read_text()), json.loads(b.read_text())
     assert a0 < b1 and b0 < a1  # the two lifetimes overlap
     assert pa == pb == min(19, base + nice)
+
+
+@pytest.mark.nvcc
+def test_the_host_halfs_light_device_pass_compiles_the_kernels_of_the_full_one(toolchain, tmp_path, rng):
+    """sm90-fp8 names its reference's operand types (families/sm90_fp8_device.cuh), so run.cu's device pass compiles
+    only the harness's own kernels (device_pass.cuh) instead of the whole unit. Real nvcc, device pass only
+    (`-cubin run.cu`) with and without TP_DEVICE_PASS_HEADER: the same kernels, the same machine code and
+    registers; a kernel the host launched that the light pass lacked would also fail the harness's link."""
+    tc = toolchain
+    tile = rng.choice(["128x128x128", "128x256x128", "256x128x128"])
+    cfg = Config("sm90-fp8", parse_tile(tile, 8), rng.choice(["cooperative", "pingpong"]), 0,
+                 rng.choice(["no-c", "with-c"]), False, "sm_90a")
+    req = BuildRequest("run", (cfg,))
+    light = req.flags()
+    define = '-DTP_DEVICE_PASS_HEADER="families/sm90_fp8_device.cuh"'
+    assert define in light
+    (tmp_path / "tp_configs.inc").write_text(req.config_include())
+
+    def kernels(flags: list[str], name: str) -> dict:
+        cmd = [str(tc.nvcc.path), *flags, "-I", str(build.HARNESS_DIR), "-I", str(tmp_path)]
+        for inc in tc.cutlass.include_dirs:
+            cmd += ["-I", str(inc)]
+        out = tmp_path / name
+        p = subprocess.run([*cmd, "-cubin", str(build.HARNESS_DIR / "run.cu"), "-o", str(out)], capture_output=True,
+                           text=True, timeout=1800, cwd=tmp_path)
+        assert p.returncode == 0, (p.stdout + p.stderr)[-2000:]
+        elf = parse_elf(out.read_bytes(), name)
+        sm, suffix = cubin_arch(elf)
+        return {k.name: (elf.section(f".text.{k.name}").data(elf.blob), k.registers, k.stack_frame)
+                for k in kernels_of(elf, f"sm_{sm}{suffix}", sm, suffix, name)}
+
+    lean = kernels(light, "light.cubin")
+    full = kernels([f for f in light if f != define], "full.cubin")
+    assert full and sorted(lean) == sorted(full), (sorted(lean), sorted(full))
+    assert any("reference_groups_kernel" in n for n in lean) and not any("device_kernel" in n for n in lean)
+    for name in full:
+        assert lean[name] == full[name], name

@@ -95,6 +95,8 @@ class BuildRequest:
             # Both halves (kernel.cu, run.cu) see GemmUniversalAdapter launch through a CudaHostAdapter; 20011: CUTLASS's
             # own memsetDevice is __host__ __device__ and calls a __host__ virtual.
             defines += ["-DCUTLASS_ENABLE_CUDA_HOST_ADAPTER=true", "-diag-suppress", "20011"]
+            if fam.device_pass_header:  # run.cu's device pass: the harness's own kernels only (device_pass.cuh)
+                defines.append(f'-DTP_DEVICE_PASS_HEADER="families/{fam.device_pass_header}"')
         return COMMON_FLAGS + gencode + defines
 
     @property

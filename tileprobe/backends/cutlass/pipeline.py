@@ -1,9 +1,9 @@
 """The main job with a GPU: one compile per config serves its static row and its launches, and compiles overlap
 launches.
 
-Each config's runtime harness is built once (run.cu and its kernel.cu, two nvcc processes at once: build.py); each later
-config's compilers run one CPU priority lower, so that the first builds finish first when the compilers outnumber the
-cores. The static probe reads the config's sizes from that very binary
+Each config's runtime harness is built once (run.cu and its kernel.cu, two nvcc processes at once: build.py). The
+compilers run below the harness that launches (nice 1: a launch never waits for a core) and each later config's one
+CPU priority lower still, so that the first builds finish first when the compilers outnumber the cores. The static probe reads the config's sizes from that very binary
 (`harness --describe`, the same description describe.cu prints, with the registers and spills of its ptxas report:
 evidence `compiled`) and judges them against the target. The config then goes straight to the GPU workers
 (runtime.Launcher), which take each config as soon as its build is ready while the other builds go on.
@@ -58,9 +58,10 @@ def probe_and_launch(configs: list[Config], target: Target, job: RuntimeJob, wri
                     accept(Outcome(c, Verdict.UNSUPPORTED, c.unsupported_reason), None, launcher)
                 elif refusal(c):  # never built as a harness: sized, then its points answered without a launch
                     pending[pool.submit(sized, c)] = ("sized", c, None)
-                else:  # each later config's compilers one CPU priority lower (build's `nice`): the first finish first
+                else:  # compilers below the harness that launches (nice 1 and up: build's `nice`), each later
+                    # config's one CPU priority lower still, so that the first builds finish first
                     pending[pool.submit(build, BuildRequest("run", (c,)), tc.cutlass, tc.nvcc, tc.cache,
-                                        job.compile_timeout_s, job.rebuild, min(19, builds))] = ("run", c, None)
+                                        job.compile_timeout_s, job.rebuild, min(19, 1 + builds))] = ("run", c, None)
                     builds += 1
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
