@@ -1,5 +1,5 @@
-"""`tileprobe sweep --ray`: a local Ray cluster started here (2 CPUs, no GPU) runs a real static sweep as 2 shard
-tasks; the merged folder equals the same sweep without Ray; a task killed mid-sweep loses no finished row and
+"""`tileprobe sweep --ray`: a local Ray cluster started here (2 CPUs, no GPU) runs a static sweep (the real CLI and
+nvcc, building a tiny describe harness: the subject is Ray, not CUTLASS; see the `cluster` fixture) as 2 shard tasks; the merged folder equals the same sweep without Ray; a task killed mid-sweep loses no finished row and
 `--resume` re-runs that shard alone; a task killed after its first rows are on disk keeps them byte for byte, and
 `--resume` neither rebuilds nor rewrites them and completes the shard. Without Ray installed, `--ray` is one line
 and exit 2."""
@@ -19,6 +19,8 @@ from tileprobe.backends.cutlass.static_probe import configs_per_tu
 from tileprobe.families import FAMILIES
 from tileprobe.ray_sweep import SHARD_JSON, shard_dir
 from tileprobe.results.writer import load_rows, row_key
+
+from _tiny_harness import write_tiny_harness
 
 
 def tileprobe(*args, **kw):
@@ -46,23 +48,27 @@ UNIT = 3  # configs per sizes-only unit in these sweeps (TILEPROBE_CONFIGS_PER_T
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(tmp_path_factory):
     """A local Ray cluster of this test's own: 2 CPUs, no GPU. The CLI joins it by its address. Its workers (and the
-    tests' plain sweeps) build sizes-only units of UNIT configs, not 32: the subject here is Ray's sharding, kills and
-    resumes, which need several units, not large ones (the unit size's own effect is tests/backends/cutlass/
-    test_static_probe.py's)."""
+    tests' plain sweeps) build sizes-only units of UNIT configs, not 32, of a tiny describe harness
+    (tests/_tiny_harness.py, TILEPROBE_HARNESS_DIR), not CUTLASS's: the subject here is Ray's sharding, kills and
+    resumes, which need several real nvcc units, not large ones (the unit size's own effect is tests/backends/cutlass/
+    test_static_probe.py's; CUTLASS's sizes are the static probe's and the known-good check's)."""
     ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'tileprobe[ray]'; CI installs it)")
-    old = os.environ.get("TILEPROBE_CONFIGS_PER_TU")
-    os.environ["TILEPROBE_CONFIGS_PER_TU"] = str(UNIT)  # inherited by the workers ray.init starts
+    env = {"TILEPROBE_CONFIGS_PER_TU": str(UNIT),
+           "TILEPROBE_HARNESS_DIR": str(write_tiny_harness(tmp_path_factory.mktemp("tiny-harness")))}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # inherited by the workers ray.init starts and by the tests' own sweeps
     try:
         ctx = ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
         yield ctx.address_info["gcs_address"]
         ray.shutdown()
     finally:
-        if old is None:
-            os.environ.pop("TILEPROBE_CONFIGS_PER_TU", None)
-        else:
-            os.environ["TILEPROBE_CONFIGS_PER_TU"] = old
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def test_bad_input_with_ray_is_one_line(tmp_path, cluster):

@@ -19,21 +19,10 @@ import pytest
 
 from tileprobe.families import FAMILIES, expand_configs
 
+from _tiny_harness import tiny_smem_bytes, write_tiny_harness
+
 pytestmark = pytest.mark.nvcc
 
-# The family's TP_CFG(idx, TM, TN, TK, Sched, Stages, Epi, Swap): sizes made up from the tile, as describe.cuh spells them.
-TINY_DESCRIBE = r"""
-#include <cstdio>
-#define TP_CFG(idx, tm, tn, tk, sched, stages, epi, swap)                                                        \
-  std::printf("{\"index\": %d, \"stages\": 2, \"smem_bytes\": %d, \"smem_mainloop_bytes\": %d, "              \
-              "\"smem_epilogue_bytes\": 1024, \"cutlass_cap_bytes\": 101376, \"max_threads\": 384, "          \
-              "\"min_blocks\": 1, \"kernel_type\": \"tiny<%d,%d,%d>\"}\n",                                  \
-              idx, 2 * (tm + tn) * tk / 2 + 1024, 2 * (tm + tn) * tk / 2, tm, tn, tk);
-int main() {
-#include "tp_configs.inc"
-  return 0;
-}
-"""
 
 
 def _sweep(harness: Path, tile: str, cache: Path, out: Path):
@@ -64,9 +53,7 @@ def _break_binary_gone(entry: Path) -> None:
 
 
 def test_broken_cache_entries_are_rebuilt_with_one_warning(tmp_path, rng):
-    harness = tmp_path / "harness"
-    harness.mkdir()
-    (harness / "describe.cu").write_text(TINY_DESCRIBE)
+    harness = write_tiny_harness(tmp_path / "harness")
     supported = [c for c in expand_configs(FAMILIES["sm120-nvfp4"], "sm_120a")
                  if not c.unsupported_reason and c.schedule == "cooperative" and c.epilogue == "no-c"]
     t = rng.choice(supported).tile  # a tile the family launches (others are refused before any build)
@@ -78,7 +65,7 @@ def test_broken_cache_entries_are_rebuilt_with_one_warning(tmp_path, rng):
     assert first.returncode == 0, first.stderr
     want = _sizes(tmp_path / "o0")
     # The tiny harness's own numbers: nvcc built it and the sweep read its output.
-    assert [(w[1], w[2], w[3]) for w in want] == [("fits", (tm + tn) * tk + 1024, 2)], want
+    assert [(w[1], w[2], w[3]) for w in want] == [("fits", tiny_smem_bytes(tm, tn, tk), 2)], want
     (entry,) = [p for p in cache.iterdir() if p.is_dir() and (p / "meta.json").is_file()]
     faults = [_break_truncated_meta, _break_missing_log, _break_binary_gone]
     rng.shuffle(faults)

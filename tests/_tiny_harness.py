@@ -1,0 +1,34 @@
+"""A tiny describe harness for tests whose subject is not CUTLASS (the build cache, Ray's sharding, kills and
+resumes): the real nvcc builds it from TILEPROBE_HARNESS_DIR in a second or two instead of a CUTLASS parse, and it
+prints a description of each config made up from its TP_CFG numbers (the sm120-nvfp4 / sm90-fp8 argument list), so
+the rows differ per tile and a row from a stale or another entry would show. Its sizes are not CUTLASS's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# The family's TP_CFG(idx, TM, TN, TK, Sched, Stages, Epi, Swap): sizes made up from the tile, as describe.cuh spells them.
+TINY_DESCRIBE = r"""
+#include <cstdio>
+#define TP_CFG(idx, tm, tn, tk, sched, stages, epi, swap)                                                        \
+  std::printf("{\"index\": %d, \"stages\": 2, \"smem_bytes\": %d, \"smem_mainloop_bytes\": %d, "              \
+              "\"smem_epilogue_bytes\": 1024, \"cutlass_cap_bytes\": 101376, \"max_threads\": 384, "          \
+              "\"min_blocks\": 1, \"kernel_type\": \"tiny<%d,%d,%d>\"}\n",                                  \
+              idx, 2 * (tm + tn) * tk / 2 + 1024, 2 * (tm + tn) * tk / 2, tm, tn, tk);
+int main() {
+#include "tp_configs.inc"
+  return 0;
+}
+"""
+
+
+def tiny_smem_bytes(tm: int, tn: int, tk: int) -> int:
+    """What the tiny harness prints as smem_bytes for a tile (its own made-up rule, not CUTLASS's)."""
+    return (tm + tn) * tk + 1024
+
+
+def write_tiny_harness(folder: Path) -> Path:
+    """The harness folder (for TILEPROBE_HARNESS_DIR): describe.cu only."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "describe.cu").write_text(TINY_DESCRIBE)
+    return folder
