@@ -27,7 +27,8 @@
 
 // The GEMM kernel, loaded from the kernel.cubin built beside the harness (kernel_library.cuh), once per process.
 inline KernelLibrary g_kernel;
-const char* tp_config_id();  // the config's name (TP_CONFIG_ID from tp_configs.inc), defined in run.cu
+const char* tp_config_id();  // the config's name (its TP_CFG_ID line in tp_configs.inc), defined in run.cu
+int tp_config_index();       // its index in this harness (--config-index), defined in run.cu
 
 // ---- Device memory of one point ----
 inline std::vector<void*> g_allocs;  // everything one point allocated, freed before the next point
@@ -374,7 +375,7 @@ struct Harness {
     if (st != cutlass::Status::kSuccess || ce != cudaSuccess) throw Failure{step_fail("can_implement", status_name(st), ce)};
 
     // Part of initialize: CUTLASS's initialize would have the kernel linked in.
-    std::string unloaded = g_kernel.load(tp_config_id());
+    std::string unloaded = g_kernel.load(tp_config_id(), tp_config_index());
     if (!unloaded.empty()) {
       record("initialize", "kErrorInternal", cudaGetLastError());
       throw Failure{"initialize: kErrorInternal — the GEMM kernel did not load: " + unloaded};

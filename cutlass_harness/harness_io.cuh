@@ -102,7 +102,7 @@ struct Options {
 [[noreturn]] inline void usage(const std::string& msg) {
   std::fprintf(stderr, "error: %s\nusage: harness --problems FILE [--seed S] [--alpha A] [--beta B] [--atol A] [--rtol R] "
                "[--warmup W] [--iters I] [--target-ms T] [--repeats R] [--max-repeats M] [--median-tol F] [--rotate N] [--no-check] [--device D] "
-               "[--topk K] [--reference-dump DIR]\n", msg.c_str());
+               "[--topk K] [--reference-dump DIR] [--config-index I]\n", msg.c_str());
   std::exit(2);
 }
 

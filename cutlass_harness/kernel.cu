@@ -1,5 +1,5 @@
-// tileprobe runtime harness, the kernel half: the config's GEMM kernel alone, built with `nvcc -cubin` into
-// kernel.cubin at the same time as run.cu builds the host half (build.py); the harness loads it (kernel_library.cuh).
+// tileprobe runtime harness, the kernel half: one config's GEMM kernel alone, built with `nvcc -cubin` into
+// kernel.<idx>.cubin at the same time as run.cu builds the host half (build.py); the harness loads it (kernel_library.cuh).
 // The same flags and the same tp_configs.inc as run.cu, and CUTLASS_ENABLE_CUDA_HOST_ADAPTER as there, so both halves
 // see the same types. tests/backends/cutlass/test_split_build.py holds this kernel's code equal to the kernel a
 // single-TU build compiles.
@@ -8,13 +8,14 @@
 #endif
 #include "kernels.cuh"
 
+// This kernel half's own tp_configs.inc (build.py) holds its one config: a TP_CFG line and a TP_CFG_ID line, with the
+// config's index in the host half it serves. The name is which config this cubin is: the harness reads it back
+// (cudaLibraryGetGlobal) and launches nothing from a cubin of another config.
 #define TP_CFG(idx, ...) using K = tileprobe::TP_FAMILY_KERNEL<__VA_ARGS__>;
+#define TP_CFG_ID(idx, name) extern "C" __device__ __attribute__((used)) const char tp_config_id[] = name;
 #include "tp_configs.inc"
+#undef TP_CFG_ID
 #undef TP_CFG
-
-// Which config this cubin is: the harness reads it back (cudaLibraryGetGlobal) and launches nothing from a cubin of
-// another config. TP_CONFIG_ID is the config's name, defined in tp_configs.inc by build.py for both halves.
-extern "C" __device__ __attribute__((used)) const char tp_config_id[] = TP_CONFIG_ID;
 
 // The kernel, where the harness can launch it (else an empty cubin: the harness never loads one). Taking its address
 // in a host function is what makes the device pass compile it, as in describe.cu.

@@ -36,21 +36,22 @@ struct KernelLibrary final : cutlass::CudaHostAdapter {
   std::string path;
   std::string name;  // the loaded entry's (mangled) name, from the runtime
 
-  // The cubin built beside this executable.
-  static std::string default_path() {
+  // The cubin of config `index` built beside this executable: kernel.<index>.cubin.
+  static std::string default_path(int index) {
+    std::string file = "kernel." + std::to_string(index) + ".cubin";
     char buf[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-    if (n <= 0) return "kernel.cubin";
+    if (n <= 0) return file;
     std::string exe(buf, size_t(n));
-    return exe.substr(0, exe.rfind('/') + 1) + "kernel.cubin";
+    return exe.substr(0, exe.rfind('/') + 1) + file;
   }
 
-  // Load once; "" or why not (the error the runtime gave, with the file). `config_id` is the config this harness was
-  // built for (TP_CONFIG_ID): the cubin names its own (kernel.cu's tp_config_id), so a cubin of another config beside
-  // the binary is refused, never launched with this config's Params.
-  std::string load(const char* config_id) {
+  // Load once; "" or why not (the error the runtime gave, with the file). `config_id` is the config this harness
+  // runs (its TP_CFG_ID), `index` its index in the harness: the cubin names its own config (kernel.cu's
+  // tp_config_id), so a cubin of another config is refused, never launched with this config's Params.
+  std::string load(const char* config_id, int index) {
     if (kernel) return "";
-    path = default_path();
+    path = default_path(index);
     cudaError_t e = cudaLibraryLoadFromFile(&library, path.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0);
     if (e != cudaSuccess) return "cudaLibraryLoadFromFile(" + path + "): " + cudaGetErrorName(e) + " — " + cudaGetErrorString(e);
     void* id_ptr = nullptr;

@@ -30,6 +30,9 @@
 #include "harness_io.cuh"
 #include "faults.cuh"
 #include "harness.cuh"
+#ifdef TP_DEVICE_PASS_HEADER
+#include "device_pass.cuh"
+#endif
 #ifdef TP_FAMILY_FLASHINFER_MOE
 #include "families/flashinfer_moe_run.cuh"  // this family's launch arguments, MoE routing and finalize check
 #endif
@@ -41,21 +44,53 @@
 #error "TP_ARCH must be the compute capability the binary is built for (90, 120, 121)"
 #endif
 
-#define TP_CFG(idx, ...)                                                      \
-  using K = tileprobe::TP_FAMILY_KERNEL<__VA_ARGS__>;                    \
-  static constexpr int kCfgIndex = idx;
+// The harness's configs: one TP_CFG(idx, ...) and one TP_CFG_ID(idx, "name") line each (build.py). A split build's
+// host half may serve several configs of a family (each with its own kernel.<idx>.cubin): `--config-index I` picks
+// one (default 0), and everything below is that config's.
+static int g_config_index = 0;
+int tp_config_index() { return g_config_index; }
+const char* tp_config_id() {
+  switch (g_config_index) {
+#define TP_CFG(idx, ...)
+#define TP_CFG_ID(idx, name) \
+  case idx:                  \
+    return name;
 #include "tp_configs.inc"
+#undef TP_CFG_ID
 #undef TP_CFG
-const char* tp_config_id() { return TP_CONFIG_ID; }
-#ifdef TP_DEVICE_PASS_HEADER
-#include "device_pass.cuh"
-static_assert(std::is_same_v<typename Harness<K>::Ops, tileprobe::DevicePassOps>,
-              "TP_DEVICE_PASS_HEADER names other operand types than this config's reference reads");
-#endif
+  }
+  return "";
+}
 
-int main(int argc, char** argv) {
-  // --describe: the config's sizes from this very binary (describe.cuh; no GPU, no other option): the static probe
-  // reads them from the harness it launches, so one compile serves both.
+// "--config-index I" (or "--config-index=I") taken out of argv; -1 when it is not a config index.
+static int take_config_index(int& argc, char** argv) {
+  int index = 0;
+  for (int i = 1; i < argc; ++i) {
+    std::string key = argv[i], val;
+    int used = 1;
+    if (key.rfind("--config-index=", 0) == 0) val = key.substr(15);
+    else if (key == "--config-index" && i + 1 < argc) { val = argv[i + 1]; used = 2; }
+    else if (key == "--config-index") return -1;
+    else continue;
+    char* end = nullptr;
+    long v = std::strtol(val.c_str(), &end, 10);
+    if (end == val.c_str() || *end || v < 0 || v > 1000000) return -1;
+    index = int(v);
+    for (int j = i; j + used < argc; ++j) argv[j] = argv[j + used];
+    argc -= used;
+    --i;
+  }
+  return index;
+}
+
+template <class K>
+int harness_main(int kCfgIndex, int argc, char** argv) {
+#ifdef TP_DEVICE_PASS_HEADER
+  static_assert(std::is_same_v<typename Harness<K>::Ops, tileprobe::DevicePassOps>,
+                "TP_DEVICE_PASS_HEADER names other operand types than this config's reference reads");
+#endif
+  // --describe: the config's sizes from this very binary (describe.cuh; no GPU, no other option but
+  // --config-index): the static probe reads them from the harness it launches, so one compile serves both.
   if (argc == 2 && std::string(argv[1]) == "--describe") {
     tileprobe_describe::describe<K>(kCfgIndex);
     return 0;
@@ -184,5 +219,17 @@ int main(int argc, char** argv) {
     if (sticky) return 3;
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  g_config_index = take_config_index(argc, argv);
+  if (g_config_index < 0) usage("--config-index takes a config index of this harness (0, 1, ...)");
+#define TP_CFG(idx, ...) \
+  if (g_config_index == idx) return harness_main<tileprobe::TP_FAMILY_KERNEL<__VA_ARGS__>>(idx, argc, argv);
+#define TP_CFG_ID(idx, name)
+#include "tp_configs.inc"
+#undef TP_CFG_ID
+#undef TP_CFG
+  usage("--config-index " + std::to_string(g_config_index) + ": this harness has no such config");
 }
 #endif  // the device pass of a family with TP_DEVICE_PASS_HEADER

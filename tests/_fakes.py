@@ -12,8 +12,10 @@ from pathlib import Path
 # 'die-before' (exits 1 before announcing anything).
 PROLOGUE = """
 import json, os, signal, sys, time
-if sys.argv[1:] == ["--describe"] and DESCRIBE is not None:  # run.cu --describe: the config's sizes, no GPU
-    print(json.dumps(DESCRIBE), flush=True)
+INDEX = int(sys.argv[sys.argv.index("--config-index") + 1]) if "--config-index" in sys.argv else 0
+OWN = (DESCRIBE[INDEX] if isinstance(DESCRIBE, list) else DESCRIBE) if DESCRIBE is not None else None
+if sys.argv[1:2] == ["--describe"] and OWN is not None:  # run.cu --describe [--config-index I]: sizes, no GPU
+    print(json.dumps(OWN), flush=True)
     sys.exit(0)
 path = sys.argv[sys.argv.index("--problems") + 1]
 ids, sizes = [], {}
@@ -29,16 +31,18 @@ def answer(pid, **extra):
          "nonfinite": 0, "checked_elements": sizes[pid], "bad_elements": 0, "bad_groups": 0, "groups": 4,
          "worst_group": 1, "worst_row": 3, "worst_col": 7, "worst_value": 1.0, "worst_ref": 1.0, "worst_ratio": 0.1,
          "atol": 0.05, "rtol": 0.02, "us": [5.0, 5.5, 6.0], "us_graph": [4.0, 4.5, 5.0], "l2_bytes": 52428800,
-         "rotation_bytes": 209715200, "smem_optin": 232448, "smem_bytes": 1000, "stages": 4}
+         "rotation_bytes": 209715200, "smem_optin": 232448, "smem_bytes": OWN["smem_bytes"] if OWN else 1000,
+         "stages": 4, "index": INDEX}
     d.update(extra)
     print(json.dumps(d), flush=True)
 """
 
 
 def fake_harness(tmp_path: Path, behaviour: dict, default: str = "ok", name: str = "harness",
-                 log: Path | None = None, describe: dict | None = None) -> Path:
+                 log: Path | None = None, describe: dict | list | None = None) -> Path:
     """behaviour: {point id: what}; `log` gets one line per process start listing the ids it was given; `describe`:
-    what `--describe` prints (run.cu's description of its config), None: the harness has no --describe."""
+    what `--describe` prints (run.cu's description of its config; a list: of config --config-index I of a harness
+    serving several, whose answers then carry that config's smem_bytes), None: the harness has no --describe."""
     body = f"DESCRIBE = {describe!r}\n" + PROLOGUE + textwrap.dedent(f"""
     behaviour = {json.dumps({str(k): v for k, v in behaviour.items()})}
     if {str(log) if log else ''!r}:

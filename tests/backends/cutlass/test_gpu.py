@@ -10,7 +10,7 @@ import os
 import shutil
 import subprocess
 
-from tileprobe.backends.cutlass.build import BuildRequest, build_many
+from tileprobe.backends.cutlass.build import BuildRequest, build_many, kernel_cubin
 from tileprobe.results.classify import ProbeResult, classify
 from tileprobe.backends.cutlass.runner import Answer, run_points
 from tileprobe.families import FAMILIES, Config, parse_tile
@@ -31,11 +31,12 @@ def builds(toolchain):
         "fp8_overfull": _cfg("sm90-fp8", "256x256x128", "sm_90a", stages=4),
         "fp8_ok": _cfg("sm90-fp8", "128x128x128", "sm_90a"),
     }
-    res = build_many([BuildRequest("run", (c,)) for c in cfgs.values()], toolchain.cutlass, toolchain.nvcc,
-                     toolchain.cache, jobs=4, timeout_s=1800)
+    pair = (cfgs["fp8_ok"], _cfg("sm90-fp8", "64x256x128", "sm_90a", schedule="pingpong"))  # one host half, two kernels
+    res = build_many([BuildRequest("run", (c,)) for c in cfgs.values()] + [BuildRequest("run", pair)],
+                     toolchain.cutlass, toolchain.nvcc, toolchain.cache, jobs=4, timeout_s=1800)
     for r in res:
         assert r.ok, r.log[-2000:]
-    return dict(zip(cfgs, res))
+    return dict(zip([*cfgs, "fp8_pair"], res))
 
 
 def run_one(cmd: list[str], timeout: float = 120, fault: str | None = None) -> ProbeResult:
@@ -121,7 +122,7 @@ def test_overfull_stage_count_fails_at_initialize_with_bytes(builds, tmp_path):
 
 
 def test_a_harness_without_its_own_kernel_fails_at_initialize_and_says_which_file(builds, tmp_path):
-    """The harness launches only the kernel.cubin beside it, and only if it is its config's kernel: with none, or with
+    """The harness launches only the kernel.0.cubin beside it, and only if it is its config's kernel: with none, or with
     another config's cubin in its place, the point fails at initialize and names the file; nothing is launched."""
     problems = str(_problems(tmp_path, [(64, 512, 1024)]))
     alone = tmp_path / "alone"
@@ -130,7 +131,7 @@ def test_a_harness_without_its_own_kernel_fails_at_initialize_and_says_which_fil
     other = tmp_path / "other"
     other.mkdir()
     shutil.copy2(builds["fp8_ok"].binary, other / "harness")
-    shutil.copy2(builds["fp8_overfull"].binary.parent / "kernel.cubin", other / "kernel.cubin")
+    shutil.copy2(builds["fp8_overfull"].binary.parent / kernel_cubin(0), other / kernel_cubin(0))
     for folder, said in ((alone, "cudaLibraryLoadFromFile"), (other, "holds config")):
         r = run_one([str(folder / "harness"), "--problems", problems], 120)
         assert r.verdict is Verdict.LAUNCH_ERROR, (folder.name, r)
@@ -138,11 +139,40 @@ def test_a_harness_without_its_own_kernel_fails_at_initialize_and_says_which_fil
         assert r.data["steps"]["initialize"]["status"] == "kErrorInternal" and "run" not in r.data["steps"]
         assert "initialize: kErrorInternal" in r.reason and said in r.reason and str(folder) in r.reason, r.reason
     # and beside its own cubin the same binary runs, and computes right
-    shutil.copy2(builds["fp8_ok"].binary.parent / "kernel.cubin", alone / "kernel.cubin")
+    shutil.copy2(builds["fp8_ok"].binary.parent / kernel_cubin(0), alone / kernel_cubin(0))
     fam = FAMILIES["sm90-fp8"]
     r = run_one([str(alone / "harness"), "--problems", problems, "--atol", repr(fam.atol), "--rtol", repr(fam.rtol)],
                 120)
     assert r.verdict is Verdict.OK and r.data["bad_elements"] == 0, r
+
+
+def test_a_harness_of_two_configs_runs_each_with_its_own_kernel(builds, tmp_path):
+    """One host half serving two configs (build.harness_batches' layout): --config-index picks the config, its
+    kernel.<i>.cubin and its sizes; each computes right on random shapes, with the bytes its own single harness
+    describes, and a cubin swapped into the other's place is refused."""
+    rng = random.Random()
+    pair, fam = builds["fp8_pair"], FAMILIES["sm90-fp8"]
+    probs = [(rng.randint(1, 200), 16 * rng.randint(1, 64), 16 * rng.randint(1, 64)) for _ in range(rng.randint(1, 6))]
+    problems = str(_problems(tmp_path, probs))
+    single = json.loads(subprocess.run([str(builds["fp8_ok"].binary), "--describe"], capture_output=True, text=True,
+                                       timeout=60).stdout)
+    seen = []
+    for i in rng.sample([0, 1], 2):
+        desc = json.loads(subprocess.run([str(pair.binary), "--describe", "--config-index", str(i)],
+                                         capture_output=True, text=True, timeout=60).stdout)
+        assert desc["index"] == i
+        r = run_one([str(pair.binary), "--config-index", str(i), "--problems", problems, "--seed",
+                     str(rng.randrange(2**31)), "--atol", repr(fam.atol), "--rtol", repr(fam.rtol)], 120)
+        assert r.verdict is Verdict.OK and r.data["bad_elements"] == 0, (i, probs, r)
+        assert r.data["index"] == i and r.data["smem_bytes"] == desc["smem_bytes"]
+        seen.append((i, desc))
+    descs = dict(seen)
+    assert descs[0] == single and descs[0]["kernel_type"] != descs[1]["kernel_type"]
+    swapped = tmp_path / "swapped"
+    shutil.copytree(pair.binary.parent, swapped)
+    shutil.copy2(swapped / kernel_cubin(1), swapped / kernel_cubin(0))
+    r = run_one([str(swapped / "harness"), "--config-index", "0", "--problems", problems], 120)
+    assert r.verdict is Verdict.LAUNCH_ERROR and "holds config" in r.reason, r
 
 
 def test_fp8_grouped_gemm_is_correct_on_random_shapes(builds, tmp_path):

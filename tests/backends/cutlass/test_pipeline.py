@@ -63,9 +63,12 @@ def _desc(smem):
             "kernel_type": "fake"}
 
 
-def _job(rng, configs_n, monkeypatch):
+def _job(rng, configs_n, monkeypatch, per_harness=1):
+    """`per_harness`: TILEPROBE_HARNESS_CONFIGS (1: one config per harness build, the subject of most tests here;
+    the batches' own test sets its own)."""
     configs = expand_configs(FAMILIES["sm90-fp8"], "sm_90a", ["128x128x128", "128x256x128", "256x128x128"],
                              ["cooperative"])[:configs_n]
+    monkeypatch.setenv("TILEPROBE_HARNESS_CONFIGS", str(per_harness))
     monkeypatch.setattr(runtime, "measure_refs", lambda i: {"copy_gbps": 4000.0})
     dev = replace(profile("h200"), gpu_index=0)
     seed = rng.randrange(10**6)
@@ -174,3 +177,47 @@ def test_the_gpu_is_never_idle_while_a_build_is_ready(tmp_path, monkeypatch, rng
     first_rows = [next(i for i, r in enumerate(rows) if r["config"] == k) for k in order]
     assert first_rows == sorted(first_rows)  # launched in the order their builds became ready
     assert job.phases["queue_wait_s"] < job.phases["gpu_busy_s"]
+
+
+@pytest.mark.parametrize("batch_builds", [True, False])
+def test_one_host_half_serves_a_batch_and_a_batch_that_fails_is_built_config_by_config(tmp_path, monkeypatch, rng,
+                                                                                      batch_builds):
+    """Three configs, up to three per harness: the first config is built alone and the next two share one host half
+    (build.harness_batches). Each config of the batch gets its own description (--config-index) and its points run
+    with its own index (the fake answers with the index's bytes: any other would put a 'differs' note on the row).
+    A batch that does not build says nothing about which config broke it: each is built alone, so the config that
+    fails alone gets its own compile error and the other is launched."""
+    configs, job, dev = _job(rng, 3, monkeypatch, per_harness=3)
+    requests: list[tuple] = []
+    bad = rng.choice(configs[1:])
+    smem = {c.key: 90_000 + 1024 * i for i, c in enumerate(configs)}
+
+    def fake_build(req, *a, **k):
+        requests.append(tuple(c.key for c in req.configs))
+        if len(req.configs) > 1 and not batch_builds or req.configs == (bad,) and not batch_builds:
+            return BuildResult(req, False, None, "run.cu(12): error: harness-only failure", 1.0, False, [])
+        descs = [dict(_desc(smem[c.key]), index=i) for i, c in enumerate(req.configs)]
+        exe = fake_harness(tmp_path, {}, name=f"h{len(requests)}", describe=descs)
+        return BuildResult(req, True, exe, "", 0.1, False, [])
+
+    monkeypatch.setattr(pipeline, "build", fake_build)
+    monkeypatch.setattr(pipeline, "probe_static", lambda cfgs, *a, **k: [
+        Outcome(c, Verdict.FITS, "sized (fake)", StaticInfo(stages=3, smem_bytes=95_000, threads_per_cta=384))
+        for c in cfgs])
+    with ResultsWriter(tmp_path / "out") as w:
+        outs, rows = pipeline.probe_and_launch(configs, profile("h200"), job, w, Console(quiet=True), lambda o: None)
+    keys = [c.key for c in configs]
+    if batch_builds:
+        assert sorted(requests) == sorted([(keys[0],), (keys[1], keys[2])])
+    else:
+        assert sorted(requests) == sorted([(keys[0],), (keys[1], keys[2]), (keys[1],), (keys[2],)])
+    by_key = {o.config.key: o for o in outs}
+    for c in configs:
+        mine = [r for r in rows if r["config"] == c.key]
+        assert len(mine) == len(job.points)
+        if c is bad and not batch_builds:
+            assert by_key[c.key].reason == "sized (fake)"
+            assert all(r["verdict"] == "compile-error" and "harness-only failure" in r["reason"] for r in mine)
+        else:
+            assert by_key[c.key].info.compiled and by_key[c.key].info.smem_bytes == smem[c.key]
+            assert all(r["verdict"] == "ok" and "differs" not in r["reason"] for r in mine), mine

@@ -1,4 +1,4 @@
-"""A runtime harness is built as two nvcc processes at once (build.BuildRequest.split): kernel.cu → kernel.cubin, the
+"""A runtime harness is built as nvcc processes at once (build.BuildRequest.split): kernel.cu → kernel.<i>.cubin, the
 GEMM kernel alone, and run.cu → harness, which launches that kernel through CUTLASS's CudaHostAdapter. Nothing about
 the kernel may change by it. Real nvcc: the split kernel's machine code is compared with the kernel a single
 translation unit compiles (describe.cu with its device code, no host adapter: the layout the harness had before)."""
@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from tileprobe.backends.cutlass import build
-from tileprobe.backends.cutlass.build import KERNEL_CUBIN, BuildRequest, parse_ptxas
+from tileprobe.backends.cutlass.build import BuildRequest, kernel_cubin, kernel_log, parse_ptxas
 from tileprobe.binary.cubin import kernels_of
 from tileprobe.binary.elf import cubin_arch, images_in, parse_elf
 from tileprobe.families import Config, parse_tile
@@ -34,7 +34,7 @@ def test_the_split_kernel_is_the_kernel_a_single_unit_compiles(toolchain, tmp_pa
     req = BuildRequest("run", (cfg,))
     res = build.build(req, tc.cutlass, tc.nvcc, tc.cache, 1800)
     assert res.ok, res.log[-2000:]
-    cubin = res.binary.parent / KERNEL_CUBIN
+    cubin = res.binary.parent / kernel_cubin(0)
     split_elf, (split,) = _gemm_kernels(cubin.read_bytes(), str(cubin))
 
     # The single unit: describe.cu with TP_WITH_DEVICE takes the kernel's address, so its device pass compiles
@@ -56,7 +56,7 @@ def test_the_split_kernel_is_the_kernel_a_single_unit_compiles(toolchain, tmp_pa
     assert split_elf.section(text).data(split_elf.blob) == single_elf.section(text).data(single_elf.blob)
     for field in ("registers", "stack_frame", "static_smem", "barriers", "max_threads", "launch_bounds"):
         assert getattr(split, field) == getattr(one, field), field
-    assert parse_ptxas(res.kernel_log)["regs"] == split.registers == res.ptxas()["regs"]
+    assert parse_ptxas(res.kernel_logs[0])["regs"] == split.registers == res.ptxas(0)["regs"]
     # The cubin names its config (the harness checks the name before it launches anything from it).
     sym = split_elf.symbol("tp_config_id")
     sec = split_elf.sections[sym.shndx]
@@ -67,18 +67,18 @@ def test_the_split_kernel_is_the_kernel_a_single_unit_compiles(toolchain, tmp_pa
                     for k in kernels_of(parse_elf(img.data, "harness"), img.arch, img.sm, img.suffix, "harness")]
     assert host_kernels and not [n for n in host_kernels if "device_kernel" in n], host_kernels
     meta = json.loads((res.binary.parent / "meta.json").read_text())
-    assert "-cubin" in meta["kernel_command"] and "-cubin" not in meta["command"]
+    assert [("-cubin" in c) for c in meta["kernel_commands"]] == [True] and "-cubin" not in meta["command"]
 
 
 def _entry(tmp_path, req: BuildRequest):
     e = tmp_path / "entry"
     e.mkdir()
     (e / "meta.json").write_text(json.dumps({"ok": True, "seconds": 1.0, "command": ["nvcc", "run.cu"],
-                                             "kernel_command": ["nvcc", "-cubin", "kernel.cu"], "configs": []}))
+                                             "kernel_commands": [["nvcc", "-cubin", "kernel.cu"]], "configs": []}))
     (e / "build.log").write_text("log\n")
-    (e / "kernel.log").write_text("ptxas info    : Function properties for k\nptxas info    : Used 77 registers\n")
+    (e / kernel_log(0)).write_text("ptxas info    : Function properties for k\nptxas info    : Used 77 registers\n")
     (e / "harness").write_bytes(b"\x7fELF")
-    (e / KERNEL_CUBIN).write_bytes(b"\x7fELF")
+    (e / kernel_cubin(0)).write_bytes(b"\x7fELF")
     return e
 
 
@@ -90,14 +90,14 @@ def test_a_split_entry_without_its_kernel_or_kernel_log_is_broken(tmp_path, caps
     req = BuildRequest("run", (cfg,))
     e = _entry(tmp_path, req)
     whole = build._load(e, req)
-    assert whole is not None and whole.ptxas()["regs"] == 77 and whole.kernel_command[1] == "-cubin"
-    victim = rng.choice([KERNEL_CUBIN, "kernel.log"])
+    assert whole is not None and whole.ptxas(0)["regs"] == 77 and whole.kernel_commands[0][1] == "-cubin"
+    victim = rng.choice([kernel_cubin(0), kernel_log(0)])
     (e / victim).unlink()
     assert build._load(e, req) is None
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is broken" in err and e.name in err and "rebuilding" in err
-    if victim == KERNEL_CUBIN:
-        assert KERNEL_CUBIN in err
+    if victim == kernel_cubin(0):
+        assert kernel_cubin(0) in err
 
 
 def test_both_halves_run_at_once_at_the_asked_priority(tmp_path, rng):
@@ -153,3 +153,42 @@ def test_the_host_halfs_light_device_pass_compiles_the_kernels_of_the_full_one(t
     assert any("reference_groups_kernel" in n for n in lean) and not any("device_kernel" in n for n in lean)
     for name in full:
         assert lean[name] == full[name], name
+
+
+@pytest.mark.nvcc
+def test_a_harness_of_two_configs_has_each_kernel_and_size_its_own_harness_has(toolchain, rng):
+    """One host half serving two configs (build.harness_batches' layout), real nvcc: kernel half i compiles config i
+    alone (its cubin names it and holds the machine code the config's own harness holds), and `--describe
+    --config-index i` gives config i's sizes; an index the harness does not serve is one line and exit 2. The
+    shared config is the GPU tests' (built alone by the first test here: one compile per session)."""
+    tc = toolchain
+    shared = Config("sm90-fp8", parse_tile("128x128x128", 8), "cooperative", 0, "no-c", False, "sm_90a")
+    other = Config("sm90-fp8", parse_tile(rng.choice(["64x128x128", "64x256x128", "128x64x128"]), 8), "pingpong", 0,
+                   rng.choice(["no-c", "with-c"]), False, "sm_90a")
+    pair = rng.sample([shared, other], 2)
+    single = build.build(BuildRequest("run", (shared,)), tc.cutlass, tc.nvcc, tc.cache, 1800)
+    res = build.build(BuildRequest("run", tuple(pair)), tc.cutlass, tc.nvcc, tc.cache, 1800)
+    assert single.ok and res.ok, res.log[-2000:]
+    names = set()
+    for i, c in enumerate(pair):
+        cubin = res.binary.parent / kernel_cubin(i)
+        elf, (k,) = _gemm_kernels(cubin.read_bytes(), str(cubin))
+        sym = elf.symbol("tp_config_id")
+        assert elf.sections[sym.shndx].data(elf.blob)[sym.value:sym.value + sym.size] == c.name.encode() + b"\0"
+        assert res.ptxas(i)["regs"] == k.registers
+        names.add(k.name)
+        desc = json.loads(subprocess.run([str(res.binary), "--describe", "--config-index", str(i)],
+                                         capture_output=True, text=True, timeout=60).stdout)
+        assert desc["index"] == i
+        if c is shared:
+            one_elf, (one,) = _gemm_kernels((single.binary.parent / kernel_cubin(0)).read_bytes(), "single")
+            assert one.name == k.name
+            text = f".text.{k.name}"
+            assert elf.section(text).data(elf.blob) == one_elf.section(text).data(one_elf.blob)
+            alone = json.loads(subprocess.run([str(single.binary), "--describe"], capture_output=True, text=True,
+                                              timeout=60).stdout)
+            assert desc == alone | {"index": i}
+    assert len(names) == 2
+    p = subprocess.run([str(res.binary), "--describe", "--config-index", "2"], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 2 and p.stderr.startswith("error: --config-index 2: this harness has no such config\n")

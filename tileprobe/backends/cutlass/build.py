@@ -46,7 +46,50 @@ def _harness_dir() -> Path:
 HARNESS_DIR = _harness_dir()
 COMMON_FLAGS = ["-std=c++17", "-DNDEBUG", "--expt-relaxed-constexpr", "-diag-suppress", "20012,20013,20014,20015"]
 DEFAULT_COMPILE_TIMEOUT_S = 1200
-KERNEL_CUBIN = "kernel.cubin"  # a split build's GEMM kernel, beside its harness (cutlass_harness/kernel_library.cuh)
+DEFAULT_HARNESS_CONFIGS = 3  # the most configs one runtime harness's host half serves (TILEPROBE_HARNESS_CONFIGS)
+
+
+def kernel_cubin(index: int) -> str:
+    """A split build's GEMM kernel of config `index`, beside its harness (cutlass_harness/kernel_library.cuh)."""
+    return f"kernel.{index}.cubin"
+
+
+def kernel_log(index: int) -> str:
+    """That kernel half's nvcc output (its ptxas report)."""
+    return f"kernel.{index}.log"
+
+
+def harness_configs() -> int:
+    """DEFAULT_HARNESS_CONFIGS, or $TILEPROBE_HARNESS_CONFIGS when set (a whole number >= 1; 1: one harness per
+    config; anything else is one line)."""
+    raw = os.environ.get("TILEPROBE_HARNESS_CONFIGS")
+    if raw is None:
+        return DEFAULT_HARNESS_CONFIGS
+    if not raw.strip().isdigit() or int(raw) < 1:
+        raise UsageError(f"TILEPROBE_HARNESS_CONFIGS={raw!r}: must be a whole number of at least 1")
+    return int(raw)
+
+
+def harness_batches(configs: list[Config], largest: int | None = None) -> list[tuple[Config, ...]]:
+    """The configs of runtime harness builds, in input order: the first config alone, then two, then up to `largest`
+    (harness_configs()) at a time, each batch of one family and arch. The kernel halves are one per config whatever
+    the batch; a host half of several configs costs far less than as many host halves (CUTLASS's headers are
+    parsed once), and the small first batches put the first configs on the GPU as early as one config alone would.
+    The same configs in the same order give the same batches: the static probe's --compile builds the entries
+    the GPU sweep launches."""
+    largest = harness_configs() if largest is None else largest
+    out: list[tuple[Config, ...]] = []
+    groups: dict[tuple[str, str], list[Config]] = {}
+    for c in configs:
+        groups.setdefault((c.family, c.arch), []).append(c)
+    for group in groups.values():
+        size, start = 1, 0
+        while start < len(group):
+            out.append(tuple(group[start:start + size]))
+            start += size
+            size = min(largest, size + 1)
+    order = {c.key: i for i, c in enumerate(configs)}
+    return sorted(out, key=lambda b: order[b[0].key])
 
 
 def cache_root(explicit: str | os.PathLike | None = None) -> Path:
@@ -101,16 +144,27 @@ class BuildRequest:
 
     @property
     def split(self) -> bool:
-        """A runtime harness is built as two nvcc processes at once: kernel.cu → kernel.cubin (the GEMM kernel) and
-        run.cu → harness (host code, reference, check; no GEMM device code), which loads the cubin."""
+        """A runtime harness is built as nvcc processes at once: kernel.cu → kernel.<i>.cubin for each config i (its
+        GEMM kernel) and run.cu → harness (host code, reference, check; no GEMM device code), which serves every
+        config of the request (--config-index) and loads that config's cubin."""
         return self.kind == "run"
 
+    def _lines(self, i: int, c: Config) -> str:
+        line = family(c.family).cfg_macro(c, i) + "\n"
+        if self.split:  # both halves name the config: the harness launches only a cubin of this very config
+            line += f'TP_CFG_ID({i}, "{c.name}")\n'
+        return line
+
     def config_include(self) -> str:
-        fam = family(self.configs[0].family)
-        text = "".join(fam.cfg_macro(c, i) + "\n" for i, c in enumerate(self.configs))
-        if self.split:  # both halves name the config: the harness launches only a kernel.cubin of this very config
-            text += f'#define TP_CONFIG_ID "{self.configs[0].name}"\n'
-        return text
+        """tp_configs.inc of the build (of a split build's host half): every config's lines."""
+        return "".join(self._lines(i, c) for i, c in enumerate(self.configs))
+
+    def kernel_include(self, i: int) -> str:
+        """tp_configs.inc of a split build's kernel half i: config i's lines alone."""
+        return self._lines(i, self.configs[i])
+
+    def index_of(self, config: Config) -> int:
+        return self.configs.index(config)
 
     def include_dirs(self) -> list[str]:
         """Folders a family's header needs besides CUTLASS's (e.g. an engine's extensions)."""
@@ -120,6 +174,8 @@ class BuildRequest:
     def readable_name(self) -> str:
         if len(self.configs) == 1:
             return f"{self.kind}-{self.configs[0].name}{'' if self.with_device else '-sizes'}"
+        if self.split:  # the first config's name, and how many follow it
+            return f"{self.kind}-{self.configs[0].name}-and{len(self.configs) - 1}"
         return f"{self.kind}-{self.configs[0].family}-{self.arch}-batch{len(self.configs)}"
 
 
@@ -132,11 +188,15 @@ class BuildResult:
     seconds: float
     cached: bool
     command: list[str]
-    kernel_command: list[str] | None = None  # a split build's kernel half (BuildRequest.split)
-    kernel_log: str | None = None  # its output: the GEMM kernel's ptxas report
+    kernel_commands: list[list[str]] | None = None  # a split build's kernel halves, one per config (BuildRequest.split)
+    kernel_logs: list[str] | None = None  # their output: each GEMM kernel's ptxas report
 
-    def ptxas(self) -> dict:
-        return parse_ptxas(self.log if self.kernel_log is None else self.kernel_log)
+    def ptxas(self, index: int = 0) -> dict:
+        """Registers and spills of config `index`'s GEMM kernel (a split build: its kernel half's report)."""
+        return parse_ptxas(self.log if self.kernel_logs is None else self.kernel_logs[index])
+
+    def index_of(self, config: Config) -> int:
+        return self.request.index_of(config)
 
 
 def cache_key(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc) -> str:
@@ -193,19 +253,20 @@ def _load(entry: Path, req: BuildRequest, quiet: bool = False) -> BuildResult | 
         binary = entry / "harness"
         if ok and not binary.is_file():
             raise FileNotFoundError(f"its binary {binary.name} is gone")
-        kernel_command = kernel_log = None
+        kernel_commands = kernel_logs = None
         if req.split:
-            kernel_command = list(meta["kernel_command"])
-            kernel_log = (entry / "kernel.log").read_text(errors="replace")
-            if ok and not (entry / KERNEL_CUBIN).is_file():
-                raise FileNotFoundError(f"its kernel {KERNEL_CUBIN} is gone")
+            kernel_commands = [list(c) for c in meta["kernel_commands"]]
+            kernel_logs = [(entry / kernel_log(i)).read_text(errors="replace") for i in range(len(req.configs))]
+            gone = [kernel_cubin(i) for i in range(len(req.configs)) if not (entry / kernel_cubin(i)).is_file()]
+            if ok and gone:
+                raise FileNotFoundError(f"its kernel {gone[0]} is gone")
     except (OSError, ValueError, KeyError, TypeError) as exc:
         if not quiet:
             why = exc.args[0] if isinstance(exc, FileNotFoundError) and exc.args and isinstance(exc.args[0], str) \
                 else f"{type(exc).__name__}: {exc}"
             sys.stderr.write(f"tileprobe: warning: build cache entry {entry.name} is broken ({why}); rebuilding\n")
         return None
-    return BuildResult(req, ok, binary if ok else None, log, seconds, True, command, kernel_command, kernel_log)
+    return BuildResult(req, ok, binary if ok else None, log, seconds, True, command, kernel_commands, kernel_logs)
 
 
 def _compile(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc, cache: Path, final: Path,
@@ -214,30 +275,39 @@ def _compile(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc, cache: Path, f
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=cache))
     try:
         (tmp / "tp_configs.inc").write_text(req.config_include())
-        base = [str(nvcc.path), *req.flags(), "-I", str(HARNESS_DIR), "-I", str(tmp)]
+        flags = [str(nvcc.path), *req.flags(), "-I", str(HARNESS_DIR)]
+        incs = []
         for inc in [*req.include_dirs(), *cutlass.include_dirs]:  # a family's own headers come first
-            base += ["-I", str(inc)]
-        cmd = [*base, str(req.source), "-o", str(tmp / "harness")]
-        kernel_cmd = [*base, "-cubin", str(HARNESS_DIR / "kernel.cu"), "-o", str(tmp / KERNEL_CUBIN)] if req.split else None
+            incs += ["-I", str(inc)]
+        cmd = [*flags, "-I", str(tmp), *incs, str(req.source), "-o", str(tmp / "harness")]
+        kernel_cmds = []
+        for i in range(len(req.configs)) if req.split else ():  # each kernel half sees its own config alone
+            own = tmp / f"k{i}"
+            own.mkdir()
+            (own / "tp_configs.inc").write_text(req.kernel_include(i))
+            kernel_cmds.append([*flags, "-I", str(own), *incs, "-cubin", str(HARNESS_DIR / "kernel.cu"), "-o",
+                                str(tmp / kernel_cubin(i))])
         start = time.monotonic()
-        runs = _run_nvcc([cmd] if kernel_cmd is None else [cmd, kernel_cmd], timeout_s, tmp, nice)
+        runs = _run_nvcc([cmd, *kernel_cmds], timeout_s, tmp, nice)
         seconds = time.monotonic() - start
         ok = all(r.ok for r in runs)
-        # A failure's log is the failed halves' output, the kernel half first; a success's is both, the harness's first.
+        # A failure's log is the failed halves' output, the kernel halves first; a success's is all of them, the
+        # harness's first.
         failed = [r for r in reversed(runs) if not r.ok]
         log = "".join(r.log for r in (failed or runs))
         killed = [r.killed for r in runs if r.killed]
         if killed:
             log = f"tileprobe: {killed[0]}; not cached\n{log}"
-        kernel_log = runs[1].log if kernel_cmd else None
+        kernel_logs = [r.log for r in runs[1:]] if req.split else None
         (tmp / "build.log").write_text(log)
-        result = BuildResult(req, ok, None, log, seconds, False, cmd, kernel_cmd, kernel_log)
+        result = BuildResult(req, ok, None, log, seconds, False, cmd, kernel_cmds if req.split else None, kernel_logs)
         if killed:  # a timeout, a signal or memory exhaustion says nothing about the config: do not cache
             return result
         meta = {"ok": ok, "seconds": seconds, "command": cmd, "configs": [c.name for c in req.configs]}
-        if kernel_cmd:
-            meta["kernel_command"] = kernel_cmd
-            (tmp / "kernel.log").write_text(kernel_log)
+        if req.split:
+            meta["kernel_commands"] = kernel_cmds
+            for i, text in enumerate(kernel_logs):
+                (tmp / kernel_log(i)).write_text(text)
         (tmp / "meta.json").write_text(json.dumps(meta))
         try:
             os.rename(tmp, final)

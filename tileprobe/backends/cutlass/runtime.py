@@ -200,9 +200,11 @@ def probe_config(cfg: Config, static: Outcome, build: BuildResult, points: list[
             emit(cfg, device, ProbeResult(Verdict.UNSUPPORTED, f"not launched: {why or 'no harness was built'}", {}),
                  point, pid)
         return
-    ptxas = build.ptxas() if build.ok else {}
+    index = build.index_of(cfg)  # the config's place in its harness (one host half may serve several)
+    ptxas = build.ptxas(index) if build.ok else {}
     info = static.info  # updated in place: every row of this config (emit reads the same record) carries them
-    info.compile_seconds, info.compile_configs = round(build.seconds, 1), 1  # one harness per config
+    n = len(build.request.configs)  # the build's seconds shared by the configs it built, as a batched sizing's
+    info.compile_seconds, info.compile_configs = round(build.seconds / n, 1), n
     if ptxas:
         info.regs_per_thread = ptxas["regs"]
         info.spill_bytes = ptxas["spill_stores"] + ptxas["spill_loads"]
@@ -225,7 +227,7 @@ def probe_config(cfg: Config, static: Outcome, build: BuildResult, points: list[
             problems.write_text("".join(
                 f"point {rotation_sets(by_id[i], cfg, device)} {i}\n" +
                 "".join(f"{m} {n} {k}\n" for m, n, k in by_id[i].kernel_problems(cfg.swap_ab)) for i in left))
-            cmd = harness_command(build.binary, problems, cfg, seed, [by_id[i] for i in left])
+            cmd = harness_command(build.binary, problems, cfg, seed, [by_id[i] for i in left], index)
             ended: Ended | None = None
             for ev in run_points(cmd, point_timeout(timeout_s, [by_id[i] for i in left], device), env, stop):
                 if isinstance(ev, Answer) and ev.point in by_id:

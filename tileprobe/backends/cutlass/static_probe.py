@@ -8,7 +8,8 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
-from tileprobe.backends.cutlass.build import BuildRequest, BuildResult, build_many, first_error, smem_static_assert, too_few_stages
+from tileprobe.backends.cutlass.build import (BuildRequest, BuildResult, build_many, first_error, harness_batches,
+                                             smem_static_assert, too_few_stages)
 from tileprobe.errors import OutOfResources, UsageError
 from tileprobe.families import Config, family
 from tileprobe.results.rows import Outcome, StaticInfo
@@ -46,10 +47,11 @@ def _describe(binary: Path, timeout_s: float = 60, args: tuple[str, ...] = ()) -
     return out
 
 
-def _info_from(desc: dict, build: BuildResult) -> StaticInfo:
-    """Sizes from the harness's description. A batched build sized several configs in one translation unit: each
-    row's compile_seconds is its share (the build's seconds / the configs in it), compile_configs says how many."""
-    ptxas = build.ptxas() if build.request.with_device else {}
+def _info_from(desc: dict, build: BuildResult, index: int = 0) -> StaticInfo:
+    """Sizes from the harness's description (config `index` of the build). A batched build sized several configs in
+    one translation unit (or one runtime harness's host half): each row's compile_seconds is its share (the build's
+    seconds / the configs in it), compile_configs says how many."""
+    ptxas = build.ptxas(index) if build.request.with_device else {}
     n = max(1, len(build.request.configs))
     return StaticInfo(
         stages=desc["stages"], smem_bytes=desc["smem_bytes"], smem_mainloop_bytes=desc["smem_mainloop_bytes"],
@@ -123,20 +125,9 @@ def probe_static(configs: list[Config], target: Target, cutlass: CutlassTree, nv
         order = {c.key: i for i, c in enumerate(todo)}
         singles.sort(key=lambda c: order[c.key])  # batches finish in any order; singles are built in input order
     retry: list[Config] = []
-    fallback: list[Config] = []  # regs: the configs whose runtime harness did not build
-
-    def harness_done(k: int, res: BuildResult) -> None:
-        c = singles[k]
-        o = static_from_run(c, res, target)
-        if o is None:
-            fallback.append(c)
-        else:
-            final(o)
-
-    if regs:
-        on_harness = _once(harness_done)
-        _each(build_many([BuildRequest("run", (c,)) for c in singles], cutlass, nvcc, cache, jobs, timeout_s,
-                         "compiling", rebuild, progress, on_result=on_harness), on_harness)
+    if regs:  # the runtime harnesses a GPU sweep of these configs launches (build.harness_batches: the same entries)
+        fallback = _harness_pass(harness_batches(singles), target, cutlass, nvcc, cache, jobs, timeout_s, rebuild,
+                                 progress, final)
         order = {c.key: i for i, c in enumerate(todo)}
         singles = sorted(fallback, key=lambda c: order[c.key])
 
@@ -164,6 +155,36 @@ def probe_static(configs: list[Config], target: Target, cutlass: CutlassTree, nv
     for c, o in zip(retry, _two_stage_numbers(retry, target, cutlass, nvcc, cache, jobs, timeout_s, progress)):
         final(o)
     return [outcomes[c.key] for c in configs]
+
+
+def _harness_pass(groups: list[tuple[Config, ...]], target: Target, cutlass: CutlassTree, nvcc: Nvcc, cache: Path,
+                  jobs: int, timeout_s: float, rebuild: bool, progress: bool, final) -> list[Config]:
+    """Build the runtime harnesses of `groups` (each one host half and a kernel half per config) and give `final`
+    the outcome of every config its harness describes. A group of several that does not build says nothing about
+    which config broke it: its configs are built again one per harness. Returns the configs whose own harness did
+    not build or describe itself (the caller sizes them the static probe's way)."""
+    fallback: list[Config] = []
+    alone: list[Config] = []
+
+    def done(k: int, res: BuildResult) -> None:
+        group = groups[k]
+        if not res.ok and len(group) > 1:
+            alone.extend(group)
+            return
+        for c in group:
+            o = static_from_run(c, res, target)
+            if o is None:
+                fallback.append(c)
+            else:
+                final(o)
+
+    on_done = _once(done)
+    _each(build_many([BuildRequest("run", g) for g in groups], cutlass, nvcc, cache, jobs, timeout_s, "compiling",
+                     rebuild, progress, on_result=on_done), on_done)
+    if alone:
+        fallback += _harness_pass([(c,) for c in alone], target, cutlass, nvcc, cache, jobs, timeout_s, rebuild,
+                                  progress, final)
+    return fallback
 
 
 def _once(handle):
@@ -246,8 +267,9 @@ def static_from_run(config: Config, build: BuildResult, target: Target) -> Stati
     cannot describe itself: the caller sizes the config the static probe's own way (probe_static)."""
     if not build.ok or build.binary is None:
         return None
+    index = build.index_of(config)
     try:
-        desc = _describe(build.binary, args=("--describe",))[0]
+        desc = _describe(build.binary, args=("--describe", "--config-index", str(index)))[index]
     except (RuntimeError, subprocess.TimeoutExpired, ValueError, KeyError, OSError):
         return None
-    return judge(config, _info_from(desc, build), target)
+    return judge(config, _info_from(desc, build, index), target)

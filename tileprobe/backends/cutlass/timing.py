@@ -53,10 +53,13 @@ def point_timeout(base_s: float, points: list[Point], device: Target) -> float:
     return base_s + flops / (max(device.sms, 1) * 1e9)
 
 
-def harness_command(binary: Path, problems_file: Path, config: Config, seed: int, points: list | None = None) -> list[str]:
+def harness_command(binary: Path, problems_file: Path, config: Config, seed: int, points: list | None = None,
+                    config_index: int = 0) -> list[str]:
+    """The harness's command line for `config`, config `config_index` of its binary (a host half may serve several)."""
     fam = family(config.family)
     extra = fam.harness_args(config, points or []) if fam.harness_args else []
-    return [str(binary), "--problems", str(problems_file), *harness_options(config, seed), *extra]
+    return [str(binary), "--config-index", str(config_index), "--problems", str(problems_file),
+            *harness_options(config, seed), *extra]
 
 
 def _stats(values) -> tuple[float | None, float | None]:
