@@ -1,7 +1,7 @@
 // tileprobe runtime harness, the kernel half: one config's GEMM kernel alone, built with `nvcc -cubin` into
 // kernel.<idx>.cubin at the same time as run.cu builds the host half (build.py); the harness loads it (kernel_library.cuh).
-// The same flags and the same tp_configs.inc as run.cu, and CUTLASS_ENABLE_CUDA_HOST_ADAPTER as there, so both halves
-// see the same types. tests/backends/cutlass/test_split_build.py holds this kernel's code equal to the kernel a
+// The same flags as run.cu and CUTLASS_ENABLE_CUDA_HOST_ADAPTER as there, and its config's lines of run.cu's
+// tp_configs.inc, so both halves see the same types. tests/backends/cutlass/test_split_build.py holds this kernel's code equal to the kernel a
 // single-TU build compiles.
 #ifndef NDEBUG
 #define NDEBUG

@@ -65,7 +65,7 @@ class StaticInfo:
     regs_per_thread: int | None = None
     spill_bytes: int | None = None
     compile_seconds: float | None = None  # this config's share: its build's seconds / compile_configs
-    compile_configs: int | None = None  # configs built in that one translation unit (1: built alone)
+    compile_configs: int | None = None  # configs built by that one build (a sizes unit, a harness batch; 1: alone)
     compiled: bool = False  # device code was built (ptxas ran): evidence `compiled` rather than `sized`
     predicted: bool = False  # the sizes are the model's (nothing compiled): evidence `predicted`
 
