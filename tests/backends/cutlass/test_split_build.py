@@ -160,7 +160,9 @@ def test_a_harness_of_two_configs_has_each_kernel_and_size_its_own_harness_has(t
     """One host half serving two configs (build.harness_batches' layout), real nvcc: kernel half i compiles config i
     alone (its cubin names it and holds the machine code the config's own harness holds), and `--describe
     --config-index i` gives config i's sizes; an index the harness does not serve is one line and exit 2. The
-    shared config is the GPU tests' (built alone by the first test here: one compile per session)."""
+    shared config is the GPU tests' (built alone by the first test here: one compile per session); the batch is an
+    entry of its own, kernel halves included (no other test builds it: its cost, about a minute on 2 cores, is
+    this proof's)."""
     tc = toolchain
     shared = Config("sm90-fp8", parse_tile("128x128x128", 8), "cooperative", 0, "no-c", False, "sm_90a")
     other = Config("sm90-fp8", parse_tile(rng.choice(["64x128x128", "64x256x128", "128x64x128"]), 8), "pingpong", 0,
