@@ -8,8 +8,9 @@
 #endif
 #include "kernels.cuh"
 
-// This kernel half's own tp_configs.inc (build.py) holds its one config: a TP_CFG line and a TP_CFG_ID line, with the
-// config's index in the host half it serves. The name is which config this cubin is: the harness reads it back
+// This kernel half's own tp_configs.inc (build.py) holds its one config: a TP_CFG line and a TP_CFG_ID line, at index 0
+// whatever the config's index in the host half it serves (nothing here reads it), so one compile serves every batch
+// (build.py's kernel cache). The name is which config this cubin is: the harness reads it back
 // (cudaLibraryGetGlobal) and launches nothing from a cubin of another config.
 #define TP_CFG(idx, ...) using K = tileprobe::TP_FAMILY_KERNEL<__VA_ARGS__>;
 #define TP_CFG_ID(idx, name) extern "C" __device__ __attribute__((used)) const char tp_config_id[] = name;

@@ -100,6 +100,48 @@ def test_a_split_entry_without_its_kernel_or_kernel_log_is_broken(tmp_path, caps
         assert kernel_cubin(0) in err
 
 
+def test_a_kernel_half_is_one_source_in_every_batch_and_its_cache_entry_is_checked(tmp_path, capsys, rng):
+    """The kernel cache (no compiler: its subjects are kernel_key, _store_kernel and _load_kernel): a config's kernel
+    half has the same tp_configs.inc and key wherever it stands in a batch and whatever shares it, another config's
+    differs; a stored entry reads back as stored; a broken one (meta.json truncated, kernel.cubin gone) is one
+    warning line, removed, and read as absent, so the build compiles it again."""
+    tc = Tc()
+    tiles = rng.sample(["128x128x128", "64x128x128", "64x256x128", "128x64x128"], 3)
+    a, b, c = (Config("sm90-fp8", parse_tile(t, 8), rng.choice(["cooperative", "pingpong"]), 0, "no-c", False,
+                      "sm_90a") for t in tiles)
+    first, second = BuildRequest("run", (a, b)), BuildRequest("run", (c, b, a))
+    assert first.kernel_include(0) == second.kernel_include(2) != first.kernel_include(1)
+    assert build.kernel_key(first, 0, tc.cutlass, tc.nvcc) == build.kernel_key(second, 2, tc.cutlass, tc.nvcc)
+    assert build.kernel_key(first, 1, tc.cutlass, tc.nvcc) == build.kernel_key(second, 1, tc.cutlass, tc.nvcc)
+    assert build.kernel_key(first, 0, tc.cutlass, tc.nvcc) != build.kernel_key(first, 1, tc.cutlass, tc.nvcc)
+    assert build.kernel_key(first, 0, tc.cutlass, tc.nvcc) != build.cache_key(BuildRequest("run", (a,)), tc.cutlass,
+                                                                                tc.nvcc)
+    entry = build.kernel_entry(tmp_path, first, 0, tc.cutlass, tc.nvcc)
+    assert entry.name.startswith(a.name) and build._load_kernel(entry) is None
+    blob, log, cmd = os.urandom(rng.randint(64, 4096)), f"ptxas info    : Used {rng.randint(32, 255)} registers\n", \
+        ["nvcc", "-cubin", f"k{rng.randint(0, 9)}"]
+    (tmp_path / "k.cubin").write_bytes(blob)
+    build._store_kernel(entry, tmp_path / "k.cubin", log, cmd)
+    assert build._load_kernel(entry) == (cmd, log) and (entry / "kernel.cubin").read_bytes() == blob
+    assert capsys.readouterr().err == ""
+    fault = rng.choice(["meta", "cubin"])
+    if fault == "meta":
+        (entry / "meta.json").write_text((entry / "meta.json").read_text()[:5])
+    else:
+        (entry / "kernel.cubin").unlink()
+    assert build._load_kernel(entry) is None and not entry.exists()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "kernel cache entry" in err and entry.name in err and "rebuilding" in err
+
+
+class Tc:
+    """A toolchain's identity for keys only (kernel_key reads the tree hash and nvcc's version, runs nothing)."""
+
+    def __init__(self):
+        self.cutlass = type("Tree", (), {"tree_hash": "t" + os.urandom(4).hex()})()
+        self.nvcc = type("Nvcc", (), {"version_text": "13.0", "host_compiler": "gcc"})()
+
+
 def test_both_halves_run_at_once_at_the_asked_priority(tmp_path, rng):
     """_run_nvcc's plumbing with stand-in commands (its subject is process handling, not nvcc): the two commands run
     at the same time (each is inside its 1 s sleep while the other starts), each at the CPU priority asked for, and
@@ -157,20 +199,22 @@ def test_the_host_halfs_light_device_pass_compiles_the_kernels_of_the_full_one(t
 
 @pytest.mark.nvcc
 def test_a_harness_of_two_configs_has_each_kernel_and_size_its_own_harness_has(toolchain, rng):
-    """One host half serving two configs (build.harness_batches' layout), real nvcc: kernel half i compiles config i
-    alone (its cubin names it and holds the machine code the config's own harness holds), and `--describe
-    --config-index i` gives config i's sizes; an index the harness does not serve is one line and exit 2. The
-    shared config is the GPU tests' (built alone by the first test here: one compile per session); the batch is an
-    entry of its own, kernel halves included (no other test builds it: its cost, about a minute on 2 cores, is
-    this proof's)."""
+    """One host half serving two configs (build.harness_batches' layout), real nvcc: kernel half i is config i's
+    own (its cubin names it; the shared config's is the one its own harness compiled, served from the kernel cache,
+    the other's is compiled here and put there), and `--describe --config-index i` gives config i's sizes; an index
+    the harness does not serve is one line and exit 2. The shared config is the GPU tests' (built alone by the first
+    test here: one compile per session); the batch's host half and its other config's kernel half are this proof's
+    own compiles."""
     tc = toolchain
     shared = Config("sm90-fp8", parse_tile("128x128x128", 8), "cooperative", 0, "no-c", False, "sm_90a")
     other = Config("sm90-fp8", parse_tile(rng.choice(["64x128x128", "64x256x128", "128x64x128"]), 8), "pingpong", 0,
                    rng.choice(["no-c", "with-c"]), False, "sm_90a")
     pair = rng.sample([shared, other], 2)
     single = build.build(BuildRequest("run", (shared,)), tc.cutlass, tc.nvcc, tc.cache, 1800)
-    res = build.build(BuildRequest("run", tuple(pair)), tc.cutlass, tc.nvcc, tc.cache, 1800)
+    req = BuildRequest("run", tuple(pair))
+    res = build.build(req, tc.cutlass, tc.nvcc, tc.cache, 1800)
     assert single.ok and res.ok, res.log[-2000:]
+    assert res.cached or res.kernel_commands[pair.index(shared)] == single.kernel_commands[0]  # not compiled again
     names = set()
     for i, c in enumerate(pair):
         cubin = res.binary.parent / kernel_cubin(i)
@@ -178,6 +222,8 @@ def test_a_harness_of_two_configs_has_each_kernel_and_size_its_own_harness_has(t
         sym = elf.symbol("tp_config_id")
         assert elf.sections[sym.shndx].data(elf.blob)[sym.value:sym.value + sym.size] == c.name.encode() + b"\0"
         assert res.ptxas(i)["regs"] == k.registers
+        kept = build.kernel_entry(tc.cache, req, i, tc.cutlass, tc.nvcc)  # the kernel cache holds this very cubin
+        assert (kept / "kernel.cubin").read_bytes() == cubin.read_bytes()
         names.add(k.name)
         desc = json.loads(subprocess.run([str(res.binary), "--describe", "--config-index", str(i)],
                                          capture_output=True, text=True, timeout=60).stdout)

@@ -3,7 +3,9 @@
 A build is keyed by a content hash of everything that changes the binary (harness sources, rendered configs, CUTLASS
 tree, nvcc version, flags) and named readably after its configs. Builds are written into a temporary folder inside
 the cache and renamed into place, under a file lock taken as check, lock, check, so two sweeps can share a cache.
-Failed compiles are cached too (they are as deterministic as successful ones), with their full log.
+Failed compiles are cached too (they are as deterministic as successful ones), with their full log. A runtime
+harness's kernel halves (one per config) are also kept on their own, keyed by that config's source alone
+(`kernel_key`), so a config's GEMM kernel is compiled once whichever batch of configs its host half serves.
 """
 
 from __future__ import annotations
@@ -160,8 +162,10 @@ class BuildRequest:
         return "".join(self._lines(i, c) for i, c in enumerate(self.configs))
 
     def kernel_include(self, i: int) -> str:
-        """tp_configs.inc of a split build's kernel half i: config i's lines alone."""
-        return self._lines(i, self.configs[i])
+        """tp_configs.inc of a split build's kernel half i: config i's lines alone, at index 0 whatever its index in
+        the host half (kernel.cu reads no index), so a config's kernel half is the same source in every batch and
+        one compile of it serves them all (the kernel cache, `kernel_entry`)."""
+        return self._lines(0, self.configs[i])
 
     def index_of(self, config: Config) -> int:
         return self.configs.index(config)
@@ -200,11 +204,21 @@ class BuildResult:
 
 
 def cache_key(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc) -> str:
+    return _key(req, req.config_include(), cutlass, nvcc)
+
+
+def kernel_key(req: BuildRequest, index: int, cutlass: CutlassTree, nvcc: Nvcc) -> str:
+    """The content key of a split build's kernel half `index`: everything cache_key covers, with that config's own
+    tp_configs.inc (BuildRequest.kernel_include) in place of the batch's."""
+    return _key(req, "kernel half\0" + req.kernel_include(index), cutlass, nvcc)
+
+
+def _key(req: BuildRequest, configs_text: str, cutlass: CutlassTree, nvcc: Nvcc) -> str:
     h = hashlib.sha256()
     for path in harness_sources():
         h.update(str(path.relative_to(HARNESS_DIR)).encode())
         h.update(path.read_bytes())
-    h.update(req.config_include().encode())
+    h.update(configs_text.encode())
     h.update(json.dumps(req.flags()).encode())
     h.update(cutlass.tree_hash.encode())
     h.update(nvcc.version_text.encode())
@@ -236,7 +250,48 @@ def build(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc, cache: Path, time
             return hit
         if final.exists():  # --rebuild, or an entry _load found broken: it must not shadow the new build
             shutil.rmtree(final, ignore_errors=True)
-        return _compile(req, cutlass, nvcc, cache, final, timeout_s, nice)
+        return _compile(req, cutlass, nvcc, cache, final, timeout_s, nice, rebuild)
+
+
+KERNELS = "kernels"  # <cache>/kernels/<config name>-<kernel_key>/: one config's kernel half, shared by every batch
+
+
+def kernel_entry(cache: Path, req: BuildRequest, index: int, cutlass: CutlassTree, nvcc: Nvcc) -> Path:
+    return cache / KERNELS / f"{req.configs[index].name}-{kernel_key(req, index, cutlass, nvcc)}"
+
+
+def _load_kernel(entry: Path) -> tuple[list[str], str] | None:
+    """A cached kernel half's (command, ptxas log), or None when there is none or it is broken (then one warning
+    line, and the caller compiles it again and replaces the entry)."""
+    if not entry.exists():
+        return None
+    try:
+        meta = json.loads((entry / "meta.json").read_text())
+        if not (entry / "kernel.cubin").is_file():
+            raise FileNotFoundError("its kernel.cubin is gone")
+        return list(meta["command"]), (entry / "kernel.log").read_text(errors="replace")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        why = exc.args[0] if isinstance(exc, FileNotFoundError) and exc.args and isinstance(exc.args[0], str) \
+            else f"{type(exc).__name__}: {exc}"
+        sys.stderr.write(f"tileprobe: warning: kernel cache entry {entry.name} is broken ({why}); rebuilding\n")
+        shutil.rmtree(entry, ignore_errors=True)
+        return None
+
+
+def _store_kernel(entry: Path, cubin: Path, log: str, command: list[str]) -> None:
+    """Put a kernel half that compiled into the kernel cache (temporary folder, then rename; an entry another
+    build put in place first is kept: it is the same source's)."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
+    try:
+        shutil.copyfile(cubin, tmp / "kernel.cubin")
+        (tmp / "kernel.log").write_text(log)
+        (tmp / "meta.json").write_text(json.dumps({"command": command, "config": entry.name}))
+        os.rename(tmp, entry)
+    except OSError:
+        pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _load(entry: Path, req: BuildRequest, quiet: bool = False) -> BuildResult | None:
@@ -270,7 +325,7 @@ def _load(entry: Path, req: BuildRequest, quiet: bool = False) -> BuildResult | 
 
 
 def _compile(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc, cache: Path, final: Path,
-             timeout_s: float, nice: int = 0) -> BuildResult:
+             timeout_s: float, nice: int = 0, rebuild: bool = False) -> BuildResult:
     nvcc.check_arch(req.arch)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=cache))
     try:
@@ -280,16 +335,27 @@ def _compile(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc, cache: Path, f
         for inc in [*req.include_dirs(), *cutlass.include_dirs]:  # a family's own headers come first
             incs += ["-I", str(inc)]
         cmd = [*flags, "-I", str(tmp), *incs, str(req.source), "-o", str(tmp / "harness")]
-        kernel_cmds = []
+        kernel_cmds, entries, cached = [], [], {}
         for i in range(len(req.configs)) if req.split else ():  # each kernel half sees its own config alone
             own = tmp / f"k{i}"
             own.mkdir()
             (own / "tp_configs.inc").write_text(req.kernel_include(i))
             kernel_cmds.append([*flags, "-I", str(own), *incs, "-cubin", str(HARNESS_DIR / "kernel.cu"), "-o",
                                 str(tmp / kernel_cubin(i))])
+            entries.append(kernel_entry(cache, req, i, cutlass, nvcc))
+            hit = None if rebuild else _load_kernel(entries[i])
+            if hit:  # this config's kernel half, compiled before for another batch: the same source and flags
+                shutil.copyfile(entries[i] / "kernel.cubin", tmp / kernel_cubin(i))
+                kernel_cmds[i], cached[i] = hit[0], _Run(True, hit[1], None)
+        todo = [i for i in range(len(kernel_cmds)) if i not in cached]
         start = time.monotonic()
-        runs = _run_nvcc([cmd, *kernel_cmds], timeout_s, tmp, nice)
+        ran = _run_nvcc([cmd, *(kernel_cmds[i] for i in todo)], timeout_s, tmp, nice)
         seconds = time.monotonic() - start
+        got = dict(zip(todo, ran[1:]))
+        runs = [ran[0], *(cached.get(i) or got[i] for i in range(len(kernel_cmds)))]
+        for i in todo:
+            if got[i].ok:
+                _store_kernel(entries[i], tmp / kernel_cubin(i), got[i].log, kernel_cmds[i])
         ok = all(r.ok for r in runs)
         # A failure's log is the failed halves' output, the kernel halves first; a success's is all of them, the
         # harness's first.
