@@ -27,8 +27,16 @@ def tiny_smem_bytes(tm: int, tn: int, tk: int) -> int:
     return (tm + tn) * tk + 1024
 
 
-def write_tiny_harness(folder: Path) -> Path:
-    """The harness folder (for TILEPROBE_HARNESS_DIR): describe.cu only."""
+def write_tiny_harness(folder: Path, refuse_m: int | None = None) -> Path:
+    """The harness folder (for TILEPROBE_HARNESS_DIR): describe.cu only. `refuse_m`: a tile M that does not compile
+    (a static_assert in the config's own line, as CUTLASS refuses a tile), for tests of how a failed build is kept
+    to its config."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "describe.cu").write_text(TINY_DESCRIBE)
+    text = TINY_DESCRIBE
+    if refuse_m is not None:
+        text = text.replace("#define TP_CFG(idx, tm, tn, tk, sched, stages, epi, swap)                                                        \\\n",
+                            "#define TP_CFG(idx, tm, tn, tk, sched, stages, epi, swap)                                                        \\\n"
+                            f'  static_assert(tm != {refuse_m}, "tiny harness: tile M {refuse_m} does not build");                 \\\n')
+        assert "static_assert" in text
+    (folder / "describe.cu").write_text(text)
     return folder

@@ -118,14 +118,25 @@ def test_warm_probe_is_served_from_the_cache(probed, toolchain):
     assert [(o.verdict, o.info.smem_bytes) for o in again] == [(o.verdict, o.info.smem_bytes) for o in probed["out"]]
 
 
-def test_a_failing_config_does_not_hide_the_others(toolchain):
-    good = cfg("128x128x128")
+def test_a_failing_config_does_not_hide_the_others(toolchain, tmp_path, rng, monkeypatch):
+    """A unit with a config that does not compile is built again config by config, so the failure is that config's
+    row alone. The subject is that isolation, not CUTLASS's refusal (the regs test below holds CUTLASS's own error for
+    this tile): the real nvcc builds the tiny describe harness (tests/_tiny_harness.py), which refuses M=96 with a
+    static_assert, into a cache of this test's own."""
+    monkeypatch.setattr(build, "HARNESS_DIR", write_tiny_harness(tmp_path / "tiny", refuse_m=96))
+    goods = [cfg(t) for t in rng.sample(["128x128x128", "128x64x128", "128x256x128", "256x128x128"], 2)]
     bad = Config(FAM.name, parse_tile("96x128x128", 4), "cooperative", 0, "no-c", False, "sm_120a")  # not buildable
-    out = probe_static([bad, good], TARGET, toolchain.cutlass, toolchain.nvcc, toolchain.cache, jobs=1,
-                       timeout_s=1800)
-    assert out[0].verdict is Verdict.COMPILE_ERROR and out[0].reason
-    assert "error" in out[0].log
-    assert out[1].verdict is Verdict.FITS and out[1].info.smem_bytes > 0
+    configs = goods[:1] + [bad] + goods[1:]
+    rng.shuffle(configs)
+    out = probe_static(configs, TARGET, toolchain.cutlass, toolchain.nvcc, tmp_path / "cache", jobs=1,
+                       timeout_s=600)
+    for c, o in zip(configs, out):
+        assert o.config == c
+        if c is bad:
+            assert o.verdict is Verdict.COMPILE_ERROR and o.reason and "error" in o.log and "M 96" in o.log, o.log
+        else:
+            assert o.verdict is Verdict.FITS and o.info.smem_bytes == tiny_smem_bytes(c.tile.m, c.tile.n, c.tile.k)
+            assert o.info.compile_configs == 1  # its own unit, built again alone
 
 
 def test_judge_and_occupancy_units():
