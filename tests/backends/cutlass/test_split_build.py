@@ -123,7 +123,14 @@ def test_a_kernel_half_is_one_source_in_every_batch_and_its_cache_entry_is_check
     (tmp_path / "k.cubin").write_bytes(blob)
     build._store_kernel(entry, tmp_path / "k.cubin", log, cmd)
     assert build._load_kernel(entry) == (cmd, log) and (entry / "kernel.cubin").read_bytes() == blob
-    assert capsys.readouterr().err == ""
+    (tmp_path / "k2.cubin").write_bytes(os.urandom(64))
+    build._store_kernel(entry, tmp_path / "k2.cubin", "other\n", ["nvcc", "other"])  # another build's: kept
+    assert build._load_kernel(entry) == (cmd, log) and (entry / "kernel.cubin").read_bytes() == blob
+    build._store_kernel(entry, tmp_path / "k2.cubin", "other\n", ["nvcc", "other"], replace=True)  # --rebuild
+    assert build._load_kernel(entry) == (["nvcc", "other"], "other\n")
+    assert (entry / "kernel.cubin").read_bytes() == (tmp_path / "k2.cubin").read_bytes()
+    build._store_kernel(entry, tmp_path / "k.cubin", log, cmd, replace=True)
+    assert capsys.readouterr().err == "" and [p.name for p in entry.parent.iterdir()] == [entry.name]
     fault = rng.choice(["meta", "cubin"])
     if fault == "meta":
         (entry / "meta.json").write_text((entry / "meta.json").read_text()[:5])

@@ -278,10 +278,13 @@ def _load_kernel(entry: Path) -> tuple[list[str], str] | None:
         return None
 
 
-def _store_kernel(entry: Path, cubin: Path, log: str, command: list[str]) -> None:
+def _store_kernel(entry: Path, cubin: Path, log: str, command: list[str], replace: bool = False) -> None:
     """Put a kernel half that compiled into the kernel cache (temporary folder, then rename; an entry another
-    build put in place first is kept: it is the same source's)."""
+    build put in place first is kept: it is the same source's), replacing the entry there with `replace`
+    (--rebuild)."""
     entry.parent.mkdir(parents=True, exist_ok=True)
+    if replace:
+        shutil.rmtree(entry, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
     try:
         shutil.copyfile(cubin, tmp / "kernel.cubin")
@@ -355,7 +358,7 @@ def _compile(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc, cache: Path, f
         runs = [ran[0], *(cached.get(i) or got[i] for i in range(len(kernel_cmds)))]
         for i in todo:
             if got[i].ok:
-                _store_kernel(entries[i], tmp / kernel_cubin(i), got[i].log, kernel_cmds[i])
+                _store_kernel(entries[i], tmp / kernel_cubin(i), got[i].log, kernel_cmds[i], replace=rebuild)
         ok = all(r.ok for r in runs)
         # A failure's log is the failed halves' output, the kernel halves first; a success's is all of them, the
         # harness's first.
