@@ -10,7 +10,11 @@ from pathlib import Path
 # The family's TP_CFG(idx, TM, TN, TK, Sched, Stages, Epi, Swap): sizes made up from the tile, as describe.cuh spells them.
 TINY_DESCRIBE = r"""
 #include <cstdio>
+#ifndef TP_TINY_REFUSE_M
+#define TP_TINY_REFUSE_M -1  // no tile M is refused
+#endif
 #define TP_CFG(idx, tm, tn, tk, sched, stages, epi, swap)                                                        \
+  static_assert(tm != TP_TINY_REFUSE_M, "tiny harness: this tile M does not build");                           \
   std::printf("{\"index\": %d, \"stages\": 2, \"smem_bytes\": %d, \"smem_mainloop_bytes\": %d, "              \
               "\"smem_epilogue_bytes\": 1024, \"cutlass_cap_bytes\": 101376, \"max_threads\": 384, "          \
               "\"min_blocks\": 1, \"kernel_type\": \"tiny<%d,%d,%d>\"}\n",                                  \
@@ -32,11 +36,6 @@ def write_tiny_harness(folder: Path, refuse_m: int | None = None) -> Path:
     (a static_assert in the config's own line, as CUTLASS refuses a tile), for tests of how a failed build is kept
     to its config."""
     folder.mkdir(parents=True, exist_ok=True)
-    text = TINY_DESCRIBE
-    if refuse_m is not None:
-        text = text.replace("#define TP_CFG(idx, tm, tn, tk, sched, stages, epi, swap)                                                        \\\n",
-                            "#define TP_CFG(idx, tm, tn, tk, sched, stages, epi, swap)                                                        \\\n"
-                            f'  static_assert(tm != {refuse_m}, "tiny harness: tile M {refuse_m} does not build");                 \\\n')
-        assert "static_assert" in text
+    text = TINY_DESCRIBE if refuse_m is None else f"#define TP_TINY_REFUSE_M {refuse_m}\n" + TINY_DESCRIBE
     (folder / "describe.cu").write_text(text)
     return folder
