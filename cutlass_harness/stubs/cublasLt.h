@@ -2,6 +2,9 @@
 // cuBLAS; this exists only so that FlashInfer's own MoE launcher compiles on a machine without cuBLAS headers
 // (tests/test_engine_flashinfer.py). Values follow the public cuBLAS documentation.
 #pragma once
+// The real header reaches <math.h> through cublas_api.h -> cuComplex.h; TensorRT-LLM's cudaUtils.h relies on that
+// (expf, sqrtf) when a .cpp that includes it is compiled by the host compiler, as FlashInfer's JIT compiles them.
+#include <cuComplex.h>
 typedef enum {
   CUBLAS_STATUS_SUCCESS = 0,
   CUBLAS_STATUS_NOT_INITIALIZED = 1,

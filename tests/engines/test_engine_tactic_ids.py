@@ -5,6 +5,7 @@ finalize fusion on and off, both dtype pairs."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -69,3 +70,28 @@ def test_whole_map_equals_flashinfers_own_enumeration(toolchain):
               if n.dtypes == "nvfp4xnvfp4" and n.sm == 120 and n.finalize and n.gemm == "gemm2"}
     assert {start + i: t.key() for i, t in enumerate(misread)} != theirs
     assert native.mismatches(lines, lambda d, f, a: [t for t in tid.tactic_ids(d, f, a) if t.gemm == "gemm1"])
+
+
+def test_each_source_is_compiled_with_the_flags_flashinfers_jit_gives_it(tmp_path):
+    """The enumeration's sources get the flags FlashInfer's JIT gives them, read from the installed flashinfer's own
+    jit/core.py (gen_jit_spec's C++ `cflags`) and jit/fused_moe.py (the SM120 module's nvcc -D flags): the driver, a
+    CUDA source like the module's binding, gets the module's -D flags and its arch; each .cpp gets the JIT's C++ flags
+    and none of the module's -D flags, and is not compiled as CUDA."""
+    tree = _installed()
+    core = tree.path(ef.JIT_FUSED_MOE).with_name("core.py").read_text()
+    spec = core[core.index("def gen_jit_spec("):]
+    cxx = re.findall(r'"(-[^"]+)"', re.search(r"\bcflags = \[(.*?)\]", spec).group(1))  # cflags = ["-Wno-switch-bool"]
+    cxx += ["-std=c++17"] + re.findall(r'"(-[^"]+)"', re.search(r'\bcflags \+= \[("-DNDEBUG".*?)\]', spec).group(1))
+    module = [f for f in native.module_flags(tree) if f.startswith("-D") and f != "-DNDEBUG"]
+    assert "-DENABLE_FP4" in module
+    compiles, link = native.compile_commands(tree, "nvcc", tmp_path)
+    assert len(compiles) == 1 + len(native.LINKED) and link[-1] == str(tmp_path / "flashinfer_moe_tactics")
+    driver, *cpps = compiles
+    assert driver[driver.index("-c") + 1].endswith(native.DRIVER_NAME)
+    assert set(module) <= set(driver) and "-gencode=arch=compute_120a,code=sm_120a" in driver
+    for cmd, rel in zip(cpps, native.LINKED):
+        src = cmd[cmd.index("-c") + 1]
+        assert src == str(tree.path(rel)) and src.endswith(".cpp")
+        flags = set(cmd) | {f for a in cmd if a.startswith("-Xcompiler=") for f in a.split("=", 1)[1].split(",")}
+        assert set(cxx) <= flags, (rel, sorted(set(cxx) - flags))
+        assert not set(module) & flags and "-x" not in cmd and not any(a.startswith("-gencode") for a in cmd), rel

@@ -1,12 +1,14 @@
-"""FlashInfer's own tactic enumeration, compiled from its sources with nvcc and run on the host (no GPU).
+"""FlashInfer's own tactic enumeration, compiled from its sources and run on the host (no GPU).
 
 `cutlass_harness/engine/flashinfer_moe_tactics.cu` calls the runner's own `CutlassMoeFCRunner::getTactics`
 (and, for finalize fusion off, the two calls that method makes with `use_fused_finalize_ = false`); it is linked
-with FlashInfer's `cutlass_heuristic.cpp` and its common logger/exception sources (all compiled as CUDA, `-x cu`:
-those .cpp files need the CUDA math headers), with the -D flags of FlashInfer's SM120 fused-MoE JIT module (read
-from its `jit/fused_moe.py`) for `compute_120a`, so the host code takes the same preprocessor branches FlashInfer's
-module does (FAST_BUILD off, as the default JIT build). No kernel is instantiated; nothing is launched.
-This is the ground truth `tileprobe.engines.flashinfer_tactic_ids` is checked against.
+with FlashInfer's `cutlass_heuristic.cpp` and its common logger/exception sources. Each file is compiled the way
+FlashInfer's JIT compiles it for the SM120 fused-MoE module (jit/core.py gen_jit_spec, jit/cpp_ext.py): the driver,
+a CUDA source like the module's binding, by nvcc with the module's -D flags (read from its `jit/fused_moe.py`) for
+`compute_120a`, so its host code takes the same preprocessor branches the module's does; the `.cpp` files by the
+host compiler with the JIT's C++ flags (`-std=c++17 -O3 -DNDEBUG`, no `-DFAST_BUILD`: the default JIT build, and none
+of the module's nvcc -D flags, which FlashInfer gives its CUDA sources only). No kernel is instantiated; nothing is
+launched. This is the ground truth `tileprobe.engines.flashinfer_tactic_ids` is checked against.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import re
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -79,23 +82,49 @@ def include_flags(tree: engine.FlashinferTree) -> list[str]:
     return [f"-I{p}" for p in user] + [a for p in system for a in ("-isystem", str(p))]
 
 
-def build(tree: engine.FlashinferTree, nvcc: str, workdir: Path, timeout_s: float = 900) -> Path:
-    """Compile and link the driver against `tree`; returns the executable."""
-    for rel in LINKED:
-        if not tree.path(rel).is_file():
-            raise UsageError(f"flashinfer source file missing: {tree.path(rel)}")
+# FlashInfer's JIT flags for its .cpp sources (jit/core.py: cflags; the module adds -DFAST_BUILD only for a fast
+# build), given to nvcc, which hands a .cpp to the host compiler with the CUDA include folder ($cuda_home/include in
+# the JIT's common flags) and no CUDA front end.
+CPP_FLAGS = ("-std=c++17", "-O3", "-DNDEBUG", "-Xcompiler=-fPIC,-Wno-switch-bool")
+
+
+def compile_commands(tree: engine.FlashinferTree, nvcc: str, workdir: Path) -> tuple[list[list[str]], list[str]]:
+    """(one compile per source, the link), as argument lists: the driver by nvcc as CUDA with the module's flags,
+    each linked .cpp by the host compiler with the JIT's C++ flags, linked by nvcc (which adds the CUDA runtime)."""
+    includes = include_flags(tree)
     driver = _harness_dir() / "engine" / DRIVER_NAME
-    workdir.mkdir(parents=True, exist_ok=True)
-    exe = workdir / "flashinfer_moe_tactics"
-    cmd = [nvcc, *module_flags(tree), *include_flags(tree), "-w", "-x", "cu", str(driver),
-           *(str(tree.path(rel)) for rel in LINKED), "-o", str(exe)]
+    objects = [workdir / "driver.o"]
+    compiles = [[nvcc, *module_flags(tree), *includes, "-w", "-c", str(driver), "-o", str(objects[0])]]
+    for rel in LINKED:
+        obj = workdir / (Path(rel).stem + ".o")
+        compiles.append([nvcc, *CPP_FLAGS, *includes, "-w", "-c", str(tree.path(rel)), "-o", str(obj)])
+        objects.append(obj)
+    link = [nvcc, *(str(o) for o in objects), "-o", str(workdir / "flashinfer_moe_tactics")]
+    return compiles, link
+
+
+def _run_step(cmd: list[str], workdir: Path, timeout_s: float) -> None:
+    name = Path(cmd[-3]).name if cmd[-2] == "-o" and "-c" in cmd else "the link"
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=workdir)
     except subprocess.TimeoutExpired:
-        raise CompileError(f"nvcc took over {timeout_s:.0f} s on {DRIVER_NAME}") from None
+        raise CompileError(f"nvcc took over {timeout_s:.0f} s on {name}") from None
     if proc.returncode != 0:
-        raise CompileError(f"nvcc failed on {DRIVER_NAME} against {tree.root}", proc.stderr[-6000:])
-    return exe
+        raise CompileError(f"nvcc failed on {name} ({DRIVER_NAME}'s enumeration)", proc.stderr[-6000:])
+
+
+def build(tree: engine.FlashinferTree, nvcc: str, workdir: Path, timeout_s: float = 900) -> Path:
+    """Compile (the six sources at once) and link the driver against `tree`; returns the executable."""
+    for rel in LINKED:
+        if not tree.path(rel).is_file():
+            raise UsageError(f"flashinfer source file missing: {tree.path(rel)}")
+    workdir.mkdir(parents=True, exist_ok=True)
+    compiles, link = compile_commands(tree, nvcc, workdir)
+    with ThreadPoolExecutor(max_workers=max(1, min(len(compiles), os.cpu_count() or 1))) as pool:
+        for f in [pool.submit(_run_step, cmd, workdir, timeout_s) for cmd in compiles]:
+            f.result()  # the first failure, in source order
+    _run_step(link, workdir, timeout_s)
+    return workdir / "flashinfer_moe_tactics"
 
 
 def run(exe: Path, timeout_s: float = 60) -> list[NativeTactic]:
@@ -123,6 +152,7 @@ def cache_key(tree: engine.FlashinferTree, nvcc: Nvcc) -> str:
     h = hashlib.sha256()
     h.update((_harness_dir() / "engine" / DRIVER_NAME).read_bytes())
     h.update(" ".join(module_flags(tree)).encode())
+    h.update(" ".join(CPP_FLAGS).encode())
     dirs = [Path(f[2:]) if f.startswith("-I") else Path(f) for f in include_flags(tree) if f != "-isystem"]
     h.update(_hash_tree(tuple(d for d in dirs if d.is_dir())).encode())
     for rel in LINKED:
