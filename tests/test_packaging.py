@@ -4,6 +4,7 @@ families/ and stubs/) and the JSON Schemas; and that the installed copy, alone, 
 import importlib.metadata
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -100,13 +101,20 @@ def test_installed_wheel_alone_sizes_one_config_of_every_family(tmp_path):
     script = run / "installed_sweep.py"
     shutil.copy(ROOT / "benchmarks" / "installed_sweep.py", script)
     cache = os.environ.get("TILEPROBE_TEST_CACHE") or str(tmp_path / "cache")
-    p = subprocess.run([str(py), "-I", str(script), str(run / "out"), cache], capture_output=True, text=True,
+    cutlass_families = sorted(n for n, f in FAMILIES.items() if f.backend == "cutlass")
+    fresh = random.choice(cutlass_families)  # sized in a cache of its own: one real build from the wheel's harness
+    p = subprocess.run([str(py), "-I", str(script), str(run / "out"), cache, fresh], capture_output=True, text=True,
                        timeout=3600, cwd=run, env=env)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     rec = json.loads(p.stdout.strip().splitlines()[-1])
     print(json.dumps(rec, indent=1))
     assert Path(rec["tileprobe"]).is_relative_to(venv) and Path(rec["harness"]).is_relative_to(venv), rec
-    assert set(rec["families"]) == {n for n, f in FAMILIES.items() if f.backend == "cutlass"}
+    assert set(rec["families"]) == set(cutlass_families) and rec["fresh"] == fresh
+    # The fresh family's one build: compiled here, by the installed harness's describe.cu.
+    (entry,) = [e for e in Path(rec["fresh_cache"]).iterdir() if e.is_dir() and e.name.startswith("describe-")]
+    meta = json.loads((entry / "meta.json").read_text())
+    assert meta["ok"] and Path(meta["command"][-3]).is_relative_to(venv), meta["command"][-3:]
+    assert (entry / "harness").is_file() and rec["families"][fresh][0]["config"] in entry.name
     for name, rows in rec["families"].items():
         assert len(rows) == 1, (name, rows)
         row = rows[0]

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tileprobe.backends.cutlass import described
 from tileprobe.families import FAMILIES, expand_configs
 
 from _tiny_harness import tiny_smem_bytes, write_tiny_harness
@@ -67,10 +69,13 @@ def test_broken_cache_entries_are_rebuilt_with_one_warning(tmp_path, rng):
     # The tiny harness's own numbers: nvcc built it and the sweep read its output.
     assert [(w[1], w[2], w[3]) for w in want] == [("fits", tiny_smem_bytes(tm, tn, tk), 2)], want
     (entry,) = [p for p in cache.iterdir() if p.is_dir() and (p / "meta.json").is_file()]
+    kept = cache / described.DESCRIBED
+    assert len(list(kept.glob("*.json"))) == 1  # the config's sizes, kept beside its build (described.py)
     faults = [_break_truncated_meta, _break_missing_log, _break_binary_gone]
     rng.shuffle(faults)
     for i, fault in enumerate(faults, 1):
         fault(entry)
+        shutil.rmtree(kept)  # the sizes record would serve the row without reading the build entry under test
         p = sweep(tmp_path / f"o{i}")
         said = p.stdout + p.stderr
         assert p.returncode == 0, (fault.__name__, said)
@@ -82,5 +87,6 @@ def test_broken_cache_entries_are_rebuilt_with_one_warning(tmp_path, rng):
         # Repaired: a whole entry again, and the next sweep uses it silently.
         assert (entry / "harness").is_file() and (entry / "build.log").is_file()
         assert json.loads((entry / "meta.json").read_text())["ok"] is True
+    shutil.rmtree(kept)
     again = sweep(tmp_path / "again")
     assert again.returncode == 0 and "warning: build cache entry" not in again.stderr

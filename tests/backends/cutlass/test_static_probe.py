@@ -214,6 +214,7 @@ def test_no_two_stage_retry_for_a_family_that_builds_the_engines_stage_rule_only
             return [BuildResult(r, False, None, log, 0.1, True, []) for r in reqs]
 
         monkeypatch.setattr(static_probe, "build_many", fake_build_many)
+        monkeypatch.setattr(static_probe.described, "load", lambda *a: None)  # no toolchain here: nothing kept
         (out,) = probe_static([cfg], profile("rtx-pro-6000"), None, None, None, 1, 60)
         stages = [c.stages for r in requests for c in r.configs]
         assert out.verdict is Verdict.COMPILE_ERROR

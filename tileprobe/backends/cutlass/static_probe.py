@@ -8,6 +8,7 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
+from tileprobe.backends.cutlass import described
 from tileprobe.backends.cutlass.build import (BuildRequest, BuildResult, build_many, first_error, harness_batches,
                                              smem_static_assert, too_few_stages)
 from tileprobe.errors import OutOfResources, UsageError
@@ -61,6 +62,16 @@ def _info_from(desc: dict, build: BuildResult, index: int = 0) -> StaticInfo:
         compile_seconds=round(build.seconds / n, 2), compile_configs=n, compiled=build.request.with_device)
 
 
+def _info_kept(d: described.Described) -> StaticInfo:
+    """Sizes kept from the sizes build that described the config before (described.py): that build's share."""
+    desc = d.desc
+    return StaticInfo(
+        stages=desc["stages"], smem_bytes=desc["smem_bytes"], smem_mainloop_bytes=desc["smem_mainloop_bytes"],
+        smem_epilogue_bytes=desc["smem_epilogue_bytes"], cutlass_cap_bytes=desc["cutlass_cap_bytes"],
+        threads_per_cta=desc["max_threads"], min_blocks=desc["min_blocks"],
+        compile_seconds=round(d.seconds, 2), compile_configs=d.configs, compiled=False)
+
+
 def _failed(config: Config, build: BuildResult) -> StaticOutcome:
     is_assert, required, limit = smem_static_assert(build.log)
     info = StaticInfo(compile_seconds=round(build.seconds, 1), compile_configs=1)  # failed builds are single
@@ -77,9 +88,11 @@ def probe_static(configs: list[Config], target: Target, cutlass: CutlassTree, nv
                  progress: bool = True, on_outcome=None) -> list[StaticOutcome]:
     """Outcome for every config, in input order. Unsupported configs are not compiled.
 
-    Without `regs`, configs are batched into translation units of up to CONFIGS_PER_TU consecutive configs, `jobs`
-    built at a time (sizes_batches; sizes need no device code); a batch that
-    fails falls back to one build per config so one bad config never hides the others. With `regs`, each config is
+    Without `regs`, a config some earlier sizes build described (in any batch: described.py, by content key) is
+    judged from that description, and the others are batched into translation units of up to CONFIGS_PER_TU
+    consecutive configs, `jobs` built at a time (sizes_batches; sizes need no device code); a batch that
+    fails falls back to one build per config so one bad config never hides the others. `rebuild` sizes every
+    config again. With `regs`, each config is
     built with its device code so ptxas reports registers and spills: as its runtime harness (run.cu, the binary a
     GPU sweep launches: the same content-keyed cache entry, so one compile serves `--compile` and a later launch),
     described by `--describe`; a config whose harness does not build is built again as a describe unit with device
@@ -104,7 +117,14 @@ def probe_static(configs: list[Config], target: Target, cutlass: CutlassTree, nv
     if regs:
         singles = list(todo)
     else:
-        batches = _split([c for c in todo], sizes_batches(len(todo), jobs))
+        unsized = []
+        for c in todo:
+            kept = None if rebuild else described.load(cache, c, cutlass, nvcc)
+            if kept is None:
+                unsized.append(c)
+            else:
+                final(judge(c, _info_kept(kept), target))
+        batches = _split(unsized, sizes_batches(len(unsized), jobs))
 
         def batch_done(k: int, res: BuildResult) -> None:
             batch = batches[k]
@@ -117,7 +137,10 @@ def probe_static(configs: list[Config], target: Target, cutlass: CutlassTree, nv
                 singles.extend(batch)
                 return
             for i, c in enumerate(batch):
-                final(judge(c, _info_from(desc[i], res), target))
+                info = _info_from(desc[i], res)
+                described.store(cache, c, cutlass, nvcc, desc[i], info.compile_seconds, len(batch),
+                                res.binary.parent.name)
+                final(judge(c, info, target))
 
         on_batch = _once(batch_done)
         _each(build_many([BuildRequest("describe", tuple(b), with_device=False) for b in batches], cutlass, nvcc,
@@ -146,7 +169,10 @@ def probe_static(configs: list[Config], target: Target, cutlass: CutlassTree, nv
         except (RuntimeError, subprocess.TimeoutExpired, ValueError, KeyError) as exc:
             final(StaticOutcome(c, Verdict.COMPILE_ERROR, f"describe failed: {exc}", log=res.log))
             return
-        final(judge(c, _info_from(desc, res), target))
+        info = _info_from(desc, res)
+        if not regs:
+            described.store(cache, c, cutlass, nvcc, desc, info.compile_seconds, 1, res.binary.parent.name)
+        final(judge(c, info, target))
 
     on_single = _once(single_done)
     _each(build_many([BuildRequest("describe", (c,), with_device=regs) for c in singles], cutlass, nvcc, cache, jobs,
