@@ -6,6 +6,7 @@ finalize fusion on and off, both dtype pairs."""
 from __future__ import annotations
 
 import re
+import sys
 import time
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from tileprobe.engines import flashinfer as ef
 from tileprobe.engines import flashinfer_native_ids as native
 from tileprobe.engines import flashinfer_tactic_ids as tid
-from tileprobe.errors import UsageError
+from tileprobe.errors import CompileError, UsageError
 
 
 def _installed() -> ef.FlashinferTree:
@@ -95,3 +96,20 @@ def test_each_source_is_compiled_with_the_flags_flashinfers_jit_gives_it(tmp_pat
         flags = set(cmd) | {f for a in cmd if a.startswith("-Xcompiler=") for f in a.split("=", 1)[1].split(",")}
         assert set(cxx) <= flags, (rel, sorted(set(cxx) - flags))
         assert not set(module) & flags and "-x" not in cmd and not any(a.startswith("-gencode") for a in cmd), rel
+
+
+def test_the_first_failing_source_stops_the_others(tmp_path, rng):
+    """The enumeration's compiles run at once; the first to fail stops the rest, their own children included (a tree
+    the driver cannot compile from costs no further compile), and its output is the error's log. Real processes:
+    one that fails after a moment, and one whose child would write a file after three seconds."""
+    code = rng.randrange(1, 100)
+    late = tmp_path / "late"
+    fail = [sys.executable, "-c", f"import sys, time; time.sleep(0.3); print('broken header'); sys.exit({code})"]
+    slow = [sys.executable, "-c", "import subprocess, sys; subprocess.run([sys.executable, '-c', "
+            f"\"import time, pathlib; time.sleep(3); pathlib.Path(r'{late}').write_text('x')\"])"]
+    start = time.monotonic()
+    with pytest.raises(CompileError, match="failed") as err:
+        native._run_all(rng.sample([fail, slow], 2), tmp_path, 60)
+    assert time.monotonic() - start < 2.5 and "broken header" in err.value.log
+    time.sleep(max(0.0, start + 3.6 - time.monotonic()))
+    assert not late.exists()  # the slow one's child was stopped with it

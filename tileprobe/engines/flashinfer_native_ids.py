@@ -17,9 +17,11 @@ import hashlib
 import json
 import os
 import re
+import signal
 import subprocess
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -103,27 +105,49 @@ def compile_commands(tree: engine.FlashinferTree, nvcc: str, workdir: Path) -> t
     return compiles, link
 
 
-def _run_step(cmd: list[str], workdir: Path, timeout_s: float) -> None:
-    name = Path(cmd[-3]).name if cmd[-2] == "-o" and "-c" in cmd else "the link"
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=workdir)
-    except subprocess.TimeoutExpired:
-        raise CompileError(f"nvcc took over {timeout_s:.0f} s on {name}") from None
-    if proc.returncode != 0:
-        raise CompileError(f"nvcc failed on {name} ({DRIVER_NAME}'s enumeration)", proc.stderr[-6000:])
+def _name(cmd: list[str]) -> str:
+    return Path(cmd[cmd.index("-c") + 1]).name if "-c" in cmd else "the link"
+
+
+def _run_all(cmds: list[list[str]], workdir: Path, timeout_s: float) -> None:
+    """Run the commands at once (each its own process); the first that fails (in the order they end) stops the
+    others and raises CompileError with its output: a tree the driver cannot compile from costs no further work."""
+    deadline = time.monotonic() + timeout_s
+    procs = [(cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=workdir,
+                                    start_new_session=True))  # its own group: stopping it stops its compilers too
+             for cmd in cmds]
+    with ThreadPoolExecutor(max_workers=len(procs)) as pool:
+        try:
+            waits = {pool.submit(p.communicate, timeout=max(1.0, deadline - time.monotonic())): (cmd, p)
+                     for cmd, p in procs}
+            for fut in as_completed(waits):
+                cmd, p = waits[fut]
+                try:
+                    out = fut.result()[0]
+                except subprocess.TimeoutExpired:
+                    raise CompileError(f"nvcc took over {timeout_s:.0f} s on {_name(cmd)}") from None
+                if p.returncode != 0:
+                    raise CompileError(f"nvcc failed on {_name(cmd)} ({DRIVER_NAME}'s enumeration)",
+                                       out.decode(errors="replace")[-6000:])
+        finally:  # before the pool waits for its threads: they return once their processes are gone
+            for _, p in procs:
+                if p.poll() is None:
+                    try:
+                        os.killpg(p.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
 
 
 def build(tree: engine.FlashinferTree, nvcc: str, workdir: Path, timeout_s: float = 900) -> Path:
-    """Compile (the six sources at once) and link the driver against `tree`; returns the executable."""
+    """Compile (the six sources at once; the first failure stops the rest) and link the driver against `tree`;
+    returns the executable."""
     for rel in LINKED:
         if not tree.path(rel).is_file():
             raise UsageError(f"flashinfer source file missing: {tree.path(rel)}")
     workdir.mkdir(parents=True, exist_ok=True)
     compiles, link = compile_commands(tree, nvcc, workdir)
-    with ThreadPoolExecutor(max_workers=max(1, min(len(compiles), os.cpu_count() or 1))) as pool:
-        for f in [pool.submit(_run_step, cmd, workdir, timeout_s) for cmd in compiles]:
-            f.result()  # the first failure, in source order
-    _run_step(link, workdir, timeout_s)
+    _run_all(compiles, workdir, timeout_s)
+    _run_all([link], workdir, timeout_s)
     return workdir / "flashinfer_moe_tactics"
 
 
