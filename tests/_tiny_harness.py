@@ -31,11 +31,26 @@ def tiny_smem_bytes(tm: int, tn: int, tk: int) -> int:
     return (tm + tn) * tk + 1024
 
 
-def write_tiny_harness(folder: Path, refuse_m: int | None = None) -> Path:
-    """The harness folder (for TILEPROBE_HARNESS_DIR): describe.cu only. `refuse_m`: a tile M that does not compile
-    (a static_assert in the config's own line, as CUTLASS refuses a tile), for tests of how a failed build is kept
-    to its config."""
+# The runtime harness's two halves (run.cu, kernel.cu), for tests of a harness that does not build: each reads the
+# same TP_CFG lines with the same refusal, and does nothing else (they build, but launch nothing).
+TINY_RUNTIME_HALF = r"""
+#ifndef TP_TINY_REFUSE_M
+#define TP_TINY_REFUSE_M -1
+#endif
+#define TP_CFG(idx, tm, ...) static_assert(tm != TP_TINY_REFUSE_M, "tiny harness: this tile M does not build");
+#define TP_CFG_ID(idx, name)
+#include "tp_configs.inc"
+"""
+
+
+def write_tiny_harness(folder: Path, refuse_m: int | None = None, runtime: bool = False) -> Path:
+    """The harness folder (for TILEPROBE_HARNESS_DIR): describe.cu, and with `runtime` run.cu and kernel.cu that
+    only compile (TINY_RUNTIME_HALF). `refuse_m`: a tile M that does not compile (a static_assert in the config's
+    own line, as CUTLASS refuses a tile), for tests of how a failed build is kept to its config."""
     folder.mkdir(parents=True, exist_ok=True)
-    text = TINY_DESCRIBE if refuse_m is None else f"#define TP_TINY_REFUSE_M {refuse_m}\n" + TINY_DESCRIBE
-    (folder / "describe.cu").write_text(text)
+    head = "" if refuse_m is None else f"#define TP_TINY_REFUSE_M {refuse_m}\n"
+    (folder / "describe.cu").write_text(head + TINY_DESCRIBE)
+    if runtime:
+        (folder / "run.cu").write_text(head + TINY_RUNTIME_HALF + "int main() { return 0; }\n")
+        (folder / "kernel.cu").write_text(head + TINY_RUNTIME_HALF)
     return folder

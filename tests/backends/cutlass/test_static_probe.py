@@ -161,10 +161,8 @@ def test_auto_carveout_with_no_room_for_two_stages_is_explained_in_bytes(toolcha
 def test_regs_build_reads_registers_and_spills_from_ptxas(toolchain):
     """`regs` (sweep --compile) builds each config as its runtime harness, the binary a GPU sweep launches: the fp8
     config of tests/backends/cutlass/test_pipeline.py and test_gpu.py, so the session compiles it once for all
-    three. A config whose harness does not build is built again as a describe unit with device code, and that
-    build's error is the row's."""
+    three."""
     good = Config("sm90-fp8", parse_tile("128x128x128", 8), "cooperative", 0, "no-c", False, "sm_90a")
-    bad = Config(FAM.name, parse_tile("96x128x128", 4), "cooperative", 0, "no-c", False, "sm_120a")  # not buildable
     h200 = profile("h200")
     (o,) = probe_static([good], h200, toolchain.cutlass, toolchain.nvcc, toolchain.cache, jobs=1, timeout_s=1800,
                         regs=True)
@@ -173,10 +171,23 @@ def test_regs_build_reads_registers_and_spills_from_ptxas(toolchain):
     assert 32 <= o.info.regs_per_thread <= 168 and o.info.spill_bytes is not None and o.info.spill_bytes >= 0
     occ = occupancy(o.info, h200)
     assert occ["ctas_per_sm_regs"] == 65536 // (-(-o.info.regs_per_thread * 32 // 256) * 256 * 12)
-    (b,) = probe_static([bad], TARGET, toolchain.cutlass, toolchain.nvcc, toolchain.cache, jobs=1, timeout_s=1800,
-                        regs=True)
-    assert b.verdict is Verdict.COMPILE_ERROR and b.reason and "error" in b.log
-    assert "describe.cu" in b.log and "run.cu" not in b.log  # the describe unit's log, not the harness's
+
+
+def test_with_regs_a_config_whose_harness_does_not_build_gets_the_describe_units_error(toolchain, tmp_path, rng,
+                                                                                        monkeypatch):
+    """With `regs`, a config whose runtime harness does not build is built again as a describe unit with device
+    code, and that build's error is the row's (the error is the kernel's, not the harness's). The subject is that
+    routing, not CUTLASS's error (test_auto_carveout_... keeps a real CUTLASS static_assert): the real nvcc builds
+    the tiny harness (tests/_tiny_harness.py, with runtime halves), which refuses tile M=96 in every source."""
+    monkeypatch.setattr(build, "HARNESS_DIR", write_tiny_harness(tmp_path / "tiny", refuse_m=96, runtime=True))
+    bad = cfg("96x128x128", epilogue=rng.choice(["no-c", "with-c"]))
+    (b,) = probe_static([bad], TARGET, toolchain.cutlass, toolchain.nvcc, tmp_path / "cache", jobs=1,
+                        timeout_s=600, regs=True)
+    assert b.verdict is Verdict.COMPILE_ERROR and "this tile M does not build" in b.reason + b.log, (b.reason, b.log)
+    assert "describe.cu" in b.log and "run.cu" not in b.log and "kernel.cu" not in b.log  # the describe unit's log
+    entries = sorted(p.name for p in (tmp_path / "cache").iterdir() if p.is_dir())
+    assert any(e.startswith(f"run-{bad.name}") for e in entries) and any(e.startswith(f"describe-{bad.name}")
+                                                                          for e in entries), entries
 
 def test_a_batched_build_gives_each_config_its_share_of_the_time(toolchain, tmp_path, rng, monkeypatch):
     """Sizing builds batch configs into one translation unit: each row's compile_seconds is its share (the build's
