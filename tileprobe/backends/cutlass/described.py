@@ -66,7 +66,10 @@ def load(cache: Path, config: Config, cutlass: CutlassTree, nvcc: Nvcc) -> Descr
 
 def _broken(path: Path, why: str) -> None:
     sys.stderr.write(f"tileprobe: warning: sizes record {path.name} is broken ({why}); sizing it again\n")
-    path.unlink(missing_ok=True)
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:  # unremovable: store() replaces it after the config is sized again
+        pass
     return None
 
 
