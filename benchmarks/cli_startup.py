@@ -25,6 +25,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bytecode() -> str:
+    """How the timed Pythons treat bytecode (an editable checkout's modules are compiled from source at every start
+    when none may be written)."""
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        return "not written (PYTHONDONTWRITEBYTECODE)"
+    if os.environ.get("PYTHONPYCACHEPREFIX"):
+        return "written to PYTHONPYCACHEPREFIX"
+    return "written beside the sources"
 COMMANDS = {"--help": ["--help"], "sweep --help": ["sweep", "--help"], "sweep --seed x": ["sweep", "--seed", "x"],
             "sweep --batch 0": ["sweep", "--batch", "0"], "sweep --family nope": ["sweep", "--family", "nope"],
             "report (missing argument)": ["report"]}
@@ -42,7 +52,7 @@ def main() -> None:
     rec: dict = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "cores": os.cpu_count(),
                  "machine": platform.machine(), "python": platform.python_version(), "runs": a.runs,
                  "load_before": os.getloadavg()[0], "how": " ".join(base), "median_s": {},
-                 "exit": {}}
+                 "exit": {}, "bytecode": _bytecode()}
     src = subprocess.run([a.python, "-c", "import tileprobe; print(tileprobe.__file__)"], capture_output=True,
                          text=True, timeout=120, cwd="/").stdout.strip()
     g = subprocess.run(["git", "-C", str(Path(src).parent), "rev-parse", "--short", "HEAD"], capture_output=True,
