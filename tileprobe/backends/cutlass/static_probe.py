@@ -48,6 +48,13 @@ def _describe(binary: Path, timeout_s: float = 60, args: tuple[str, ...] = ()) -
     return out
 
 
+def _sizes(desc: dict) -> dict:
+    """The StaticInfo fields a harness's description gives (describe.cuh's JSON)."""
+    return dict(stages=desc["stages"], smem_bytes=desc["smem_bytes"], smem_mainloop_bytes=desc["smem_mainloop_bytes"],
+                smem_epilogue_bytes=desc["smem_epilogue_bytes"], cutlass_cap_bytes=desc["cutlass_cap_bytes"],
+                threads_per_cta=desc["max_threads"], min_blocks=desc["min_blocks"])
+
+
 def _info_from(desc: dict, build: BuildResult, index: int = 0) -> StaticInfo:
     """Sizes from the harness's description (config `index` of the build). A batched build sized several configs in
     one translation unit (or one runtime harness's host half): each row's compile_seconds is its share (the build's
@@ -55,21 +62,15 @@ def _info_from(desc: dict, build: BuildResult, index: int = 0) -> StaticInfo:
     ptxas = build.ptxas(index) if build.request.with_device else {}
     n = max(1, len(build.request.configs))
     return StaticInfo(
-        stages=desc["stages"], smem_bytes=desc["smem_bytes"], smem_mainloop_bytes=desc["smem_mainloop_bytes"],
-        smem_epilogue_bytes=desc["smem_epilogue_bytes"], cutlass_cap_bytes=desc["cutlass_cap_bytes"],
-        threads_per_cta=desc["max_threads"], min_blocks=desc["min_blocks"], regs_per_thread=ptxas.get("regs"),
+        **_sizes(desc), regs_per_thread=ptxas.get("regs"),
         spill_bytes=(ptxas["spill_stores"] + ptxas["spill_loads"]) if ptxas else None,
         compile_seconds=round(build.seconds / n, 2), compile_configs=n, compiled=build.request.with_device)
 
 
 def _info_kept(d: described.Described) -> StaticInfo:
     """Sizes kept from the sizes build that described the config before (described.py): that build's share."""
-    desc = d.desc
-    return StaticInfo(
-        stages=desc["stages"], smem_bytes=desc["smem_bytes"], smem_mainloop_bytes=desc["smem_mainloop_bytes"],
-        smem_epilogue_bytes=desc["smem_epilogue_bytes"], cutlass_cap_bytes=desc["cutlass_cap_bytes"],
-        threads_per_cta=desc["max_threads"], min_blocks=desc["min_blocks"],
-        compile_seconds=round(d.seconds, 2), compile_configs=d.configs, compiled=False)
+    return StaticInfo(**_sizes(d.desc), compile_seconds=round(d.seconds, 2), compile_configs=d.configs,
+                      compiled=False)
 
 
 def _failed(config: Config, build: BuildResult) -> StaticOutcome:
