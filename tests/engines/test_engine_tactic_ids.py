@@ -110,6 +110,7 @@ def test_the_first_failing_source_stops_the_others(tmp_path, rng):
     start = time.monotonic()
     with pytest.raises(CompileError, match="failed") as err:
         native._run_all(rng.sample([fail, slow], 2), tmp_path, 60)
-    assert time.monotonic() - start < 2.5 and "broken header" in err.value.log
+    assert "broken header" in err.value.log
+    assert not late.exists()  # had _run_all waited for the slow one, its child would have written the file first
     time.sleep(max(0.0, start + 3.6 - time.monotonic()))
     assert not late.exists()  # the slow one's child was stopped with it
