@@ -1,5 +1,6 @@
-"""The README's SLURM job array, run as written: each `tileprobe` line of its block with SLURM_ARRAY_TASK_ID set to
-every index of `#SBATCH --array`, then its merge line; the merged folder equals the unsharded sweep.
+"""The SLURM job array of docs/commands.md (linked from the README), run as written: each `tileprobe` line of its
+block with SLURM_ARRAY_TASK_ID set to every index of `#SBATCH --array`, then its merge line; the merged folder
+equals the unsharded sweep.
 
 The sweep line gets the options that keep it cheap and GPU-free here (a predicted static sweep: the rows under test
 are the shard arithmetic and the merge, which the model's rows exercise exactly like compiled ones)."""
@@ -15,12 +16,12 @@ from pathlib import Path
 from tileprobe.families import FAMILIES
 from tileprobe.results.writer import load_rows, row_key
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+DOC = Path(__file__).resolve().parent.parent / "docs" / "commands.md"
 
 
 def recipe() -> tuple[list[int], list[str]]:
-    """The task ids of `#SBATCH --array=a-b` and the tileprobe lines of the README block that holds it."""
-    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(), re.S)
+    """The task ids of `#SBATCH --array=a-b` and the tileprobe lines of the docs block that holds it."""
+    blocks = re.findall(r"```bash\n(.*?)```", DOC.read_text(), re.S)
     block = next(b for b in blocks if "#SBATCH --array" in b)
     a, b = re.search(r"#SBATCH --array=(\d+)-(\d+)", block).groups()
     return list(range(int(a), int(b) + 1)), [line for line in block.splitlines() if line.startswith("tileprobe ")]

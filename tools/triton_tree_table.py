@@ -1,4 +1,4 @@
-"""The README table "which shipped Triton MoE files fail on which GPU": from check-configs rows folders.
+"""The docs/triton-moe.md table "which shipped Triton MoE files fail on which GPU": from check-configs rows folders.
 
 Per folder, per (device the file is named after, scheme): files, files with at least one entry over the limit,
 entries (a file's batch-size keys), entries over (either GEMM's launch over). Prints markdown.
