@@ -55,7 +55,12 @@ Examples:
 # Plain click help and errors (rich_markup_mode=None): no markup to misread ("E:M:N:K" is not an emoji), and neither
 # --help nor a bad option waits for typer's rich formatter to load.
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, epilog=EXAMPLES,
-                  help="Which CUTLASS grouped-GEMM tiles fit, launch, are correct and are fastest on a GPU.")
+                  help="Which kernel configs fit a GPU's shared-memory limit (101376 B per block on RTX PRO 6000, "
+                       "RTX 5090, DGX Spark), in bytes, with evidence, no GPU needed: vLLM's and SGLang's Triton "
+                       "fused-MoE configs (check-configs; export triton-configs writes a folder that fits), "
+                       "FlashInfer's CUTLASS MoE tactics (export flashinfer-blocklist), your own kernel binaries "
+                       "(inspect), and CUTLASS FP4/FP8 grouped-GEMM tiles, launched and timed where a GPU is present "
+                       "(sweep).")
 console = Console(width=None if sys.stdout.isatty() else WIDTH)
 
 FamilyOpt = Annotated[Optional[str], typer.Option("--family", metavar="NAME", help="sm120-nvfp4, sm90-fp8, flashinfer-moe, vllm-moe or triton-moe (default: by device)")]
