@@ -21,7 +21,7 @@ COLUMNS = [
     "prediction", "regs_per_thread", "spill_bytes", "threads_per_cta", "ctas_per_sm", "ctas_per_sm_smem",
     "ctas_per_sm_regs", "warps_per_sm",
     "verdict", "reason", "evidence", "launch_status", "launch_reason",
-    "rel_err", "atol", "rtol", "checked_elements", "bad_elements", "bad_groups", "worst_group", "worst_ratio",
+    "rel_err", "atol", "rtol", "tolerance", "checked_elements", "bad_elements", "bad_groups", "worst_group", "worst_ratio",
     "workload", "gemm", "batch", "routing", "experts_active", "problem", "problems_hash", "seed", "point_id",
     "us_median", "us_spread", "us_graph_median", "us_graph_spread", "launch_gap_us", "l2_bytes", "rotation_bytes",
     "tflops", "gbps", "pct_peak_bw", "pct_copy_bw", "pct_read_bw", "peer", "peer_us", "speedup",

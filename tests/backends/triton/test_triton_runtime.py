@@ -28,6 +28,8 @@ from tileprobe.backends.triton import runtime as rt
 from tileprobe.backends.triton.source import load
 from tileprobe.backends.triton.toolchain import cache_root
 from tileprobe.families import triton_moe as tm
+from tileprobe.families.base import Accumulation
+from tileprobe.results import tolerance
 from tileprobe.triton_sweep import engine_kernel_source
 engine, gemm, m, bm, seed, cache = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 quant = sys.argv[7]
@@ -41,12 +43,13 @@ over = {"compute_type": "tl.float32", "USE_GDC": False, "launch_pdl": False}
 job = tm.KernelJob(job.source, job.args, tuple((kk, over.get(kk, v)) for kk, v in job.kwargs), job.cc)
 naive = dict(job.kwargs).get("naive_block_assignment", False)
 p = rt.Problem(engine, quant, gemm, experts, n, k, m, top_k)
-out = rt.run_point(kernel, job, p, seed, "cpu", 1e-4, 1e-4, naive=naive, dtype=torch.float32, timed=False)
+bound = tolerance.derive(1e-4, 1e-4, k, Accumulation())  # fp32 compute in the interpreter
+out = rt.run_point(kernel, job, p, seed, "cpu", bound, naive=naive, dtype=torch.float32, timed=False)
 t = rt.make_tensors(p, seed, "cpu", torch.float32)
 first = rt.launcher(kernel, job, p, t, *rt.align(engine, t.topk_ids, bm, experts, naive))
 first()
 t.c[random.Random(seed).randrange(m), 0, 5] += 1.0
-out["corrupted"] = rt.check(p, t, 1e-4, 1e-4)["bad_elements"]
+out["corrupted"] = rt.check(p, t, bound)["bad_elements"]
 out["naive"] = naive
 print(json.dumps(out))
 '''
