@@ -71,3 +71,49 @@ def test_interpreted_launch_matches_the_reference(engine, tmp_path):
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out["verified"] and out["bad_elements"] == 0 and out["checked_elements"] == m * 2 * 64
     assert out["rel_err"] < 1e-5 and out["corrupted"] == 1
+
+
+def test_a_config_that_fails_to_launch_is_its_own_row_and_later_configs_run(monkeypatch, tmp_path):
+    """tileprobe.backends.triton.isolated on the interpreter: configs of one problem in a child process; the first
+    config's launch raises (its A pointer replaced by an int), so that child ends and a fresh one runs the rest:
+    launch-error for it, verified for the others (with the bound in the row's columns)."""
+    import torch
+
+    from tileprobe.backends.triton import isolated
+    from tileprobe.backends.triton import runtime as rt
+    from tileprobe.backends.triton.compile import KernelJob
+    from tileprobe.errors import UsageError
+    from tileprobe.families import triton_moe as tm
+    from tileprobe.families.base import Accumulation
+    from tileprobe.results import tolerance
+    from tileprobe.triton_sweep import engine_kernel_source
+    from tileprobe.verdict import Verdict
+
+    r = random.Random()
+    engine = r.choice(["vllm", "sglang"])
+    try:
+        _, src = engine_kernel_source(engine, None)
+    except UsageError as exc:
+        pytest.skip(str(exc))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    experts, top_k, n, k, m = 8, 2, 64, 64, r.choice([2, 3])
+    quant, gemm = r.choice(["fp8", "fp8-block"]), r.choice(["gate_up", "down"])
+    over = {"compute_type": "tl.float32", "USE_GDC": False, "launch_pdl": False}
+    jobs = []
+    for bm in (16, 16, 32):
+        entry = {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1, "num_warps": 4,
+                 "num_stages": 2}
+        job = tm.launch_job(engine, src, quant, gemm, experts, n, k, m, top_k, entry, 120)
+        jobs.append(KernelJob(job.source, job.args, tuple((kk, over.get(kk, v)) for kk, v in job.kwargs), job.cc))
+    broken = list(jobs[0].args)
+    broken[rt.POINTERS[engine]["a"]] = 7  # not a pointer: the launch raises in the child
+    jobs[0] = KernelJob(jobs[0].source, tuple(broken), jobs[0].kwargs, jobs[0].cc)
+    bound = tolerance.derive(1e-4, 1e-4, k, Accumulation())
+    p = rt.Problem(engine, quant, gemm, experts, n, k, m, top_k)
+    res = isolated.run_configs(src, tmp_path, p, r.randrange(10**6), jobs, [bound] * 3, device="cpu",
+                               dtype=torch.float32, timed=False, timeout_s=300)
+    assert [x.verdict for x in res] == [Verdict.LAUNCH_ERROR, Verdict.OK, Verdict.OK], [x.reason for x in res]
+    assert "not a pointer" in res[0].reason
+    for x in res[1:]:
+        assert x.data["checked_elements"] == m * top_k * n and x.data["bad_elements"] == 0
+        assert x.data["atol"] == bound.atol and x.data["tolerance"] == bound.text
