@@ -117,3 +117,33 @@ def test_a_config_that_fails_to_launch_is_its_own_row_and_later_configs_run(monk
     for x in res[1:]:
         assert x.data["checked_elements"] == m * top_k * n and x.data["bad_elements"] == 0
         assert x.data["atol"] == bound.atol and x.data["tolerance"] == bound.text
+
+
+def test_a_problem_whose_inputs_cannot_be_made_gives_each_config_a_launch_error_row(tmp_path):
+    """The child ends before its first config (here: the inputs are asked for on a device that does not exist):
+    every config of the problem gets a launch-error row naming why, and run_configs returns instead of retrying."""
+    from tileprobe.backends.triton import isolated
+    from tileprobe.backends.triton import runtime as rt
+    from tileprobe.errors import UsageError
+    from tileprobe.families import triton_moe as tm
+    from tileprobe.families.base import Accumulation
+    from tileprobe.results import tolerance
+    from tileprobe.triton_sweep import engine_kernel_source
+    from tileprobe.verdict import Verdict
+
+    r = random.Random()
+    engine = r.choice(["vllm", "sglang"])
+    try:
+        _, src = engine_kernel_source(engine, None)
+    except UsageError as exc:
+        pytest.skip(str(exc))
+    entry = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1, "num_warps": 4,
+             "num_stages": r.choice([2, 3])}
+    n_cfg = r.randint(1, 3)
+    jobs = [tm.launch_job(engine, src, "bf16", "gate_up", 8, 64, 64, 2, 2, entry, 120)] * n_cfg
+    p = rt.Problem(engine, "bf16", "gate_up", 8, 64, 64, 2, 2)
+    res = isolated.run_configs(src, tmp_path, p, r.randrange(10**6), jobs,
+                               [tolerance.derive(1e-2, 2e-2, 64, Accumulation())] * n_cfg, device="cuda:97",
+                               timed=False, timeout_s=300)
+    assert [x.verdict for x in res] == [Verdict.LAUNCH_ERROR] * n_cfg
+    assert all("ended before its first config" in x.reason for x in res), res[0].reason
