@@ -14,10 +14,10 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tileprobe.backends.triton import autotune
+from tileprobe.backends.triton import autotune, isolated
 from tileprobe.backends.triton import runtime as rt
-from tileprobe.backends.triton.compile import KernelJob, TritonBuild, TritonCompileError, compile_many, one_line
-from tileprobe.backends.triton.source import KernelSource, extract, load
+from tileprobe.backends.triton.compile import KernelJob, TritonBuild, TritonCompileError, compile_many
+from tileprobe.backends.triton.source import KernelSource, extract
 from tileprobe.backends.triton.toolchain import TritonInstall, cache_root, require_triton
 from tileprobe.engines import triton_configs as tc
 from tileprobe.engines import triton_lookup
@@ -26,6 +26,7 @@ from tileprobe.families import arch_for, family
 from tileprobe.families import triton_moe as tm
 from tileprobe.predict import triton_moe as predict_tm
 from tileprobe.predict._common import CannotPredict
+from tileprobe.results import tolerance
 from tileprobe.results.rows import Outcome, StaticInfo, make_row, now
 from tileprobe.results.writer import ResultsWriter, row_key
 from tileprobe.targets import Target, resolve_target
@@ -294,9 +295,9 @@ def runtime_rows(planned: list[Planned], shape: Shape, source: KernelSource, dev
                  writer: ResultsWriter, console, cache: Path) -> list[dict]:
     """On a GPU of the arch: at every (GEMM, M) of the plan, launch each config the engine uses for that GEMM at any
     M (its pick among them, so `recommend` says per M whether the engine's choice is the fastest), check every
-    element against the fp64 reference, time it from a CUDA graph over rotated routings."""
-    fam = family(tm.NAME)
-    kernel = load(source, cache)
+    element against the fp64 reference under the bound of the kernel's contract (tileprobe.results.tolerance), time
+    it from a CUDA graph over rotated routings. Each (GEMM, M)'s configs run in a child process
+    (tileprobe.backends.triton.isolated): a faulting or hanging config is its own row, later ones are unaffected."""
     model = shape.model
     candidates: dict[str, dict[str, object]] = {}
     for p in planned:
@@ -308,18 +309,12 @@ def runtime_rows(planned: list[Planned], shape: Shape, source: KernelSource, dev
         n, k = tm.gemm_shape(gemm, model.hidden, shape.inter)
         prob = rt.Problem(tm.engine_of(next(iter(candidates[gemm].values()))), str(
             next(iter(candidates[gemm].values())).get("quant")), gemm, model.experts, n, k, m, model.top_k)
-        for cfg in candidates[gemm].values():
-            job = tm.job_of(cfg, source, m)
-            naive = bool(dict(job.kwargs).get("naive_block_assignment", False))
-            try:
-                got = rt.run_point(kernel, job, prob, seed + i, "cuda", fam.atol, fam.rtol, device.l2_bytes, naive)
-                verdict = Verdict.OK if got.pop("verified") else Verdict.INCORRECT
-                reason = (f"every one of {got['checked_elements']} elements within {fam.atol} + {fam.rtol}*|ref| "
-                          f"of the fp64 reference" if verdict is Verdict.OK else
-                          f"{got['bad_elements']} of {got['checked_elements']} elements off the fp64 reference")
-                status = "ok"
-            except Exception as exc:  # the launch's own error (OutOfResources, a Triton or CUDA error): one line
-                got, verdict, reason, status = {}, Verdict.LAUNCH_ERROR, one_line(exc), "error"
+        cfgs = list(candidates[gemm].values())
+        results = isolated.run_configs(source, cache, prob, seed + i, [tm.job_of(cfg, source, m) for cfg in cfgs],
+                                       [tolerance.for_config(cfg, k, device.cc_int) for cfg in cfgs], device.l2_bytes)
+        for cfg, res in zip(cfgs, results):
+            got = {key: v for key, v in res.data.items() if key not in ("point", "launch_status", "launch_reason")}
+            verdict, reason, status = res.verdict, res.reason, res.data.get("launch_status") or res.verdict.value
             info = StaticInfo(stages=cfg.stages, threads_per_cta=int(cfg.get("num_warps")) * 32)
             o = Outcome(cfg, verdict, reason, info)
             ident = f"{device.device_name}|{gemm}|{m}|{seed + i}"

@@ -139,6 +139,16 @@ class Config:
 
 
 @dataclass(frozen=True)
+class Accumulation:
+    """How a kernel accumulates its products (tileprobe.results.tolerance derives the check's bound from it): `kind`
+    "fp32" (round-to-nearest fp32 partial sums) or "fp8-reduced" (the sm_90 fp8 MMA accumulator, ~14 bits,
+    truncated); `span` the K elements summed that way before promotion to fp32 (None: all of K); `why` its source."""
+    kind: str = "fp32"
+    span: int | None = None
+    why: str = "fp32 accumulation"
+
+
+@dataclass(frozen=True)
 class Family:
     name: str
     kernel_template: str  # C++ template in the family's header
@@ -150,7 +160,9 @@ class Family:
     default_schedules: tuple[str, ...]
     default_tiles: tuple[str, ...]
     mma_k: int  # K granularity of the MMA instruction, in elements
-    atol: float  # element-wise tolerance: |out - ref| <= atol + rtol * |ref|
+    # element-wise tolerance floor: |out - ref| <= atol * rms(ref_group) + rtol * |ref| (tileprobe.results.tolerance
+    # raises atol with K where the accumulation is reduced-precision)
+    atol: float
     rtol: float
     description: str
     rules: Callable[[Tile, str, str | None], None]  # raises UnsupportedConfig (tile, schedule, cutlass version)
@@ -177,6 +189,8 @@ class Family:
     # Output elements a full check of a point compares (config, point, harness answer), when not sum M x N.
     checked_count: Callable[[Config, object, dict], int | None] | None = None
     backend: str = "cutlass"  # how a config becomes bytes and a launch: "cutlass" (nvcc) or "triton"
+    # How a config accumulates on a device of compute capability cc (None: its arch's); None: fp32 accumulation
+    accumulation: Callable[[Config, int | None], Accumulation] | None = None
 
     def bits(self, cfg: Config) -> int:
         """Width of the activation elements (operand A before any swap): tile K bytes are spelled in it."""

@@ -15,7 +15,7 @@ import os
 from tileprobe.engines import flashinfer as engine
 from tileprobe.dtypes import ACT_BITS, SF_VECTOR, WEIGHT_BITS
 from tileprobe.errors import UsageError
-from tileprobe.families.base import Config, Family, Tile
+from tileprobe.families.base import Accumulation, Config, Family, Tile
 from tileprobe.workloads import PRESETS
 
 DTYPES = {"nvfp4xnvfp4": 0, "mxfp8xmxfp4": 1, "fp8xfp8": 2}
@@ -134,6 +134,14 @@ def _launch_refusal(cfg: Config) -> str | None:
             "launch could blame a correct engine kernel; sizes and builds stand")
 
 
+def _accumulation(cfg: Config, cc: int | None) -> Accumulation:
+    """fp8 x fp8 on sm_90: KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum (flashinfer_moe.cuh's Hopper
+    branch, as the launcher's); the SM120 block-scaled kernels accumulate in fp32."""
+    if cfg.arch == "sm_90a" and (cfg.get("dtypes") or "nvfp4xnvfp4") == "fp8xfp8":
+        return Accumulation("fp8-reduced", None, "CUTLASS sm90 FP8 fast accumulation (no fp32 promotion over K)")
+    return Accumulation()
+
+
 FAMILY = Family(
     name="flashinfer-moe",
     kernel_template="FlashinferMoeKernel",
@@ -167,4 +175,5 @@ FAMILY = Family(
     launch_refusal=_launch_refusal,
     checked_count=_checked_count,
     explicit_stages=False,  # the launcher's StageCountAutoCarveout only: a "2-stage" build would be the same kernel
+    accumulation=_accumulation,
 )

@@ -1,10 +1,13 @@
 """What a harness answer means: the launch status and the correctness policy, as one verdict and a reason.
 
-Correctness (documented in the README): every element of every group is checked by the harness against an
-independent fp32 reference: an element is wrong when it is not finite or |out - ref| > atol * rms + rtol * |ref|,
-rms being the root mean square of the group's reference, with the family's atol/rtol
-(tileprobe/families/<family>.py). A point is `ok` only when no element is wrong; the pooled
-relative Frobenius error is kept as a column, never used to pass a point. A launch without a check is `unchecked`.
+Correctness (documented in the README): every element of every group is checked against an independent reference
+(the CUTLASS harness's fp32 one; the Triton runtime's fp64 one, tileprobe/results/tolerance.check): an element is
+wrong when it is not finite or |out - ref| > atol * rms + rtol * |ref|, rms being the root mean square of the
+group's reference (a grouped-GEMM problem; an expert's slots for Triton fused_moe), with atol/rtol derived from the
+kernel's numeric contract by tileprobe/results/tolerance.py (the family's floor, atol raised with K where the
+accumulation is reduced-precision; the row's `tolerance` column says which). A point is `ok` only when no element
+is wrong; the pooled relative Frobenius error is kept as a column, never used to pass a point. A launch without a
+check is `unchecked`.
 """
 
 from __future__ import annotations

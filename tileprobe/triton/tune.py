@@ -20,7 +20,8 @@ The tune, per output file and batch size M (a key of the input file; `batches` p
    (both GEMMs), replayed once to warm, then `screen_reps` replays timed with CUDA events; the screen time is their
    median per launch set. A launch that raises is recorded and dropped.
 3. Confirm: the `confirm_top` fastest by the screen get runtime.run_point on fresh inputs for each GEMM: every
-   element checked against the fp64 reference, then graph-timed over rotated routings. The winner is the fastest
+   element checked against the fp64 reference under the bound the sweep uses (tileprobe.results.tolerance: the
+   family's floor, raised with K for fp8 on sm_90), then graph-timed over rotated routings. The winner is the fastest
    config whose every GEMM is verified; a config with a wrong element is never chosen (the provenance lists it).
    A time per M (`us_graph_median`) is the sum over the GEMMs the file serves (vLLM: one entry serves both).
 Only the M keys tuned are written. Result rows (rows.make_row, evidence `verified`) of every confirmed launch go to
@@ -63,13 +64,14 @@ from tileprobe.errors import UsageError
 from tileprobe.families import family
 from tileprobe.families import triton_moe as tm
 from tileprobe.lazy import LazyModule
+from tileprobe.results import tolerance
+from tileprobe.results.classify import correctness
 from tileprobe.results.rows import Outcome, StaticInfo, make_row
 from tileprobe.results.writer import ResultsWriter, row_key
 from tileprobe.targets import Target, resolve_target
 from tileprobe.triton.audit import _entry, canonical, constexpr_positions, problem_for
 from tileprobe.triton.export import PROVENANCE, output_path, read_inputs
 from tileprobe.triton_sweep import engine_kernel_source, toolchain_columns
-from tileprobe.verdict import Verdict
 from tileprobe.workloads import PRESETS
 
 torch = LazyModule("torch")
@@ -114,8 +116,8 @@ class TuneOptions:
     launch_overrides: dict = field(default_factory=dict)
     space: list[dict] | None = None  # replaces the engine's space (tests: a small one)
     prune_only: bool = False  # compile and prune only (fills the caches; no GPU needed, nothing launched)
-    tolerance: tuple[float, float] | None = None  # (atol, rtol); default the family's (bf16 output); the CPU
-    # interpreter computes in fp32, so its tests check to 1e-4 as tests/test_triton_runtime.py does
+    tolerance: tuple[float, float] | None = None  # floors (atol, rtol) of the bound; default the family's; the CPU
+    # interpreter computes in fp32, so its tests check to 1e-4 as tests/backends/triton/test_triton_runtime.py does
 
 
 @dataclass
@@ -172,11 +174,9 @@ def write_rows(folder: Path, device: Target, triton, ctx: dict, arch: str, build
             info = StaticInfo(stages=b.num_stages, smem_bytes=b.shared, regs_per_thread=b.regs,
                               threads_per_cta=b.num_warps * 32, compiled=True)
             got = dict(got)
-            ok = got.pop("verified")
-            verdict = Verdict.OK if ok else Verdict.INCORRECT
-            reason = (f"every one of {got['checked_elements']} elements within {got['atol']} + "
-                      f"{got['rtol']}*|ref| of the fp64 reference" if ok else
-                      f"{got['bad_elements']} of {got['checked_elements']} elements off the fp64 reference")
+            got.pop("verified")
+            judged = correctness(got, m * ctx["top_k"] * nn)  # the sweep's explanation (results/classify.py)
+            verdict, reason = judged.verdict, judged.reason
             ident = f"{device.device_name}|{g}|{m}|{seed}|tune"
             point = {"workload": ctx["workload"], "gemm": g, "batch": m, "routing": "uniform", "experts_active": None,
                      "problem": f"M={m} E={ctx['experts']} N={nn} K={kk} top_k={ctx['top_k']} (tune of {rel})",
@@ -246,6 +246,7 @@ def tune_key(ctx: dict, m: int, left: list[int], space: list[dict], log: list) -
     seed = ctx["seed"] + m
     tensors = {g: rt.make_tensors(probs[g], seed, opts.device, opts.dtype) for g in gemms}
     aligned: dict = {}
+    prepared: dict = {}  # per GEMM: the confirm's inputs and their reference, made once for every config
     reps = {g: 1 if opts.device == "cpu" else rt.rotations(
         probs[g], len(set(tensors[g].topk_ids.reshape(-1).tolist())), ctx["l2"]) for g in gemms}
 
@@ -284,8 +285,12 @@ def tune_key(ctx: dict, m: int, left: list[int], space: list[dict], log: list) -
                 naive = bool(dict(job.kwargs).get("naive_block_assignment", False))
                 log.append(_label(space[i]))
                 atol, rtol = opts.tolerance or (fam.atol, fam.rtol)
-                got = rt.run_point(ctx["kernel"], job, probs[g], seed + 1, opts.device, atol, rtol,
-                                   ctx["l2"], naive, opts.dtype, timed=opts.device != "cpu")
+                bound = tolerance.derive(atol, rtol, probs[g].k,
+                                         tm.accumulation(quant, ctx["cc"], space[i]["BLOCK_SIZE_K"]))
+                if g not in prepared:
+                    prepared[g] = rt.prepare(probs[g], seed + 1, opts.device, opts.dtype)
+                got = rt.run_point(ctx["kernel"], job, probs[g], seed + 1, opts.device, bound,
+                                   ctx["l2"], naive, opts.dtype, timed=opts.device != "cpu", prepared=prepared[g])
                 rec["gemms"][g] = {k: got[k] for k in ("verified", "bad_elements", "checked_elements", "rel_err")
                                    if k in got} | {k: round(got[k], 3) for k in ("us_graph_median", "us_median")
                                                   if k in got}
@@ -405,6 +410,7 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
                                                               for i in per_m[m]["no_compile"]]} for m in keys}}
             continue
         ctx = {"engine": engine, "quant": scheme.name, "gemms": gemms, "opts": opts, "experts": prob.experts_global,
+               "cc": cc,
                "hidden": prob.hidden, "N": f.name.N, "top_k": prob.top_k, "seed": seed, "kernel": kernel,
                "l2": device.l2_bytes if device else 0, "job": job, "bytes": need, "runtime": [],
                "workload": _workload(f.name.E, f.name.N, prob.hidden)}

@@ -28,6 +28,8 @@ from tileprobe.backends.triton import runtime as rt
 from tileprobe.backends.triton.source import load
 from tileprobe.backends.triton.toolchain import cache_root
 from tileprobe.families import triton_moe as tm
+from tileprobe.families.base import Accumulation
+from tileprobe.results import tolerance
 from tileprobe.triton_sweep import engine_kernel_source
 engine, gemm, m, bm, seed, cache = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 quant = sys.argv[7]
@@ -41,12 +43,13 @@ over = {"compute_type": "tl.float32", "USE_GDC": False, "launch_pdl": False}
 job = tm.KernelJob(job.source, job.args, tuple((kk, over.get(kk, v)) for kk, v in job.kwargs), job.cc)
 naive = dict(job.kwargs).get("naive_block_assignment", False)
 p = rt.Problem(engine, quant, gemm, experts, n, k, m, top_k)
-out = rt.run_point(kernel, job, p, seed, "cpu", 1e-4, 1e-4, naive=naive, dtype=torch.float32, timed=False)
+bound = tolerance.derive(1e-4, 1e-4, k, Accumulation())  # fp32 compute in the interpreter
+out = rt.run_point(kernel, job, p, seed, "cpu", bound, naive=naive, dtype=torch.float32, timed=False)
 t = rt.make_tensors(p, seed, "cpu", torch.float32)
 first = rt.launcher(kernel, job, p, t, *rt.align(engine, t.topk_ids, bm, experts, naive))
 first()
 t.c[random.Random(seed).randrange(m), 0, 5] += 1.0
-out["corrupted"] = rt.check(p, t, 1e-4, 1e-4)["bad_elements"]
+out["corrupted"] = rt.check(p, t, bound)["bad_elements"]
 out["naive"] = naive
 print(json.dumps(out))
 '''
@@ -68,3 +71,79 @@ def test_interpreted_launch_matches_the_reference(engine, tmp_path):
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out["verified"] and out["bad_elements"] == 0 and out["checked_elements"] == m * 2 * 64
     assert out["rel_err"] < 1e-5 and out["corrupted"] == 1
+
+
+def test_a_config_that_fails_to_launch_is_its_own_row_and_later_configs_run(monkeypatch, tmp_path):
+    """tileprobe.backends.triton.isolated on the interpreter: configs of one problem in a child process; the first
+    config's launch raises (its A pointer replaced by an int), so that child ends and a fresh one runs the rest:
+    launch-error for it, verified for the others (with the bound in the row's columns)."""
+    import torch
+
+    from tileprobe.backends.triton import isolated
+    from tileprobe.backends.triton import runtime as rt
+    from tileprobe.backends.triton.compile import KernelJob
+    from tileprobe.errors import UsageError
+    from tileprobe.families import triton_moe as tm
+    from tileprobe.families.base import Accumulation
+    from tileprobe.results import tolerance
+    from tileprobe.triton_sweep import engine_kernel_source
+    from tileprobe.verdict import Verdict
+
+    r = random.Random()
+    engine = r.choice(["vllm", "sglang"])
+    try:
+        _, src = engine_kernel_source(engine, None)
+    except UsageError as exc:
+        pytest.skip(str(exc))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    experts, top_k, n, k, m = 8, 2, 64, 64, r.choice([2, 3])
+    quant, gemm = r.choice(["fp8", "fp8-block"]), r.choice(["gate_up", "down"])
+    over = {"compute_type": "tl.float32", "USE_GDC": False, "launch_pdl": False}
+    jobs = []
+    for bm in (16, 16, 32):
+        entry = {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1, "num_warps": 4,
+                 "num_stages": 2}
+        job = tm.launch_job(engine, src, quant, gemm, experts, n, k, m, top_k, entry, 120)
+        jobs.append(KernelJob(job.source, job.args, tuple((kk, over.get(kk, v)) for kk, v in job.kwargs), job.cc))
+    broken = list(jobs[0].args)
+    broken[rt.POINTERS[engine]["a"]] = 7  # not a pointer: the launch raises in the child
+    jobs[0] = KernelJob(jobs[0].source, tuple(broken), jobs[0].kwargs, jobs[0].cc)
+    bound = tolerance.derive(1e-4, 1e-4, k, Accumulation())
+    p = rt.Problem(engine, quant, gemm, experts, n, k, m, top_k)
+    res = isolated.run_configs(src, tmp_path, p, r.randrange(10**6), jobs, [bound] * 3, device="cpu",
+                               dtype=torch.float32, timed=False, timeout_s=300)
+    assert [x.verdict for x in res] == [Verdict.LAUNCH_ERROR, Verdict.OK, Verdict.OK], [x.reason for x in res]
+    assert "not a pointer" in res[0].reason
+    for x in res[1:]:
+        assert x.data["checked_elements"] == m * top_k * n and x.data["bad_elements"] == 0
+        assert x.data["atol"] == bound.atol and x.data["tolerance"] == bound.text
+
+
+def test_a_problem_whose_inputs_cannot_be_made_gives_each_config_a_launch_error_row(tmp_path):
+    """The child ends before its first config (here: the inputs are asked for on a device that does not exist):
+    every config of the problem gets a launch-error row naming why, and run_configs returns instead of retrying."""
+    from tileprobe.backends.triton import isolated
+    from tileprobe.backends.triton import runtime as rt
+    from tileprobe.errors import UsageError
+    from tileprobe.families import triton_moe as tm
+    from tileprobe.families.base import Accumulation
+    from tileprobe.results import tolerance
+    from tileprobe.triton_sweep import engine_kernel_source
+    from tileprobe.verdict import Verdict
+
+    r = random.Random()
+    engine = r.choice(["vllm", "sglang"])
+    try:
+        _, src = engine_kernel_source(engine, None)
+    except UsageError as exc:
+        pytest.skip(str(exc))
+    entry = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1, "num_warps": 4,
+             "num_stages": r.choice([2, 3])}
+    n_cfg = r.randint(1, 3)
+    jobs = [tm.launch_job(engine, src, "bf16", "gate_up", 8, 64, 64, 2, 2, entry, 120)] * n_cfg
+    p = rt.Problem(engine, "bf16", "gate_up", 8, 64, 64, 2, 2)
+    res = isolated.run_configs(src, tmp_path, p, r.randrange(10**6), jobs,
+                               [tolerance.derive(1e-2, 2e-2, 64, Accumulation())] * n_cfg, device="cuda:97",
+                               timed=False, timeout_s=300)
+    assert [x.verdict for x in res] == [Verdict.LAUNCH_ERROR] * n_cfg
+    assert all("ended before its first config" in x.reason for x in res), res[0].reason

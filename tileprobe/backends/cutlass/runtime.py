@@ -25,7 +25,8 @@ from tileprobe.backends.cutlass import peer
 from tileprobe.results.rows import Outcome, make_row, row_key
 from tileprobe.backends.cutlass.runner import Answer, Died, Ended, Stopped, run_points
 from tileprobe.targets import Target, child_visible_devices
-from tileprobe.backends.cutlass.timing import harness_command, measure_refs, point_timeout, rotation_sets, timing_columns
+from tileprobe.backends.cutlass.timing import (check_bound, harness_command, measure_refs, point_timeout, rotation_sets,
+                                               timing_columns)
 from tileprobe.verdict import Verdict
 from tileprobe.workloads import Point
 
@@ -140,8 +141,8 @@ class Launcher:
                    "worker": threading.current_thread().name, "launch_status": d.get("launch_status") or res.verdict.value,
                    "launch_reason": d.get("launch_reason"), "smem_limit_device_bytes": d.get("smem_optin"),
                    "seed": job.seed, "point_id": pid,
-                   **{k: d.get(k) for k in ("rel_err", "atol", "rtol", "checked_elements", "bad_elements",
-                                            "bad_groups", "worst_group", "worst_ratio")},
+                   **{k: d.get(k) for k in ("rel_err", "atol", "rtol", "tolerance", "checked_elements",
+                                            "bad_elements", "bad_groups", "worst_group", "worst_ratio")},
                    **timing_columns(d, point, cfg, device, job.refs.get(device.gpu_index, {}))}
         peer_us = job.peer_us.get(device.gpu_index, {}).get(pid) if job.peer else None
         if job.peer:
@@ -228,10 +229,13 @@ def probe_config(cfg: Config, static: Outcome, build: BuildResult, points: list[
                 f"point {rotation_sets(by_id[i], cfg, device)} {i}\n" +
                 "".join(f"{m} {n} {k}\n" for m, n, k in by_id[i].kernel_problems(cfg.swap_ab)) for i in left))
             cmd = harness_command(build.binary, problems, cfg, seed, [by_id[i] for i in left], index)
+            bound = check_bound(cfg, [by_id[i] for i in left])  # what harness_command passed
             ended: Ended | None = None
             for ev in run_points(cmd, point_timeout(timeout_s, [by_id[i] for i in left], device), env, stop):
                 if isinstance(ev, Answer) and ev.point in by_id:
                     point = by_id[ev.point]
+                    if ev.data.get("bad_elements") is not None:
+                        ev.data["tolerance"] = bound.text
                     emit(cfg, device, _noted(classify(ev.data, expected_elements(cfg, point, ev.data)), static,
                                              device), point, ev.point)
                     answered.add(ev.point)

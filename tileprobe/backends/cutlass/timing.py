@@ -20,6 +20,7 @@ from pathlib import Path
 
 from tileprobe.backends.cutlass import bandwidth
 from tileprobe.families import Config, family
+from tileprobe.results import tolerance
 from tileprobe.targets import Target
 from tileprobe.workloads import Point
 
@@ -39,9 +40,16 @@ def rotation_sets(point: Point, config: Config, device: Target) -> int:
     return max(1, math.ceil(L2_SPAN * device.l2_bytes / max(set_bytes(point, config), 1)))
 
 
-def harness_options(config: Config, seed: int) -> list[str]:
-    fam = family(config.family)
-    return ["--seed", str(seed), "--atol", repr(fam.atol), "--rtol", repr(fam.rtol), "--warmup", "5",
+def check_bound(config: Config, points: list[Point] | None) -> tolerance.Bound:
+    """The element-wise check's bound for one harness process (tileprobe.results.tolerance): one --atol/--rtol for
+    all its points, so the largest K among their problems (the loosest bound; K-independent for fp32 accumulation)."""
+    k = max((pk for p in points or [] for _, _, pk in p.problems), default=0)
+    return tolerance.for_config(config, k)
+
+
+def harness_options(config: Config, seed: int, bound: tolerance.Bound | None = None) -> list[str]:
+    b = bound or check_bound(config, [])
+    return ["--seed", str(seed), "--atol", repr(b.atol), "--rtol", repr(b.rtol), "--warmup", "5",
             "--iters", "400", "--target-ms", str(TARGET_MS), "--repeats", str(MIN_REPEATS), "--max-repeats",
             str(MAX_REPEATS), "--median-tol", repr(MEDIAN_TOL)]
 
@@ -59,7 +67,7 @@ def harness_command(binary: Path, problems_file: Path, config: Config, seed: int
     fam = family(config.family)
     extra = fam.harness_args(config, points or []) if fam.harness_args else []
     return [str(binary), "--config-index", str(config_index), "--problems", str(problems_file),
-            *harness_options(config, seed), *extra]
+            *harness_options(config, seed, check_bound(config, points)), *extra]
 
 
 def _stats(values) -> tuple[float | None, float | None]:
