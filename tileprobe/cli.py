@@ -328,7 +328,7 @@ def check(
         raise UsageError("--jobs must be at least 1")
     paths = known_good.files_in(files)
     toolchain = functools.cache(lambda: sw.make_toolchain(cutlass_dir, nvcc, cache_dir))  # only if a file needs it
-    results = known_good.check(paths, toolchain, jobs)
+    results = known_good.check(paths, toolchain, jobs, cache_dir=cache_dir)
     bad = [line for r in results for line in r.regressions]
     for r in results:
         for n in r.notes:

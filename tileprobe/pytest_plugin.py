@@ -120,7 +120,7 @@ class KnownGoodFile(pytest.File):
             keys = {i.cfg.key for i in self._selected()}
             res = known_good.CheckResult(self.path)
             found = known_good.triton_findings(self.doc, target_from_dict(self.doc["target"]), res, self._jobs(),
-                                               keys)
+                                               keys, self.config.getoption("--tileprobe-cache-dir"))
             self.static_results = {k: ("\nREGRESSION ".join(lines) or None, "; ".join(res.notes + notes) or None,
                                        None) for k, (lines, notes) in found.items()}
         if self.static_results is None:
