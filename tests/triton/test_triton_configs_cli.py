@@ -206,3 +206,38 @@ def test_check_configs_says_which_entries_were_not_checked_and_which_did_not_com
     assert len(nc) == 2 and all(f"[M={key_lacking}]" in x and "GROUP_SIZE_M" in x for x in nc), p.stdout
     assert len(ce) == 2 and all(f"[M={key_broken}]" in x and "compile-error" in x for x in ce), p.stdout
     assert not any(f"[M={key_good}]" in x for x in p.stdout.splitlines()[:-1]), p.stdout
+
+
+def test_an_export_that_fails_part_way_leaves_the_folder_as_it_was(tmp_path, rng):
+    """Two input files; the second's entry does not compile (BLOCK_SIZE_N not a power of two), after the first's
+    files were made. main had written the first file's configs over OUT's (no provenance yet). OUT, holding the
+    user's own file, an older export's config file and provenance, stays byte for byte; a run that succeeds then
+    replaces only the files it writes, the user's file untouched, nothing left beside OUT."""
+    _compiling()
+    dev = rng.choice(DEVICE_NAMES["rtx-pro-6000"])
+    inp = tmp_path / "in"
+    inp.mkdir()
+    first = vllm.config_file_name(128, 768, tc.scheme("bf16"), "NVIDIA H200")
+    (inp / first).write_text(json.dumps({"1": _entry(rng, False)}))
+    broken = inp / vllm.config_file_name(128, 960, tc.scheme("bf16"), "NVIDIA H200")  # sorted after the first
+    broken.write_text(json.dumps({"1": dict(_entry(rng, False), BLOCK_SIZE_N=48)}))
+    out = tmp_path / "out"
+    out.mkdir()
+    mine = vllm.config_file_name(128, 768, tc.scheme("bf16"), dev)
+    before = {"notes.txt": f"mine {rng.random()}\n", "tileprobe-provenance.json": '{"old": true}\n',
+              mine: json.dumps({"8": _entry(rng, False)})}
+    for rel, text in before.items():
+        (out / rel).write_text(text)
+    args = ["export", "triton-configs", inp, "--target", "rtx-pro-6000", "--out", out, "--device-name", dev,
+            "--hidden", "2048", "--jobs", "2"]
+    p = _cli(*args)
+    assert p.returncode == 2 and "does not compile" in p.stderr, (p.returncode, p.stdout, p.stderr)
+    assert {q.name: q.read_text() for q in out.iterdir()} == before
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["in", "out"]
+    broken.unlink()
+    p = _cli(*args)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    after = {q.name: q.read_text() for q in out.iterdir()}
+    assert after["notes.txt"] == before["notes.txt"] and after[mine] != before[mine]
+    assert set(after) == set(before) and json.loads(after["tileprobe-provenance.json"])["files"].keys() == {mine}
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["in", "out"]
