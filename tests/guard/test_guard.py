@@ -19,6 +19,7 @@ from tileprobe.lazy import LazyModule
 ROOT = Path(__file__).resolve().parents[2]
 PROOF = ROOT / "results" / "guard" / "h200" / "proof.json"
 SWEEP_SRC = ROOT / "tools" / "guard_proof" / "limit_sweep.cu"
+GUARD_DATA = ROOT / "tests" / "data" / "guard"
 _driver = LazyModule("cuda.bindings.driver")
 _triton = LazyModule("triton")
 
@@ -27,10 +28,26 @@ def proof() -> dict:
     return json.loads(PROOF.read_text())
 
 
-def test_committed_proof_flips_at_the_guards_byte():
+def test_committed_proof_flips_at_the_guards_byte(tmp_path):
     """Every request from 0 to 2 KiB past the limit (C++), and every byte near the bound (Python, CUfunction and
-    CUkernel): the launch ran exactly up to opt-in - static, the byte after failed, the guard said the same."""
+    CUkernel): the launch ran exactly up to opt-in - static, the byte after failed, the guard said the same.
+    And the header as it is now (not only the record): host-compiled against the stand-in runtime
+    (tests/data/guard/cuda_runtime.h) and given each recorded kernel's static bytes and the H200's opt-in, it must
+    allow the last request that ran there and refuse the first that failed."""
     p = proof()
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+    exe = tmp_path / "guard_devices"
+    subprocess.run([cxx, "-std=c++17", f"-I{GUARD_DATA}", f"-I{guard.include_dir()}",
+                    str(GUARD_DATA / "guard_devices.cpp"), "-o", str(exe)], check=True, capture_output=True,
+                   timeout=300)
+    for s in p["cpp"]["sweeps"]:
+        for request, ran in ((s["real_last_ran"], True), (s["real_first_failed"], False)):
+            out = subprocess.run([str(exe), "0", "1", str(request), str(s["static"]), str(s["optin"])],
+                                 capture_output=True, text=True, timeout=60, check=True).stdout
+            now = json.loads(out.splitlines()[0])  # asked about the current device
+            assert now["fits"] is ran and now["max_dynamic"] == s["real_last_ran"], (s["kernel"], request, now)
     optin = p["cpp"]["device"]["optin"]
     assert p["cpp"]["device"]["device"] == "NVIDIA H200" and optin == 232448
     sweeps = p["cpp"]["sweeps"]
