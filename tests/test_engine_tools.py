@@ -56,18 +56,31 @@ def test_b12x_row_verdict_from_the_allocator_size(rng, over):
     assert err["verdict"] == "compile-error" and err["smem_bytes"] is None
 
 
-def test_committed_engine_tool_rows_are_consistent():
-    """Every committed row of these tools judges its own bytes against its own limit."""
+def test_committed_engine_tool_rows_are_what_the_tools_make_now():
+    """Every committed row, re-derived with today's code rather than read back: a b12x row is rebuilt by
+    tools/b12x_smem.row from its own recorded allocator sizes, today's target profile and workload preset, and must
+    equal the committed row field for field; an sglang row's limit and arch must be today's profile's, and its
+    verdict and headroom the ones its ptxas bytes give against that limit. (It used to check only that each row
+    agreed with itself: a profile's limit could change and every committed row stay 'consistent'.)"""
+    b12x = _tool("b12x_smem")
     paths = sorted(ROOT.glob("results/static/*__sglang-moe/engine_rows.jsonl")) + sorted(
         ROOT.glob("results/static/*__flashinfer-b12x/engine_rows.jsonl"))
     assert paths
     for path in paths:
         for line in path.read_text().splitlines():
             r = json.loads(line)
-            if r["family"] == "flashinfer-b12x" and r["smem_bytes"] is not None:
-                assert r["evidence"] == "dsl-allocator", path  # not `compiled`: see tools/b12x_smem.py
+            target = profile(r["target"])
+            if r["family"] == "flashinfer-b12x":
+                got = ({"error": r["reason"]} if r["smem_bytes"] is None else
+                       {"storage": r["storage"], "kernel_class": r["kernel_class"], "ab_stage": r["stages"],
+                        "epi_stage": r["epi_stages"], "tile_shape_mnk": r["tile_shape_mnk"],
+                        "smem_capacity": r["stage_cap_capacity"]})
+                got |= {"flashinfer": r["engine"].split()[1], "seconds": r["compile_seconds"]}
+                assert b12x.row(r["kernel"], r["tile_m"], r["workload"], target, got) == r, (path, r)
+                continue
+            assert (r["smem_limit_bytes"], r["arch"]) == (target.smem_optin, target.arch), (path, r)
             if r["smem_bytes"] is None:
                 assert r["verdict"] == "compile-error"
                 continue
-            assert r["headroom_bytes"] == r["smem_limit_bytes"] - r["smem_bytes"]
-            assert (r["verdict"] == "fits") == (r["headroom_bytes"] >= 0)
+            assert r["headroom_bytes"] == target.smem_optin - r["smem_bytes"]
+            assert r["verdict"] == ("fits" if r["smem_bytes"] <= target.smem_optin else "smem-over-limit"), r

@@ -2,14 +2,33 @@
 one item per known-good tile with readable ids and markers, a broken tile fails naming the tile, its bytes and the
 evidence, -m/-k select and deselect like any test, bad paths are one line."""
 
+import contextlib
 import copy
 import json
+import os
 from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
 
+from tileprobe.engines import triton_configs
 from tileprobe.results import known_good
+
+# pytester's in-process runs put sys.modules back as it was before them: Triton first imported inside one is dropped
+# from it while its C extension stays loaded, and the next import fails (the triton tests then skipped); import it
+# here, before any run, where it is installed
+with contextlib.suppress(ImportError):
+    import triton  # noqa: F401
+
+# pytester points HOME at its own folder, which moves the user cache (and its wheels/) away: the engine wheels are
+# looked up where they are now, before any test runs, and named to the engine lookup through its environment variable
+ENGINE_WHEEL_DIRS = os.pathsep.join(str(d) for d in triton_configs.wheel_dirs())
+
+
+@pytest.fixture
+def engine_wheels(monkeypatch):
+    monkeypatch.setenv(triton_configs.WHEELS_ENV, ENGINE_WHEEL_DIRS)
+
 
 REPO_KG = Path(__file__).resolve().parent.parent / "results" / "known_good"
 SRC = REPO_KG / "rtx-pro-6000__sm120-nvfp4.json"
@@ -145,7 +164,7 @@ def test_launch_items_run_on_a_gpu_of_the_files_arch(pytester, monkeypatch, tool
 
 
 @pytest.mark.triton
-def test_triton_tiles_are_compiled_again_with_triton(pytester, tmp_path):
+def test_triton_tiles_are_compiled_again_with_triton(pytester, tmp_path, engine_wheels):
     """A triton-moe known-good file (made from a sweep of the user's config file for an H200, as in
     tests/families/test_triton_moe.py): one [static] item per tile, marked triton, no [launch] item; they pass, and fail with
     Triton's own error text once the file's limit is an SM120 GPU's."""
@@ -193,7 +212,7 @@ def test_triton_tiles_are_compiled_again_with_triton(pytester, tmp_path):
 
 
 @pytest.mark.triton
-def test_engine_config_files_per_entry_against_the_device_they_name(pytester, monkeypatch):
+def test_engine_config_files_per_entry_against_the_device_they_name(pytester, monkeypatch, engine_wheels):
     """--tileprobe-configs on a vLLM config folder: one item per entry, both GEMMs compiled with Triton for the device
     in each file's name through vLLM's own lookup. sglang #8513's entry (147456 B) fits an H200 and fails on an RTX
     PRO 6000 with Triton's own text; a small entry passes there; ids and markers select as usual."""
@@ -229,3 +248,34 @@ def test_engine_config_files_per_entry_against_the_device_they_name(pytester, mo
     bad = [line for line in out.splitlines() if line.startswith("REGRESSION")]
     assert len(bad) == 2 and all(pro in line and "M=64" in line and "Required: 147456, Hardware limit: 101376" in line
                                  for line in bad), bad
+
+
+@pytest.mark.triton
+def test_an_sglang_use_tma_entry_is_skipped_saying_why_and_the_good_entries_are_still_checked(pytester, engine_wheels):
+    """SGLang ships USE_TMA entries (its TMA-descriptor launch, which tileprobe does not reproduce): the plugin used
+    to crash with AttributeError on the whole file (a None launch handed to the compiler), failing the good entries
+    too. The USE_TMA entry's item is skipped with the reason; the other entry is compiled and passes."""
+    pytest.importorskip("triton")
+    from tileprobe.errors import UsageError
+    from tileprobe.families import triton_moe as tm
+    from tileprobe.triton_sweep import engine_kernel_source
+
+    try:
+        engine_kernel_source("sglang", None)
+    except UsageError as exc:
+        pytest.skip(f"sglang's kernel is not readable here: {exc}")
+    small = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4,
+             "num_stages": 2}
+    folder = pytester.path / "moe" / "configs" / "triton_3_8_0"
+    folder.mkdir(parents=True)
+    name = "E=128,N=768,device_name=NVIDIA_H200.json"
+    (folder / name).write_text(json.dumps({"1": small, "64": {**small, "USE_TMA": True}}))
+    r = pytester.runpytest(*plugin_args(), "--tileprobe-configs", str(pytester.path / "moe"), "--tileprobe-engine",
+                           "sglang", "--tileprobe-workload", "qwen3-30b-a3b", "-m", "tileprobe", "-rs")
+    out = r.stdout.str()
+    assert "AttributeError" not in out and "Traceback" not in out, out
+    outcomes = r.parseoutcomes()
+    assert (outcomes.get("passed"), outcomes.get("skipped"), outcomes.get("failed")) == (1, 1, None), out
+    skipped = [line for line in out.splitlines() if line.startswith("SKIPPED")]
+    assert len(skipped) == 1 and "M=64" in skipped[0] and "USE_TMA" in skipped[0], skipped
+    assert tm.TMA_REASON.split(":")[0] in out, out

@@ -1,5 +1,6 @@
 import random
 
+import numpy as np
 import pytest
 
 from tileprobe.errors import UsageError
@@ -54,15 +55,38 @@ def test_tp_and_ep_sharding(rng):
         model_points(m, [1], "uniform", 7, 1, seed)
 
 
+def _stored_bytes(problems, fmt: str, with_c: bool) -> int:
+    """The bytes of the tensors a grouped GEMM reads and writes, counted from arrays laid out as the kernels store
+    them (not from bytes_moved's formula): fp8 one byte per element; NVFP4 two elements per byte plus one 1-byte
+    scale factor per 16 elements of K, for both operands; the bf16 output (2 bytes; read again when C is)."""
+    total = 0
+    for m, n, k in problems:
+        if fmt == "fp8":
+            ops = [np.empty((n, k), np.uint8), np.empty((m, k), np.uint8)]
+        else:
+            ops = [np.empty((n, k // 2), np.uint8), np.empty((m, k // 2), np.uint8),
+                   np.empty((n, k // 16), np.uint8), np.empty((m, k // 16), np.uint8)]
+        out = [np.empty((m, n), np.float16)] * (2 if with_c else 1)  # bf16 and fp16: two bytes an element
+        total += sum(a.nbytes for a in ops + out)
+    return total
+
+
 def test_swap_ab_and_bytes(rng):
+    """Bytes and flops of random grouped problems (uneven tokens per expert, from a routed model point), counted
+    from stored arrays and from an explicit multiply-add count; was checked against bytes_moved's own formula."""
     p = parse_shape(f"{rng.randint(1, 16)}:{rng.randint(1, 64)}:4096:7168")
     assert p.kernel_problems(True)[0] == (4096, p.problems[0][0], 7168)
-    e, mm = len(p.problems), p.problems[0][0]
-    fp8 = p.bytes_moved(8, 8, 0, False)
-    assert fp8 == e * (4096 * 7168 + mm * 7168 + mm * 4096 * 2)
-    fp4 = p.bytes_moved(4, 4, 16, False)
-    assert fp4 == e * ((4096 * 7168 + mm * 7168) * (0.5 + 1 / 16) + mm * 4096 * 2)
-    assert p.flops() == 2 * e * mm * 4096 * 7168
+    model = rng.choice(list(PRESETS.values()))
+    point = rng.choice(model_points(model, [rng.choice([1, 8, 64, 200])], "skewed", 1, 1, rng.randrange(10**6)))
+    for pt in (p, point):
+        with_c = rng.random() < 0.5
+        assert pt.bytes_moved(8, 8, 0, with_c) == _stored_bytes(pt.problems, "fp8", with_c)
+        assert pt.bytes_moved(4, 4, 16, with_c) == _stored_bytes(pt.problems, "nvfp4", with_c)
+    m, n, k = rng.randint(1, 5), rng.randint(1, 5), rng.randint(1, 5)
+    small = parse_shape(f"{rng.randint(1, 3)}:{m}:{n}:{k}")
+    a, b = np.ones((m, k)), np.ones((k, n))
+    macs = int(np.einsum("ik,kj->ij", a, b).sum())  # one multiply-add per (i, j, k): m*n*k, counted by the product
+    assert small.flops() == 2 * macs * len(small.problems)
 
 
 def test_bad_workload_input():

@@ -278,21 +278,26 @@ def check_configs(
     any_triton: Annotated[bool, typer.Option("--any-triton", help="compile with an installed Triton other than the engines' pinned release")] = False,
     cache_dir: CacheOpt = None,
 ) -> None:
-    """Every entry's exact shared bytes (compiled with Triton for the target, not launched); exit 1 with one line per
-    entry that does not fit."""
+    """Every entry's exact shared bytes (compiled with Triton for the target, not launched). One line per entry that
+    does not fit (OVER), that Triton did not compile (COMPILE-ERROR) or that was not checked (NOT-CHECKED); exit 0
+    when every entry was checked and fits, 2 when nothing could be checked, else 1."""
 
     res = triton_audit.run(path, engine, engine_wheel, target, out, jobs, cache_dir, hidden, any_triton,
                            sw.command_line())
     for n in res.notes:
         sys.stdout.write(f"note: {n}\n")
-    for line in res.over:
-        sys.stdout.write(f"OVER {line}\n")
+    for word, lines in (("NOT-CHECKED", res.not_checked), ("COMPILE-ERROR", res.compile_errors), ("OVER", res.over)):
+        sys.stdout.writelines(f"{word} {line}\n" for line in lines)
+    if res.exit_code() == 2:
+        raise UsageError(f"nothing checked: none of the {len(res.not_checked)} file(s) or entry launches named above "
+                         "is one tileprobe can compile")
     s = res.seconds
-    sys.stdout.write(f"{len(res.over)} of {res.checked} entry launches do not fit ({res.not_compiled} not compiled; "
+    sys.stdout.write(f"{len(res.over)} of {res.checked} entry launches do not fit, {len(res.compile_errors)} did not "
+                     f"compile ({len(res.not_checked)} not checked; "
                      f"{s['distinct']} distinct compiles, {s['compiled']} new, {s['cached']} cached; "
                      f"plan {s['plan_s']} s, compile {s['compile_s']} s; evidence: compiled, not launched)\n")
-    if res.over:
-        raise typer.Exit(1)
+    if res.exit_code():
+        raise typer.Exit(res.exit_code())
 
 
 known_good_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Known-good tile sets (results/known_good/<target>__<family>.json).")
@@ -328,7 +333,7 @@ def check(
         raise UsageError("--jobs must be at least 1")
     paths = known_good.files_in(files)
     toolchain = functools.cache(lambda: sw.make_toolchain(cutlass_dir, nvcc, cache_dir))  # only if a file needs it
-    results = known_good.check(paths, toolchain, jobs)
+    results = known_good.check(paths, toolchain, jobs, cache_dir=cache_dir)
     bad = [line for r in results for line in r.regressions]
     for r in results:
         for n in r.notes:

@@ -40,6 +40,7 @@ class ConfigCheck:
     entries: list[int]
     results: dict[int, list[str]] = field(default_factory=dict)  # M -> problems (empty: fits)
     notes: dict[int, list[str]] = field(default_factory=dict)
+    not_checked: dict[int, list[str]] = field(default_factory=dict)  # M -> launches not reproduced (USE_TMA): why
 
 
 def read(path: Path, engine: str) -> ConfigCheck:
@@ -104,7 +105,8 @@ def run(check: ConfigCheck, workload: str | None, ms: list[int], jobs: int, cach
         raise UsageError(f"triton-moe compiles for {', '.join(tm.ARCHS)}; not {check.target.name}")
     planned = triton_sweep.plan(shape, check.engine, check.scheme.name, source, src, check.target, arch,
                                 (check.device_name,), sorted(ms), str(user_dir_for(check)), max(ms))
-    builds = compile_many([p.job for p in planned], jobs, cache_dir)
+    done = iter(compile_many([p.job for p in planned if p.job is not None], jobs, cache_dir))
+    builds = [next(done) if p.job is not None else None for p in planned]  # None: not reproduced (USE_TMA)
     for p, b in zip(planned, builds):
         m, gemm = p.point["batch"], p.point["gemm"]
         problems = check.results.setdefault(m, [])
@@ -117,7 +119,9 @@ def run(check: ConfigCheck, workload: str | None, ms: list[int], jobs: int, cach
         if p.pick.key != m:
             notes.append(f"{where}: the engine picks the entry for M={p.pick.key}")
         o = triton_sweep.outcome(p.config, b, check.target, triton)
-        if o.verdict is not Verdict.FITS:
+        if o.verdict is Verdict.UNSUPPORTED:
+            check.not_checked.setdefault(m, []).append(f"{where}: not checked: {o.reason}")
+        elif o.verdict is not Verdict.FITS:
             problems.append(f"{where}: {o.verdict.value} (compiled): {o.reason}")
         else:
             notes.append(f"{where}: {o.reason}")

@@ -261,6 +261,7 @@ def test_row_in_shared_memory_example_solved_per_target(tmp_path, nvcc_path, rng
     (["inspect", __file__, "--dynamic", "Dl**2"], "unexpected '*'"),
     (["inspect", __file__, "--dynamic", "__import__('os')"], "unexpected"),
     (["inspect", __file__, "--dynamic", "Dl*4", "--set", "Dl=x"], "expected NAME=INTEGER"),
+    (["inspect", __file__, "--dynamic", "Dl*4", "--set", "Dl=-512"], "not negative"),
     (["inspect", __file__, "--dynamic", "Dl*4"], "Dl has no value"),
     (["inspect", __file__, "--dynamic", "4/(Dl-Dl)", "--set", "Dl=3"], "division by zero"),
     (["inspect", __file__, "--dynamic", "Dl*4", "--solve", "kv"], "kv is not in the expression"),

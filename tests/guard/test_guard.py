@@ -19,6 +19,7 @@ from tileprobe.lazy import LazyModule
 ROOT = Path(__file__).resolve().parents[2]
 PROOF = ROOT / "results" / "guard" / "h200" / "proof.json"
 SWEEP_SRC = ROOT / "tools" / "guard_proof" / "limit_sweep.cu"
+GUARD_DATA = ROOT / "tests" / "data" / "guard"
 _driver = LazyModule("cuda.bindings.driver")
 _triton = LazyModule("triton")
 
@@ -27,10 +28,26 @@ def proof() -> dict:
     return json.loads(PROOF.read_text())
 
 
-def test_committed_proof_flips_at_the_guards_byte():
+def test_committed_proof_flips_at_the_guards_byte(tmp_path):
     """Every request from 0 to 2 KiB past the limit (C++), and every byte near the bound (Python, CUfunction and
-    CUkernel): the launch ran exactly up to opt-in - static, the byte after failed, the guard said the same."""
+    CUkernel): the launch ran exactly up to opt-in - static, the byte after failed, the guard said the same.
+    And the header as it is now (not only the record): host-compiled against the stand-in runtime
+    (tests/data/guard/cuda_runtime.h) and given each recorded kernel's static bytes and the H200's opt-in, it must
+    allow the last request that ran there and refuse the first that failed."""
     p = proof()
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+    exe = tmp_path / "guard_devices"
+    subprocess.run([cxx, "-std=c++17", f"-I{GUARD_DATA}", f"-I{guard.include_dir()}",
+                    str(GUARD_DATA / "guard_devices.cpp"), "-o", str(exe)], check=True, capture_output=True,
+                   timeout=300)
+    for s in p["cpp"]["sweeps"]:
+        for request, ran in ((s["real_last_ran"], True), (s["real_first_failed"], False)):
+            out = subprocess.run([str(exe), "0", "1", str(request), str(s["static"]), str(s["optin"])],
+                                 capture_output=True, text=True, timeout=60, check=True).stdout
+            now = json.loads(out.splitlines()[0])  # asked about the current device
+            assert now["fits"] is ran and now["max_dynamic"] == s["real_last_ran"], (s["kernel"], request, now)
     optin = p["cpp"]["device"]["optin"]
     assert p["cpp"]["device"]["device"] == "NVIDIA H200" and optin == 232448
     sweeps = p["cpp"]["sweeps"]
@@ -102,27 +119,51 @@ def test_include_prints_the_header_folder():
     assert header.is_file() and "cudaDevAttrMaxSharedMemoryPerBlockOptin" in header.read_text()
 
 
+@pytest.mark.triton
 @pytest.mark.skipif(_triton.missing() is not None, reason="needs triton (pip install triton)")
-def test_triton_kernel_offline_on_each_sm120_target(rng):
-    """A Triton kernel compiled for sm_120 on this machine (no driver): the guard reads its static bytes from the cubin
-    and answers against each SM120 profile; its request is what Triton itself would request."""
+def test_triton_kernel_offline_on_each_sm120_target():
+    """A pipelined tl.dot kernel (128x256x64 bf16 tiles) compiled for sm_120 on this machine (no driver) at 3 and 4
+    stages: the first's shared memory fits an SM120 GPU's 101376 B, the second's does not (its operand buffers alone
+    are (stages - 1) * (BM*BK + BK*BN) * 2 = 3 * (128*64 + 64*256) * 2 = 147456 B): the guard reads the static bytes from the cubin, takes the
+    request Triton itself makes (metadata.shared, > 0) and its answer flips where the compiler's bytes cross the limit,
+    and at the byte for an explicit request. (The old kernel here had metadata.shared == 0: always fits.)"""
     import triton
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     @triton.jit
-    def copy_rows(x, y, BLOCK: tl.constexpr):
-        offs = tl.arange(0, BLOCK)
-        tl.store(y + offs, tl.load(x + offs) * 2)
+    def mm(a, b, c, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        a_ptrs = a + rm[:, None] * K + rk[None, :]
+        b_ptrs = b + rk[:, None] * BN + rn[None, :]
+        for _ in range(0, tl.cdiv(K, BK)):
+            acc += tl.dot(tl.load(a_ptrs), tl.load(b_ptrs))
+            a_ptrs += BK
+            b_ptrs += BK * BN
+        tl.store(c + rm[:, None] * BN + rn[None, :], acc.to(tl.bfloat16))
 
-    block = rng.choice([256, 512, 1024])
-    src = ASTSource(copy_rows, {"x": "*fp32", "y": "*fp32", "BLOCK": "constexpr"}, {"BLOCK": block})
-    ck = triton.compile(src, target=GPUTarget("cuda", 120, 32))
+    def build(stages):
+        sig = {"a": "*bf16", "b": "*bf16", "c": "*bf16", "K": "i32", "BM": "constexpr", "BN": "constexpr",
+               "BK": "constexpr"}
+        aligned = {(i,): [["tt.divisibility", 16]] for i in range(4)}  # as the binder marks torch tensors, K % 16 == 0
+        src = ASTSource(mm, sig, {"BM": 128, "BN": 256, "BK": 64}, aligned)
+        return triton.compile(src, target=GPUTarget("cuda", 120, 32), options={"num_stages": stages, "num_warps": 8})
+
+    small, big = build(3), build(4)  # 128x256x64: 2 and 3 buffered stages
+    limit = 101376
+    assert 0 < small.metadata.shared <= limit < 147456 <= big.metadata.shared, (small.metadata.shared,
+                                                                                 big.metadata.shared)
     for target in ("rtx-pro-6000", "rtx-5090"):
-        f = guard.fits(ck, device=target)
-        assert f.dynamic_bytes == ck.metadata.shared and f.optin_bytes == 101376
-        assert bool(f) == (f.static_bytes + f.dynamic_bytes <= 101376)
+        for ck in (small, big):
+            f = guard.fits(ck, device=target)
+            assert f.dynamic_bytes == ck.metadata.shared > 0 and f.optin_bytes == limit
+            assert bool(f) == (f.static_bytes + ck.metadata.shared <= limit), (target, f)
+        assert guard.fits(small, device=target) and not guard.fits(big, device=target)
+        edge = limit - guard.fits(big, 0, device=target).static_bytes
+        assert guard.fits(big, edge, device=target) and not guard.fits(big, edge + 1, device=target)
+        assert guard.max_dynamic_smem(big, device=target) == edge
 
 
 @pytest.mark.gpu

@@ -305,3 +305,33 @@ def test_only_ok_at_every_launched_point_is_working_and_the_counts_say_what_ran(
     assert c["sweep_runtime_points_by_verdict"] == {
         v: sum(r["verdict"] == v for r in runtime) for v in {r["verdict"] for r in runtime}}
     schema.validate("known-good", doc)
+
+
+@pytest.mark.triton
+def test_check_compiles_a_triton_file_into_the_cache_dir_named(tmp_path, rng):
+    """`check --cache-dir DIR` on a triton-moe known-good file: Triton's builds land in DIR (main ignored the option
+    for Triton files and compiled into the default cache, here TILEPROBE_CACHE_DIR)."""
+    pytest.importorskip("triton")
+    from tileprobe.triton_sweep import engine_kernel_source
+
+    try:
+        engine_kernel_source("vllm", None)
+    except UsageError as exc:
+        pytest.skip(f"vllm's kernel is not readable here: {exc}")
+    folder = tmp_path / "tuned"
+    folder.mkdir()
+    entry = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": rng.choice([32, 64]), "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1,
+             "num_warps": 4, "num_stages": 2}
+    (folder / "E=128,N=768,device_name=NVIDIA_H200.json").write_text(json.dumps({"64": entry}))
+    out, kg, mine = tmp_path / "out", tmp_path / "h200__triton-moe.json", tmp_path / "mine"
+    for args in (["sweep", "--family", "triton-moe", "--engine", "vllm", "--workload", "qwen3-30b-a3b", "--target",
+                  "h200", "--config-dir", str(folder), "--batch", "64", "--out", str(out), "--jobs", "2"],
+                 ["known-good", "write", str(out), "--out", str(kg)]):
+        p = tileprobe(*args)
+        assert p.returncode == 0, p.stderr[-2000:]
+    p = tileprobe("check", str(kg), "--cache-dir", str(mine), "--jobs", "2")
+    assert p.returncode == 0, (p.stdout, p.stderr[-2000:])
+    built = list((mine / "triton").glob("*/*/result.json"))
+    assert len(built) == 2, (sorted(mine.rglob("*"))[:20], p.stdout)  # gate_up and down at M=64
+    assert {json.loads(b.read_text()).get("shared") for b in built} == {
+        r["smem_bytes"] for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}

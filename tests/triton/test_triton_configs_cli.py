@@ -158,3 +158,86 @@ def test_export_folder_is_what_sglang_loads_for_every_sku(tmp_path, rng, monkeyp
         assert loaded == {int(k): v for k, v in json.loads(written.read_text()).items()}
         assert loaded[keys[0]] == entries[str(keys[0])] and loaded[keys[1]] != entries[str(keys[1])]
         assert loaded[keys[1]]["BLOCK_SIZE_M"] == 128  # the M tile is kept; stages / K / N shrink
+
+
+def _lines(p, word):
+    return [line for line in p.stdout.splitlines() if line.startswith(word + " ")]
+
+
+def test_check_configs_that_checks_nothing_exits_2_with_a_line_each(tmp_path, rng):
+    """Entries missing keys, a device tileprobe does not know, a dtype it does not size: nothing is compiled, so the
+    answer is not "fits" (main exited 0 here): one NOT-CHECKED line per file or entry launch, and exit 2."""
+    _compiling()
+    good = _entry(rng, False)
+    lacking = rng.choice(tc.REQUIRED_KEYS)
+    cases = {
+        "missing": (vllm.config_file_name(128, 768, tc.scheme("bf16"), "NVIDIA H200"),
+                    {str(rng.choice([1, 8, 64])): {k: v for k, v in good.items() if k != lacking}}, lacking),
+        "device": ("E=128,N=768,device_name=NVIDIA_Quadro_Z9000.json", {"1": good}, "NVIDIA_Quadro_Z9000"),
+        "dtype": ("E=128,N=768,device_name=NVIDIA_H200,dtype=int8_w8a16.json", {"1": good}, "int8_w8a16"),
+    }
+    for what, (name, doc, said) in cases.items():
+        d = tmp_path / what
+        d.mkdir()
+        (d / name).write_text(json.dumps(doc))
+        p = _cli("check-configs", d / name, "--engine", "vllm", "--jobs", "1")
+        assert p.returncode == 2, (what, p.returncode, p.stdout, p.stderr)
+        lines = _lines(p, "NOT-CHECKED")
+        assert lines and all(said in line for line in lines), (what, p.stdout)
+        assert len(lines) == (2 if what == "missing" else 1), (what, p.stdout)  # vLLM: both GEMMs of one entry
+        assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_check_configs_says_which_entries_were_not_checked_and_which_did_not_compile(tmp_path, rng):
+    """One file: an entry that fits, one that lacks a key, one Triton cannot compile (BLOCK_SIZE_N not a power of
+    two: tl.arange refuses it). The fitting one is not reported; the other two each get their own verdict (main
+    said the compile error "does not fit", OVER); exit 1, since not every entry is known to fit."""
+    _compiling()
+    key_good, key_lacking, key_broken = rng.sample([1, 2, 4, 8, 16, 32, 64], 3)
+    good = _entry(rng, False)
+    broken = dict(good, BLOCK_SIZE_N=rng.choice([48, 80, 96]))
+    lacking = {k: v for k, v in good.items() if k != "GROUP_SIZE_M"}
+    f = tmp_path / vllm.config_file_name(128, 768, tc.scheme("bf16"), "NVIDIA H200")
+    f.write_text(json.dumps({str(key_good): good, str(key_lacking): lacking, str(key_broken): broken}))
+    p = _cli("check-configs", f, "--jobs", "2")
+    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+    assert _lines(p, "OVER") == [], p.stdout
+    nc, ce = _lines(p, "NOT-CHECKED"), _lines(p, "COMPILE-ERROR")
+    assert len(nc) == 2 and all(f"[M={key_lacking}]" in x and "GROUP_SIZE_M" in x for x in nc), p.stdout
+    assert len(ce) == 2 and all(f"[M={key_broken}]" in x and "compile-error" in x for x in ce), p.stdout
+    assert not any(f"[M={key_good}]" in x for x in p.stdout.splitlines()[:-1]), p.stdout
+
+
+def test_an_export_that_fails_part_way_leaves_the_folder_as_it_was(tmp_path, rng):
+    """Two input files; the second's entry does not compile (BLOCK_SIZE_N not a power of two), after the first's
+    files were made. main had written the first file's configs over OUT's (no provenance yet). OUT, holding the
+    user's own file, an older export's config file and provenance, stays byte for byte; a run that succeeds then
+    replaces only the files it writes, the user's file untouched, nothing left beside OUT."""
+    _compiling()
+    dev = rng.choice(DEVICE_NAMES["rtx-pro-6000"])
+    inp = tmp_path / "in"
+    inp.mkdir()
+    first = vllm.config_file_name(128, 768, tc.scheme("bf16"), "NVIDIA H200")
+    (inp / first).write_text(json.dumps({"1": _entry(rng, False)}))
+    broken = inp / vllm.config_file_name(128, 960, tc.scheme("bf16"), "NVIDIA H200")  # sorted after the first
+    broken.write_text(json.dumps({"1": dict(_entry(rng, False), BLOCK_SIZE_N=48)}))
+    out = tmp_path / "out"
+    out.mkdir()
+    mine = vllm.config_file_name(128, 768, tc.scheme("bf16"), dev)
+    before = {"notes.txt": f"mine {rng.random()}\n", "tileprobe-provenance.json": '{"old": true}\n',
+              mine: json.dumps({"8": _entry(rng, False)})}
+    for rel, text in before.items():
+        (out / rel).write_text(text)
+    args = ["export", "triton-configs", inp, "--target", "rtx-pro-6000", "--out", out, "--device-name", dev,
+            "--hidden", "2048", "--jobs", "2"]
+    p = _cli(*args)
+    assert p.returncode == 2 and "does not compile" in p.stderr, (p.returncode, p.stdout, p.stderr)
+    assert {q.name: q.read_text() for q in out.iterdir()} == before
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["in", "out"]
+    broken.unlink()
+    p = _cli(*args)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    after = {q.name: q.read_text() for q in out.iterdir()}
+    assert after["notes.txt"] == before["notes.txt"] and after[mine] != before[mine]
+    assert set(after) == set(before) and json.loads(after["tileprobe-provenance.json"])["files"].keys() == {mine}
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["in", "out"]

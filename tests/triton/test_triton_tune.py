@@ -244,3 +244,61 @@ def test_prune_only_needs_no_gpu_and_launches_nothing(tmp_path):
     t = prov["totals"]
     assert (t["space"], t["pruned_over_limit"], t["pruned_no_compile"], t["left"]) == (2, 1, 0, 1)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["tileprobe-provenance.json"]
+
+
+def _tune_nothing_left(tmp_path, files: dict[str, dict], out: Path, device_names=None):
+    """A tune whose whole space is over the limit (nothing is launched, so no GPU and no interpreter run): at every
+    M the input's entry is the only candidate for the file."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    try:
+        tc.find_engine("vllm")
+    except UsageError as exc:
+        pytest.skip(str(exc))
+    inp = tmp_path / "in"
+    inp.mkdir(exist_ok=True)
+    for name, doc in files.items():
+        (inp / name).write_text(json.dumps(doc))
+    over = _cfg(64, 128, 128, stages=4)  # 3 * (64*128 + 128*128) bf16 bytes alone = 147456 > 101376
+    opts = tune.TuneOptions(space=[over], device="cpu", dtype=torch.float32, jobs=2, seed=1)  # the session cache
+    return tune.run(inp, "vllm", None, "rtx-pro-6000", out, device_names, 256, opts)
+
+
+def test_tune_never_writes_an_input_entry_that_does_not_fit(tmp_path):
+    """Nothing verified at M: main wrote the input's entry back whatever its bytes, here one over the limit. Now
+    the fitting input entry is kept (said unverified) and the over-limit one is not written (the provenance says
+    why, with its compiled bytes)."""
+    r = random.Random()
+    small_m, big_m = r.sample([1, 2, 4, 8, 16, 32, 64], 2)
+    small = _cfg(16, r.choice([32, 64]), 64, stages=2)
+    big = _cfg(64, 128, 128, stages=4)  # the space's own config, pruned there: 147456 B of buffers > 101376
+    name = vllm.config_file_name(8, 32, tc.scheme("bf16"), "NVIDIA H200")
+    out = tmp_path / "out"
+    dev = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
+    files, prov = _tune_nothing_left(tmp_path, {name: {str(small_m): small, str(big_m): big}}, out, [dev])
+    written = json.loads((out / vllm.config_file_name(8, 32, tc.scheme("bf16"), dev)).read_text())
+    assert written == {str(small_m): small}, written
+    (rec,) = [info["entries"] for info in prov["files"].values()]
+    assert rec[str(small_m)]["kept_input_unverified"] == small
+    assert rec[str(big_m)]["dropped_input"]["bytes"] >= 147456, rec[str(big_m)]
+    assert any("not written" in line for line in tune.summary(files, prov))
+
+
+def test_a_tune_that_fails_part_way_leaves_the_folder_as_it_was(tmp_path):
+    """Two input files; the second is a scheme the tune refuses, after the first was tuned. main had written the
+    first file's configs into OUT by then (no provenance). OUT (the user's own files, an older export's config
+    file and provenance) must be byte for byte as before, and nothing left beside it."""
+    r = random.Random()
+    dev = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
+    good = vllm.config_file_name(8, 32, tc.scheme("bf16"), "NVIDIA H200")
+    refused = "E=8,N=64,device_name=NVIDIA_H200,dtype=int8_w8a16.json"  # sorted after the bf16 file
+    out = tmp_path / "out"
+    out.mkdir()
+    before = {"notes.txt": f"mine {r.random()}\n", "tileprobe-provenance.json": '{"old": true}\n',
+              vllm.config_file_name(8, 32, tc.scheme("bf16"), dev): json.dumps({"8": _cfg(16, 32, 64)})}
+    for rel, text in before.items():
+        (out / rel).write_text(text)
+    with pytest.raises(UsageError, match="does not launch"):
+        _tune_nothing_left(tmp_path, {good: {"1": _cfg(16, 32, 64)}, refused: {"1": _cfg(16, 32, 64)}}, out, [dev])
+    assert {p.name: p.read_text() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "out"]

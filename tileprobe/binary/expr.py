@@ -2,23 +2,25 @@
 
 Grammar (nothing is evaluated by Python; this parser reads the text itself):
     expr  := term (('+' | '-') term)*
-    term  := unary (('*' | '/' | '//') unary)*
+    term  := unary (('*' | '/' | '%' | '//') unary)*
     unary := ('-' | '+') unary | atom
     atom  := INTEGER | NAME | '(' expr ')'
-`/` is exact (fractions), `//` floors. Bad input raises UsageError with one line.
+Every operand is an integer (--set values are sizes: whole numbers >= 0), so `/` and `%` are C's on integers: the
+quotient truncated toward zero, the remainder with the dividend's sign (C99 6.5.5), as the pasted C expression
+computes them ((Dl - 10) / 4 is 0 at Dl=7, not -1). `//` (not C: there it starts a comment) floors, as Python's.
+Values are unbounded (no int overflow). Bad input raises UsageError with one line.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Union
 
 from tileprobe.errors import UsageError
 
 MAX_LENGTH = 400
-_TOKEN = re.compile(r"\s*(?:(\d[\d_]*)|([A-Za-z_][A-Za-z0-9_]*)|(//|[-+*/()]))")
+_TOKEN = re.compile(r"\s*(?:(\d[\d_]*)|([A-Za-z_][A-Za-z0-9_]*)|(//|[-+*/%()]))")
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ def _tokens(text: str) -> list[tuple[str, str]]:
         m = _TOKEN.match(text, i)
         if not m:
             raise UsageError(f"--dynamic {text!r}: unexpected {text[i:].strip()[:1]!r} at character {i + 1} "
-                             "(allowed: integers, names, + - * / // and parentheses)")
+                             "(allowed: integers, names, + - * / % // and parentheses)")
         num, name, op = m.groups()
         out.append(("num", num.replace("_", "")) if num else ("name", name) if name else ("op", op))
         i = m.end()
@@ -90,7 +92,7 @@ class _Parser:
 
     def term(self, depth: int) -> Node:
         node = self.unary(depth)
-        while self.peek() in (("op", "*"), ("op", "/"), ("op", "//")):
+        while self.peek() in (("op", "*"), ("op", "/"), ("op", "%"), ("op", "//")):
             op = self.take()[1]
             node = Bin(op, node, self.unary(depth))
         return node
@@ -143,13 +145,19 @@ def names(node: Node) -> set[str]:
     return set()
 
 
-def evaluate(node: Node, env: dict[str, int], text: str = "") -> Fraction:
+def c_div(a: int, b: int) -> int:
+    """C's integer quotient: truncated toward zero."""
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+def evaluate(node: Node, env: dict[str, int], text: str = "") -> int:
     if isinstance(node, Num):
-        return Fraction(node.value)
+        return node.value
     if isinstance(node, Var):
         if node.name not in env:
             raise UsageError(f"--dynamic {text!r}: {node.name} has no value (give it with --set {node.name}=N)")
-        return Fraction(env[node.name])
+        return env[node.name]
     if isinstance(node, Neg):
         return -evaluate(node.arg, env, text)
     a, b = evaluate(node.left, env, text), evaluate(node.right, env, text)
@@ -161,11 +169,15 @@ def evaluate(node: Node, env: dict[str, int], text: str = "") -> Fraction:
         return a * b
     if b == 0:
         raise UsageError(f"--dynamic {text!r}: division by zero")
-    return a / b if node.op == "/" else Fraction(a // b)
+    if node.op == "/":
+        return c_div(a, b)
+    if node.op == "%":
+        return a - b * c_div(a, b)
+    return a // b
 
 
 def parse_sets(values: list[str] | None) -> dict[str, int]:
-    """--set Dl=512,Dr=64 (repeatable) as {'Dl': 512, 'Dr': 64}."""
+    """--set Dl=512,Dr=64 (repeatable) as {'Dl': 512, 'Dr': 64}; a value is a size or count: never negative."""
     env: dict[str, int] = {}
     for item in values or []:
         for part in item.split(","):
@@ -176,12 +188,14 @@ def parse_sets(values: list[str] | None) -> dict[str, int]:
             name, value = name.strip(), value.strip().replace("_", "")
             if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or not re.fullmatch(r"-?\d+", value):
                 raise UsageError(f"--set {part!r}: expected NAME=INTEGER, e.g. Dl=512")
+            if int(value) < 0:
+                raise UsageError(f"--set {part!r}: {name} is a size or count, so not negative")
             env[name] = int(value)
     return env
 
 
-def show(value: Fraction) -> str:
-    return str(value.numerator) if value.denominator == 1 else f"{value} (= {float(value):.2f})"
+def show(value: int) -> str:
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -190,8 +204,8 @@ class Solution:
     raises the request above the budget."""
     var: str
     value: int | None
-    request: Fraction | None  # the request at value
-    next_request: Fraction | None  # the request at value + 1 (over the budget)
+    request: int | None  # the request at value
+    next_request: int | None  # the request at value + 1 (over the budget)
     unbounded: bool = False
 
 
@@ -214,12 +228,12 @@ def solve(node: Node, env: dict[str, int], var: str, budget: int, text: str = ""
     fall as var grows (bytes per element times a count): where a probe shows it falling, UsageError."""
     check_solvable(node, env, var, text)
 
-    def f(v: int) -> Fraction:
+    def f(v: int) -> int:
         return evaluate(node, env | {var: v}, text)
 
-    seen: list[tuple[int, Fraction]] = []
+    seen: list[tuple[int, int]] = []
 
-    def probe(v: int) -> Fraction:
+    def probe(v: int) -> int:
         r = f(v)
         for w, rw in seen:
             if (w < v and rw > r) or (w > v and rw < r):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 
 from tileprobe.binary import expr
@@ -241,7 +240,7 @@ def render(report: dict) -> str:
 def _dynamic_line(a: dict, dyn: dict, optin: int) -> str:
     s = a["solved"]
     if s is None:
-        need = Fraction(a["request"].split(" ")[0]) + a["static_smem"]
+        need = int(a["request"]) + a["static_smem"]
         verdict = "fits" if a["fits"] else f"DOES NOT FIT, over by {expr.show(need - optin)} B"
         return f"request {a['request']} B + static {a['static_smem']} B = {expr.show(need)} B: {verdict}"
     if s["unbounded"]:

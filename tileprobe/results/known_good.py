@@ -341,13 +341,13 @@ def static_finding(name: str, target, e: dict, cfg, o) -> tuple[str | None, str 
     return None, None
 
 
-def check_file(path: Path, tc, jobs: int = 1, timeout_s: float = 1200) -> CheckResult:
+def check_file(path: Path, tc, jobs: int = 1, timeout_s: float = 1200, cache_dir=None) -> CheckResult:
     """Re-probe a file's tiles statically against its target; every tile that no longer works is a regression.
     When a GPU of the file's arch is present, the verified-correct tiles are also launched again (runtime re-probe).
-    A Triton family's tiles are compiled again with Triton instead."""
+    A Triton family's tiles are compiled again with Triton instead (into `cache_dir`: the build cache `tc` uses)."""
     doc = load_file(path)
     if backend_of(doc) == "triton":
-        return _check_triton(doc, target_from_dict(doc["target"]), CheckResult(Path(path)), jobs)
+        return _check_triton(doc, target_from_dict(doc["target"]), CheckResult(Path(path)), jobs, cache_dir)
     prep = prepare(path, tc)
     res, target, configs = prep.res, prep.target, prep.configs
     outcomes = probe_static([c for _, c in configs], target, prep.tc.cutlass, prep.tc.nvcc, prep.tc.cache, jobs,
@@ -375,7 +375,8 @@ def backend_of(doc: dict) -> str:
         return "cutlass"  # an unknown family fails where its tiles are read, with its own line
 
 
-def triton_findings(doc: dict, target, res: CheckResult, jobs: int, keys: set[str] | None = None) -> dict:
+def triton_findings(doc: dict, target, res: CheckResult, jobs: int, keys: set[str] | None = None,
+                    cache_dir=None) -> dict:
     """Compile a Triton family's tiles (all, or those in `keys`) again, with the installed Triton and the engine's
     kernel as installed or cached, at every batch size each was recorded at: {config key: (regression lines, notes)}.
     A tile that no longer fits, or no longer compiles, is a regression."""
@@ -398,7 +399,7 @@ def triton_findings(doc: dict, target, res: CheckResult, jobs: int, keys: set[st
             sources[engine] = triton_sweep.engine_kernel_source(engine, None)[1]
         for m in e.get("batches") or [1]:
             planned.append((e, cfg, m, triton_moe.job_of(cfg, sources[engine], m)))
-    builds = compile_many([p[3] for p in planned], jobs)
+    builds = compile_many([p[3] for p in planned], jobs, cache_dir)
     for (e, cfg, m, _), b in zip(planned, builds):
         o = triton_sweep.outcome(cfg, b, target, triton)
         what = f"{res.path.name}: {target.name} {cfg.tile} s{cfg.stages} M={m} [{cfg.key}]"
@@ -411,8 +412,8 @@ def triton_findings(doc: dict, target, res: CheckResult, jobs: int, keys: set[st
     return found
 
 
-def _check_triton(doc: dict, target, res: CheckResult, jobs: int) -> CheckResult:
-    found = triton_findings(doc, target, res, jobs)
+def _check_triton(doc: dict, target, res: CheckResult, jobs: int, cache_dir=None) -> CheckResult:
+    found = triton_findings(doc, target, res, jobs, cache_dir=cache_dir)
     res.checked = len(doc["tiles"])
     for lines, notes in found.values():
         res.regressions += lines
@@ -477,5 +478,6 @@ def launch_findings(doc: dict, target, ok: list, tc, jobs: int, name: str) -> tu
                    f"point(s) verified")
 
 
-def check(paths: list[str | Path] | None, tc, jobs: int = 1, timeout_s: float = 1200) -> list[CheckResult]:
-    return [check_file(p, tc, jobs, timeout_s) for p in files_in(paths)]
+def check(paths: list[str | Path] | None, tc, jobs: int = 1, timeout_s: float = 1200,
+          cache_dir=None) -> list[CheckResult]:
+    return [check_file(p, tc, jobs, timeout_s, cache_dir) for p in files_in(paths)]

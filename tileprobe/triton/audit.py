@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 import json
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tileprobe.backends.triton.compile import KernelJob, compile_many
@@ -172,12 +172,22 @@ def plan(files: list[tc.ConfigFile], engine: str, source: KernelSource, target: 
 
 @dataclass
 class AuditResult:
+    """What check-configs found. Its exit rule (AuditResult.exit_code): 0 only when every entry of every file was
+    compiled and fits; 2 (bad input) when nothing could be checked; 1 otherwise: an entry over the limit, one Triton
+    could not compile, or one that could not be checked beside others that were."""
     rows: list[dict]
-    over: list[str]  # one line per entry that does not fit
+    over: list[str]  # one line per entry launch that does not fit
     notes: list[str]
     checked: int
     not_compiled: int
     seconds: dict
+    compile_errors: list[str] = field(default_factory=list)  # one line per entry launch Triton did not compile
+    not_checked: list[str] = field(default_factory=list)  # one line per file or entry launch not checked, and why
+
+    def exit_code(self) -> int:
+        if self.checked == 0:
+            return 2
+        return 1 if self.over or self.compile_errors or self.not_checked else 0
 
 
 def run(path: Path | None, engine: str | None, wheel: str | None, target_name: str | None, out: Path | None,
@@ -207,7 +217,7 @@ def run(path: Path | None, engine: str | None, wheel: str | None, target_name: s
     builds = compile_many([c.job for c in todo], jobs, cache_dir)
     t_compile = time.perf_counter() - t1
     cols = toolchain_columns(triton)
-    rows, over = [], []
+    rows, over, errors = [], [], []
     for c, b in zip(todo, builds):
         o = outcome(c.config, b, c.target, triton)
         point = {"workload": c.file.rel, "gemm": c.gemm, "batch": c.key, "routing": "config-file",
@@ -217,11 +227,13 @@ def run(path: Path | None, engine: str | None, wheel: str | None, target_name: s
         row = make_row(c.config, c.target, cols, o, point=point,
                        extra={"engine": src.label(), "engine_hash": source.sha256[:16]})
         rows.append(row)
-        if row["verdict"] != "fits":
-            over.append(f"{c.file.rel} [M={c.key}] {c.gemm} on {c.target.name}: {row['verdict']}: {o.reason}")
-    for c in checks:
-        if c.job is None:
-            notes.append(f"{c.file.rel} [M={c.key}] {c.gemm}: not compiled ({c.why_not})")
+        line = f"{c.file.rel} [M={c.key}] {c.gemm} on {c.target.name}: {row['verdict']}: {o.reason}"
+        if row["verdict"] == "compile-error":
+            errors.append(line)
+        elif row["verdict"] != "fits":
+            over.append(line)
+    not_checked = notes  # plan's notes: files not sized, on unknown devices, for archs not compiled
+    not_checked += [f"{c.file.rel} [M={c.key}] {c.gemm}: not compiled ({c.why_not})" for c in checks if c.job is None]
     distinct = {c.job: b for c, b in zip(todo, builds)}
     seconds = {"plan_s": round(t_plan, 2), "compile_s": round(t_compile, 2),
                "compiled": sum(1 for b in distinct.values() if not getattr(b, "cached", True)),
@@ -241,4 +253,4 @@ def run(path: Path | None, engine: str | None, wheel: str | None, target_name: s
             for row in rows:
                 if not writer.has(row_key(row)):
                     writer.write(row)
-    return AuditResult(rows, over, notes, len(todo), len(checks) - len(todo), seconds)
+    return AuditResult(rows, over, [], len(todo), len(checks) - len(todo), seconds, errors, not_checked)

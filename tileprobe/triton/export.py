@@ -5,7 +5,9 @@ Input: engine config files (a file or folder: e.g. the shipped H200 file for the
 name of the target: vLLM `OUT/E=..,N=..,device_name=<name>[,dtype=..][,block_shape=..].json` (use with
 VLLM_TUNED_CONFIG_FOLDER=OUT); SGLang `OUT/configs/triton_3_8_0/<name>[_down].json` (SGLANG_MOE_CONFIG_DIR=OUT).
 Entries keep their batch-size keys. The provenance goes beside them in OUT/tileprobe-provenance.json: the engines read
-every key of a config file as a batch size, so nothing else can go inside one.
+every key of a config file as a batch size, so nothing else can go inside one. Nothing is written until every file is
+made: they are staged beside OUT and put in place together, provenance first (tileprobe.staged); a failure leaves
+OUT as it was, and files in OUT that the export does not write are never touched.
 
 The substitution rule, for an entry over the target's limit (compiled bytes, both GEMMs it serves): the first of
 these that fits, each compiled: (1) the same tile with fewer stages (num_stages - 1 down to 1); (2) BLOCK_SIZE_K
@@ -28,6 +30,7 @@ from tileprobe.engines import triton_configs as tc
 from tileprobe.engines import triton_lookup
 from tileprobe.errors import UsageError
 from tileprobe.families import triton_moe as tm
+from tileprobe.staged import Staged
 from tileprobe.targets import profile
 from tileprobe.triton.audit import _entry, arch_of, canonical, constexpr_positions, guess_engine, problem_for
 from tileprobe.triton_sweep import engine_kernel_source
@@ -107,6 +110,7 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
     src, source = engine_kernel_source(engine, wheel)
     consts = constexpr_positions(source)
     written: list[Written] = []
+    texts: dict[Path, str] = {}  # path -> text, written together at the end
     provenance: dict = {"tool": "tileprobe export triton-configs", "engine": src.label(), "target": target.name,
                         "smem_limit_bytes": target.smem_optin, "arch": arch, "evidence": "compiled, not timed",
                         "rule": __doc__.split("The substitution rule, ")[1].split("\n\n")[0].replace("\n", " "),
@@ -180,13 +184,20 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
         out_entries = {str(k): out_entries[str(k)] for k in f.entries}  # the input's key order (the tie rule's)
         for dev in devs:
             path = output_path(out, inp, f, scheme, dev)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(out_entries, indent=4) + "\n")
+            texts[path] = json.dumps(out_entries, indent=4) + "\n"
             provenance["files"][str(path.relative_to(out))] = {"from": f.path, "device_name": dev,
                                                                "problem": prob.how, "gemms": list(gemms),
                                                                "entries": prov_entries}
             written.append(Written(path, len(out_entries), subs, []))
-    out.mkdir(parents=True, exist_ok=True)
-    (out / PROVENANCE).write_text(json.dumps(provenance, indent=1) + "\n")
+    write_folder(out, {PROVENANCE: json.dumps(provenance, indent=1) + "\n"} | {
+        str(p.relative_to(out)): t for p, t in texts.items()})
     return written
+
+
+def write_folder(out: Path, texts: dict[str, str]) -> None:
+    """Every file of `texts` (relative path -> text) into `out` in one step, the provenance first (tileprobe.staged)."""
+    with Staged(out) as st:
+        for rel, text in texts.items():
+            st.write_text(rel, text)
+        st.commit(first=[PROVENANCE])
 

@@ -25,7 +25,8 @@ The tune, per output file and batch size M (a key of the input file; `batches` p
    config whose every GEMM is verified; a config with a wrong element is never chosen (the provenance lists it).
    A time per M (`us_graph_median`) is the sum over the GEMMs the file serves (vLLM: one entry serves both).
 Only the M keys tuned are written. Result rows (rows.make_row, evidence `verified`) of every confirmed launch go to
-OUT/tileprobe-rows/. `prune_only` stops after step 1 (no GPU needed; the caches are filled for a later tune).
+OUT/tileprobe-rows/ (added to the rows there). Everything is staged beside OUT and put in place together at the end,
+provenance first (tileprobe.staged): a failure leaves OUT as it was; its other files are never touched. `prune_only` stops after step 1 (no GPU needed; the caches are filled for a later tune).
 Not handled: an SGLang `_down` file is tuned on its own, but the engine runs its entry with the up entry's
 BLOCK_SIZE_M (down_config), so tune the up file without a `_down` file beside it (one config for both GEMMs).
 
@@ -68,6 +69,7 @@ from tileprobe.results import tolerance
 from tileprobe.results.classify import correctness
 from tileprobe.results.rows import Outcome, StaticInfo, make_row
 from tileprobe.results.writer import ResultsWriter, row_key
+from tileprobe.staged import Staged
 from tileprobe.targets import Target, resolve_target
 from tileprobe.triton.audit import _entry, canonical, constexpr_positions, problem_for
 from tileprobe.triton.export import PROVENANCE, output_path, read_inputs
@@ -240,6 +242,9 @@ def _for_launch(job: KernelJob, overrides: dict) -> KernelJob:
 def tune_key(ctx: dict, m: int, left: list[int], space: list[dict], log: list) -> dict:
     """Screen then confirm at one M; returns the provenance record (winner None when nothing verified)."""
     engine, quant, gemms, opts = ctx["engine"], ctx["quant"], ctx["gemms"], ctx["opts"]
+    if not left:  # every config pruned at this M: nothing to launch (and no inputs to make)
+        return {"winner": None, "us_graph_median": None, "bytes": None, "screened": 0, "screen_failed": [],
+                "confirmed": [], "rejected_wrong": [], "confirm_failed": [], "screen_s": 0.0, "confirm_s": 0.0}
     fam = family(tm.NAME)
     probs = {g: rt.Problem(engine, quant, g, ctx["experts"], *tm.gemm_shape(g, ctx["hidden"], ctx["N"]), m,
                            ctx["top_k"]) for g in gemms}
@@ -322,7 +327,7 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
     if opts.jobs < 1 or opts.confirm_top < 1 or opts.screen_reps < 1:
         raise UsageError("--jobs, --confirm-top and --screen-reps must be at least 1")
     inp = read_inputs(inputs, engine, target_name, device_names)
-    engine, target, arch, cc, devs, files = inp.engine, inp.target, inp.arch, inp.cc, inp.devs, inp.files
+    engine, target, arch = inp.engine, inp.target, inp.arch
     device = require_device(target) if opts.device != "cpu" and not opts.prune_only else None
     limit = device.smem_optin if device else target.smem_optin
     triton = require_triton(opts.any_triton)
@@ -347,6 +352,22 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
                                  f"confirmed by run_point (element-wise check, graph timing)",
                   "files": {}, "totals": {}}
     written: list[Tuned] = []
+    with Staged(out) as st:  # nothing reaches OUT before the commit
+        _tune_files(inp, opts, hidden, st, written, prov, device, limit, triton, src, source, consts, triton_cache,
+                    worker_env, kernel, seed, wall0)
+        st.commit(first=[PROVENANCE])
+    prov["launch_log"] = prov.pop("_launch_log")  # returned to the caller (tests count launches); not written
+    return written, prov
+
+
+def _tune_files(inp, opts: TuneOptions, hidden: int | None, st: Staged, written: list, prov: dict, device,
+                limit: int, triton, src, source, consts, triton_cache: str, worker_env: dict, kernel, seed: int,
+                wall0: float) -> None:
+    """Every input file tuned (the module docstring's steps): the config files, the rows and the provenance written
+    into the staged OUT (`st`)."""
+    engine, target, arch, cc, devs, files = inp.engine, inp.target, inp.arch, inp.cc, inp.devs, inp.files
+    out = st.out
+    rows_dir = None
     totals = {"space": 0, "pruned_over_limit": 0, "pruned_no_compile": 0, "left": 0, "compile_s": 0.0,
               "screen_s": 0.0, "confirm_s": 0.0, "launches": 0,
               "jit_entries_added_by_launches": 0, "rows": 0}
@@ -378,9 +399,18 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
 
         t0 = time.perf_counter()
         pairs = [(m, i) for m in keys for i in range(len(space))]
-        builds = compile_many([canonical(job(space[i], m, g), consts) for m, i in pairs for g in gemms], opts.jobs,
-                              opts.cache_dir, triton_cache=triton_cache, worker_env=worker_env)
+        # the input's own entries too: one is kept where nothing is verified at its M, and only if it fits
+        own = [(m, e) for m in keys for e in [_entry(f.entries[m])[0]] if e is not None and not opts.prune_only]
+        all_builds = compile_many([canonical(job(space[i], m, g), consts) for m, i in pairs for g in gemms] +
+                                  [canonical(job(e, m, g), consts) for m, e in own for g in gemms], opts.jobs,
+                                  opts.cache_dir, triton_cache=triton_cache, worker_env=worker_env)
         compile_s = time.perf_counter() - t0
+        builds, own_builds = all_builds[:len(pairs) * len(gemms)], all_builds[len(pairs) * len(gemms):]
+        input_need = {m: None for m in keys}  # M -> the input entry's bytes (the most of its GEMMs); None: no build
+        for n, (m, _) in enumerate(own):
+            bs = own_builds[n * len(gemms):(n + 1) * len(gemms)]
+            if all(isinstance(b, TritonBuild) for b in bs):
+                input_need[m] = max(b.shared for b in bs)
         entries_compiled = _entries(triton_cache)
         per = len(gemms)
         need: dict = {}
@@ -426,21 +456,31 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
                        no_compile=[{"config": space[i], "error": errors[(m, i)]} for i in per_m[m]["no_compile"]])
             if rec["winner"] is not None:
                 out_entries[str(m)] = rec["winner"]
-            else:  # nothing verified: the input's entry stays, and the provenance says it is not the tune's
-                out_entries[str(m)] = f.entries[m]
-                rec["kept_input_unverified"] = f.entries[m]
+            else:  # nothing verified: the input's entry stays if it fits, and the provenance says it is not the tune's
+                need_in = input_need[m]
+                if need_in is not None and need_in <= limit:
+                    out_entries[str(m)] = f.entries[m]
+                    rec["kept_input_unverified"] = f.entries[m]
+                else:  # never write an entry that does not fit: the engine then takes the nearest key written
+                    rec["dropped_input"] = {"entry": f.entries[m], "bytes": need_in,
+                                            "why": "does not compile" if need_in is None else
+                                            f"{need_in} B > {limit} B"}
             prov_keys[str(m)] = rec
             totals["launches"] += rec["launches"]
             totals["screen_s"] += rec["screen_s"]
             totals["confirm_s"] += rec["confirm_s"]
         if device is not None:
-            totals["rows"] += write_rows(out / ROWS_DIR, device, triton, ctx, arch, builds, pairs, space, f.rel)
+            rows_dir = rows_dir or st.seed(ROWS_DIR)  # the rows already there, added to
+            totals["rows"] += write_rows(rows_dir, device, triton, ctx, arch, builds, pairs, space, f.rel)
         # Triton cache entries the launches added (0 when every launch found the workers' cubin; CPU: no cache)
         totals["jit_entries_added_by_launches"] += _entries(triton_cache) - entries_compiled
+        if not out_entries:  # every M dropped: no file (an empty one would be read as having no entries)
+            prov["files"][f.rel] = {"from": f.path, "problem": prob.how, "gemms": list(gemms), "entries": prov_keys,
+                                    "not_written": "no M has a verified winner or an input entry that fits"}
+            continue
         for dev in devs:
             path = output_path(out, inp, f, scheme, dev)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(out_entries, indent=4) + "\n")
+            st.write_text(path.relative_to(out), json.dumps(out_entries, indent=4) + "\n")
             prov["files"][str(path.relative_to(out))] = {"from": f.path, "device_name": dev, "problem": prob.how,
                                                         "gemms": list(gemms), "compile_s": round(compile_s, 2),
                                                         "entries": prov_keys}
@@ -448,10 +488,8 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
     totals = {k: round(v, 2) if isinstance(v, float) else v for k, v in totals.items()}
     totals["wall_s"] = round(time.perf_counter() - wall0, 2)
     prov["totals"] = totals
-    out.mkdir(parents=True, exist_ok=True)
-    (out / PROVENANCE).write_text(json.dumps(prov, indent=1) + "\n")
-    prov["launch_log"] = launch_log  # returned to the caller (tests count launches); not written
-    return written, prov
+    st.write_text(PROVENANCE, json.dumps(prov, indent=1) + "\n")
+    prov["_launch_log"] = launch_log
 
 
 def summary(tuned: list[Tuned], prov: dict) -> list[str]:
@@ -463,14 +501,17 @@ def summary(tuned: list[Tuned], prov: dict) -> list[str]:
     if prov["evidence"].startswith("compiled"):
         return out + [f"{rel}: per M {info['entries']}" for rel, info in prov["files"].items()]
     for rel, info in prov["files"].items():
-        out.append(f"{rel}:")
+        out.append(f"{rel}:" + (f" not written ({info['not_written']})" if info.get("not_written") else ""))
         for m, rec in info["entries"].items():
             w = rec["winner"]
             what = (f"{_label(w)}  {rec['us_graph_median']} us, {rec['bytes']} B" if w else
-                    "no verified config: the input's entry is kept (not verified)")
+                    "no verified config: the input's entry is kept (not verified)" if "dropped_input" not in rec else
+                    f"no verified config, and the input's entry is not written: {rec['dropped_input']['why']}")
             wrong = f"; {len(rec['rejected_wrong'])} confirmed config(s) wrong, not chosen" if rec["rejected_wrong"] \
                 else ""
             out.append(f"  M={m}: {what} (screened {rec['screened']}, confirmed {len(rec['confirmed'])}{wrong})")
+    if not tuned:
+        return out + ["nothing written: no entry of any file is verified or fits"]
     env = "VLLM_TUNED_CONFIG_FOLDER" if prov["engine"].startswith("vllm") else "SGLANG_MOE_CONFIG_DIR"
     folder = tuned[0].path.parent if prov["engine"].startswith("vllm") else tuned[0].path.parents[2]
     out.append(f"use: export {env}={folder} (provenance: {folder / PROVENANCE}; {prov['evidence']})")

@@ -19,7 +19,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from tileprobe.backends.triton.compile import KernelJob, TritonBuild, TritonCompileError, compile_many, jit_function
+from tileprobe.backends.triton.compile import (KernelJob, TritonBuild, TritonCompileError, compile_many, jit_function,
+                                               stand_in_problem)
 from tileprobe.backends.triton.source import KernelSource, load
 from tileprobe.backends.triton.toolchain import cache_root
 from tileprobe.errors import UsageError
@@ -86,6 +87,9 @@ def size_autotune(source: KernelSource, args, cc: int, jobs: int = 1, cache_dir=
         raise UsageError(f"{source.function}: " + "; ".join(
             p for p in (f"missing launch argument(s) {', '.join(missing)}" if missing else "",
                         f"unknown parameter(s) {', '.join(unknown)}" if unknown else "") if p))
+    bad = next(((n, args[n], why) for n in wanted if n in args for why in [stand_in_problem(args[n])] if why), None)
+    if bad:
+        raise UsageError(f"--kernel-args: {bad[0]}={bad[1]!r}: {bad[2]}")
     notes = []
     if getattr(kernel, "early_config_prune", None) or getattr(kernel, "perf_model", None):
         notes.append("the autotuner's prune_configs_by hooks run at launch on real tensors: not reproduced here")

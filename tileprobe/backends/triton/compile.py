@@ -127,6 +127,20 @@ def stand_in(value):
     return value
 
 
+def stand_in_problem(value) -> str | None:
+    """Why a JSON launch argument is none of stand_in's forms (None when it is one): caught before any compile, so a
+    typo is not reported as every config's compile error."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return None
+    if isinstance(value, str) and value.startswith("*"):
+        return None if value[1:] in _DTYPES else (f"unknown pointer dtype {value}; known: "
+                                                  f"{', '.join('*' + d for d in _DTYPES)}")
+    if isinstance(value, str) and value.startswith("tl."):
+        return None if isinstance(getattr(_tl, value[3:], None), _tl.dtype) else \
+            f"{value} is not a triton.language dtype (e.g. tl.float32, tl.bfloat16)"
+    return "not a launch argument: '*bf16' (a tensor of that dtype), 'tl.float32' (a dtype), a number, true/false or null"
+
+
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8e4nv": "float8e4nv", "fp8e5": "float8e5",
            "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "i1": "int1"}
 

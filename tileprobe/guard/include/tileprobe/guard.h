@@ -26,12 +26,27 @@ struct SmemFit {
   cudaError_t error;         // cudaSuccess unless a query failed (then fits is false)
 };
 
-// The answer for `func` (a __global__ function's address) on `device` (-1: the current device).
+// Run `query` with `device` current, then make the caller's device current again (the runtime answers
+// cudaFuncGetAttributes / cudaFuncSetAttribute for the current device only). The first error is returned.
+template <class Q>
+inline cudaError_t on_device(int device, Q query) {
+  int current = 0;
+  cudaError_t e = cudaGetDevice(&current);
+  if (e != cudaSuccess) return e;
+  if (device < 0 || device == current) return query();
+  if ((e = cudaSetDevice(device)) != cudaSuccess) return e;
+  e = query();
+  cudaError_t back = cudaSetDevice(current);
+  return e != cudaSuccess ? e : back;
+}
+
+// The answer for `func` (a __global__ function's address) on `device` (-1: the current device). The static bytes
+// and the opt-in limit both come from `device`; the current device is left as it was.
 inline SmemFit smem_fit(const void* func, size_t dynamic_bytes, int device = -1) {
   SmemFit f{false, 0, dynamic_bytes, 0, 0, device, cudaSuccess};
   if (device < 0 && (f.error = cudaGetDevice(&f.device)) != cudaSuccess) return f;
   cudaFuncAttributes attr;
-  if ((f.error = cudaFuncGetAttributes(&attr, func)) != cudaSuccess) return f;
+  if ((f.error = on_device(f.device, [&] { return cudaFuncGetAttributes(&attr, func); })) != cudaSuccess) return f;
   int optin = 0;
   if ((f.error = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, f.device)) != cudaSuccess)
     return f;
@@ -67,11 +82,14 @@ inline int describe(const SmemFit& f, char* buf, size_t n) {
                   f.dynamic_bytes, need, f.optin_bytes, f.device, need - f.optin_bytes);
 }
 
-// Raise the kernel's dynamic shared memory limit to `dynamic_bytes` (needed above 48 KiB); the error when it cannot.
+// Raise the kernel's dynamic shared memory limit to `dynamic_bytes` on `device` (-1: the current device; needed
+// above 48 KiB); the error when it cannot. The current device is left as it was.
 template <class F>
-inline cudaError_t allow_dynamic_smem(F func, size_t dynamic_bytes) {
-  return cudaFuncSetAttribute(reinterpret_cast<const void*>(func), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(dynamic_bytes));
+inline cudaError_t allow_dynamic_smem(F func, size_t dynamic_bytes, int device = -1) {
+  return on_device(device, [&] {
+    return cudaFuncSetAttribute(reinterpret_cast<const void*>(func), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(dynamic_bytes));
+  });
 }
 
 }  // namespace tileprobe
