@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tileprobe import triton_sweep
+from tileprobe import progress, triton_sweep
 from tileprobe.backends.triton.compile import compile_many
 from tileprobe.backends.triton.toolchain import require_triton
 from tileprobe.engines import triton_configs as tc
@@ -104,7 +104,10 @@ def run(check: ConfigCheck, workload: str | None, ms: list[int], jobs: int, cach
         raise UsageError(f"triton-moe compiles for {', '.join(tm.ARCHS)}; not {check.target.name}")
     planned = triton_sweep.plan(shape, check.engine, check.scheme.name, source, src, check.target, arch,
                                 (check.device_name,), sorted(ms), str(user_dir_for(check)), max(ms))
-    builds = compile_many([p.job for p in planned], jobs, cache_dir)
+    with progress.track(len(planned), f"check {check.path.name}") as bar:
+        builds = compile_many([p.job for p in planned], jobs, cache_dir, on_result=bar.each(
+            [progress.unit(p.config, p.point["batch"]) for p in planned],
+            lambda i, b: triton_sweep.outcome(planned[i].config, b, check.target, triton)))
     for p, b in zip(planned, builds):
         m, gemm = p.point["batch"], p.point["gemm"]
         problems = check.results.setdefault(m, [])

@@ -54,6 +54,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from tileprobe import progress
 from tileprobe.backends.triton import runtime as rt
 from tileprobe.backends.triton.compile import KernelJob, TritonBuild, compile_many, one_line
 from tileprobe.backends.triton.source import load
@@ -373,8 +374,11 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
 
         t0 = time.perf_counter()
         pairs = [(m, i) for m in keys for i in range(len(space))]
-        builds = compile_many([canonical(job(space[i], m, g), consts) for m, i in pairs for g in gemms], opts.jobs,
-                              opts.cache_dir, triton_cache=triton_cache, worker_env=worker_env)
+        with progress.track(len(pairs) * len(gemms), f"prune {f.rel}") as bar:
+            builds = compile_many([canonical(job(space[i], m, g), consts) for m, i in pairs for g in gemms], opts.jobs,
+                                  opts.cache_dir, triton_cache=triton_cache, worker_env=worker_env,
+                                  on_result=bar.each([f"M={m} {progress.entry(space[i])} {g}" for m, i in pairs
+                                                      for g in gemms], progress.against(limit)))
         compile_s = time.perf_counter() - t0
         entries_compiled = _entries(triton_cache)
         per = len(gemms)
@@ -410,7 +414,7 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
                "workload": _workload(f.name.E, f.name.N, prob.hidden)}
         out_entries: dict[str, dict] = {}
         prov_keys: dict[str, dict] = {}
-        for m in keys:
+        for m in progress.iterate(keys, f"tune {f.rel}", lambda m: f"M={m} screened and confirmed"):
             before = len(launch_log)
             rec = tune_key(ctx, m, per_m[m]["left"], space, launch_log)
             rec.update(space=len(space), pruned_over_limit=len(per_m[m]["over_limit"]),
