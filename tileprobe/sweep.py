@@ -267,12 +267,14 @@ def predict_only(opts: SweepOptions, console) -> list[dict]:
     tc_cols = {"cutlass_version": cutlass.version, "cutlass_source": cutlass.source, "cutlass_hash": cutlass.tree_hash,
                "nvcc_version": None, "host_compiler": None}
     outs = []
-    for c in progress.iterate(p.configs, f"predicting ({p.target.name})", progress.unit):
-        o = modeled.outcome(c, p.target, cutlass)
-        if o is None:
-            raise UsageError(f"--predict-only: {modeled.model(c, cutlass).status} ({c.name}); run without "
-                             "--predict-only to compile instead")
-        outs.append(o)
+    with progress.track(len(p.configs), f"predicting ({p.target.name})") as bar:
+        for c in p.configs:
+            o = modeled.outcome(c, p.target, cutlass)
+            if o is None:
+                raise UsageError(f"--predict-only: {modeled.model(c, cutlass).status} ({c.name}); run without "
+                                 "--predict-only to compile instead")
+            outs.append(o)
+            bar.done(progress.unit(c), o)
     rows = []
     if opts.resume:
         provenance.check_resume(opts.out, p.family.name, tc_cols | engine_meta(p.family), "predicted",
