@@ -13,10 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from tileprobe import progress
 from tileprobe.backends.triton.toolchain import installed
 from tileprobe.engines import triton_configs as tc
+from tileprobe.engines import vllm
 from tileprobe.errors import UsageError
 from tileprobe.targets import DEVICE_NAMES
 
@@ -26,8 +28,18 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 SM120_TILES = ["128x128x128", "128x256x128", "256x128x128", "128x64x128", "256x256x256", "128x128x64", "128x256x64"]
 
 
+# what rich reads to decide a console is a terminal whatever the stream (a CI may set FORCE_COLOR)
+TERMINAL_ENV = (progress.ENV, "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
+
+
+@pytest.fixture(autouse=True)
+def _no_forcing(monkeypatch):
+    for k in TERMINAL_ENV:
+        monkeypatch.delenv(k, raising=False)
+
+
 def _cli(*args, env=None, timeout=600):
-    e = {k: v for k, v in os.environ.items() if k != progress.ENV} | {"PYTHONPATH": str(ROOT)} | (env or {})
+    e = {k: v for k, v in os.environ.items() if k not in TERMINAL_ENV} | {"PYTHONPATH": str(ROOT)} | (env or {})
     return subprocess.run([sys.executable, "-m", "tileprobe", *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT, env=e)
 
@@ -109,7 +121,7 @@ def test_the_bar_renders_done_total_the_last_unit_and_the_times(rng):
     names = _names(rng, k)
     verdicts = [rng.choice(["fits", "smem-over-limit"]) for _ in names]
     buf = io.StringIO()
-    con = progress.Console(file=buf, force_terminal=True, width=200)
+    con = Console(file=buf, force_terminal=True, width=200)
     label = f"label{rng.randrange(1000)}"
     with progress.track(total, label, console=con) as bar:
         assert bar.mode == "bar"
@@ -141,7 +153,7 @@ def test_without_a_terminal_each_unit_is_one_line_with_its_verdict(rng):
             self.verdict, self.info = Word(v), Info(b)
 
     buf = io.StringIO()
-    with progress.track(total, "x", console=progress.Console(file=buf, width=40)) as bar:
+    with progress.track(total, "x", console=Console(file=buf, width=40)) as bar:
         assert bar.mode == "lines"
         for n, b in zip(names, smem):
             bar.done(n, Out("fits" if b < 101376 else "smem-over-limit", b))
@@ -152,9 +164,8 @@ def test_without_a_terminal_each_unit_is_one_line_with_its_verdict(rng):
 
 
 def test_the_environment_chooses_and_a_tool_with_its_own_bar_stays_silent_on_a_terminal(monkeypatch, rng):
-    term = progress.Console(file=io.StringIO(), force_terminal=True)
-    pipe = progress.Console(file=io.StringIO())
-    monkeypatch.delenv(progress.ENV, raising=False)
+    term = Console(file=io.StringIO(), force_terminal=True)
+    pipe = Console(file=io.StringIO())
     assert (progress.mode(term), progress.mode(pipe)) == ("bar", "lines")
     monkeypatch.setenv(progress.ENV, rng.choice(["0", "off", "no", "false"]))
     assert (progress.mode(term), progress.mode(pipe)) == ("off", "off")
@@ -182,8 +193,6 @@ def test_check_configs_reports_each_compiled_entry_with_its_bytes(tmp_path, rng)
     """compile_many's on_result, through check-configs on a one-file tree: one line per entry launch compiled,
     each with the bytes its row says."""
     _triton_engine()
-    from tileprobe.engines import vllm
-
     f = tmp_path / vllm.config_file_name(rng.choice([64, 128]), rng.choice([256, 768]), tc.scheme("bf16"),
                                          rng.choice(DEVICE_NAMES["rtx-pro-6000"]))
     keys = rng.sample([1, 2, 4, 8, 16, 32, 64], rng.randint(1, 2))
