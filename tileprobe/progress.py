@@ -18,6 +18,7 @@ A driver whose inner work already draws a bar of its own on a terminal (the GPU 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 
@@ -83,6 +84,13 @@ def against(limit: int):
     return text
 
 
+def _isatty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
 def clock(seconds: float) -> str:
     """3.2s, 1m05s, 2h03m."""
     if seconds < 60:
@@ -118,10 +126,12 @@ class Tracker:
     def __enter__(self) -> "Tracker":
         self.start = time.perf_counter()
         if self.mode == "bar":
-            # stdout is never redirected through the bar: what a command prints there stays where it was
+            # stdout goes through the bar (printed above it) only where it is that terminal too: piped, it stays
+            # exactly what the command printed; stderr's own lines (warnings) are printed above the bar
             self._bar = _Bar(TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
                              TimeElapsedColumn(), TextColumn("elapsed,"), TimeRemainingColumn(), TextColumn("left"),
-                             console=self.console, transient=True, redirect_stdout=False, redirect_stderr=False)
+                             console=self.console, transient=True, redirect_stdout=_isatty(sys.stdout),
+                             redirect_stderr=True)
             self._bar.start()
             self._task = self._bar.add_task(self.label, total=self.total, last="")
         return self
