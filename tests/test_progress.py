@@ -207,3 +207,27 @@ def test_check_configs_reports_each_compiled_entry_with_its_bytes(tmp_path, rng)
     assert sorted((f"M={r['batch']} {r['gemm']}", r["smem_bytes"]) for r in rows) == sorted(
         (re.search(r"M=\d+ \w+", m[3])[0], int(m[5])) for m in got), p.stderr
     assert all(m[4] == "fits" for m in got) and not _progress_lines(p.stdout)
+    # export triton-configs of the same file (the same launches: from the cache): one line per entry and GEMM,
+    # with the bytes check-configs compiled
+    e = _cli("export", "triton-configs", f, "--target", "rtx-pro-6000", "--out", tmp_path / "exp", "--jobs", "2")
+    assert e.returncode == 0, e.stdout + e.stderr
+    lines = _progress_lines(e.stderr)
+    assert sorted((re.search(r"M=\d+", m[3])[0] + " " + m[3].split()[-1], int(m[5])) for m in lines) == sorted(
+        (f"M={r['batch']} {r['gemm']}", r["smem_bytes"]) for r in rows), e.stderr
+
+
+def test_check_reports_each_tile_of_a_file(tmp_path, rng):
+    """`check` (results/known_good.py -> probe_static's on_outcome): tiles of a committed file moved to a cluster
+    SM120 does not run, so each is unsupported without a compile: one line per tile, naming the config its
+    regression line names."""
+    doc = json.loads((ROOT / "results" / "known_good" / "rtx-pro-6000__sm120-nvfp4.json").read_text())
+    doc["tiles"] = [dict(e, cluster="2x1x1") for e in rng.sample(doc["tiles"], rng.randint(1, 4))]
+    path = tmp_path / "moved.json"
+    path.write_text(json.dumps(doc))
+    p = _cli("check", path, "--jobs", "1")
+    assert p.returncode == 1, p.stdout + p.stderr
+    regressed = [re.search(r" \[([^\]]+)\]: was ", line)[1] for line in p.stdout.splitlines()
+                 if line.startswith("REGRESSION")]
+    got = _progress_lines(p.stderr)
+    assert len(got) == len(doc["tiles"]) == len(regressed), (p.stdout, p.stderr)
+    assert sorted(m[3] for m in got) == sorted(regressed) and {m[4] for m in got} == {"unsupported"}, p.stderr
