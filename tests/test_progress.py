@@ -231,3 +231,26 @@ def test_check_reports_each_tile_of_a_file(tmp_path, rng):
     got = _progress_lines(p.stderr)
     assert len(got) == len(doc["tiles"]) == len(regressed), (p.stdout, p.stderr)
     assert sorted(m[3] for m in got) == sorted(regressed) and {m[4] for m in got} == {"unsupported"}, p.stderr
+
+
+@pytest.mark.triton
+def test_a_triton_moe_sweep_reports_each_launch_compiled(tmp_path, rng):
+    """The triton-moe sweep (compile_many's on_result in triton_sweep.run): one line per launch the engine's pick
+    compiles, with the bytes its row says; here the user's config file answers one M on one SKU name."""
+    _triton_engine()
+    dev, m = rng.choice(DEVICE_NAMES["rtx-pro-6000"]), rng.choice([1, 2, 4, 8, 16, 32])
+    folder = tmp_path / "tuned"
+    folder.mkdir()
+    (folder / vllm.config_file_name(128, 768, tc.scheme("bf16"), dev)).write_text(json.dumps({str(m): {
+        "BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": rng.choice([32, 64]), "BLOCK_SIZE_K": rng.choice([64, 128]),
+        "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": rng.choice([2, 3])}}))
+    p = _cli("sweep", "--family", "triton-moe", "--engine", "vllm", "--workload", "qwen3-30b-a3b", "--quant", "bf16",
+             "--target", "rtx-pro-6000", "--device-name", dev, "--config-dir", folder, "--batch", m, "--out",
+             tmp_path / "o", "--jobs", "2", "--json")
+    assert p.returncode == 0, p.stderr
+    rows = _rows(tmp_path / "o")
+    got = _progress_lines(p.stderr)
+    assert len(got) == len(rows) == 2, p.stderr  # gate_up and down
+    assert sorted((re.search(r"M=\d+ \w+", x[3])[0], x[4], int(x[5])) for x in got) == sorted(
+        (f"M={r['batch']} {r['gemm']}", r["verdict"], r["smem_bytes"]) for r in rows), p.stderr
+    assert [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")] == rows
