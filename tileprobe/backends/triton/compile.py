@@ -272,15 +272,15 @@ def compile_many(jobs: list[KernelJob], n_jobs: int = 1, cache_dir: str | os.Pat
     version = (installed().version if installed() else "none")
     keys = [j.key(version) for j in jobs]
     done: dict[str, TritonBuild | TritonCompileError] = {}
-
-    where: dict[str, list[int]] = {}
+    where: dict[str, list[int]] = {}  # a key's job indices (a repeated job is compiled once)
     for i, k in enumerate(keys):
         where.setdefault(k, []).append(i)
 
     def tell(k: str, res) -> None:  # the build of key k is known: it is every job i of that key's
         done[k] = res
-        for i in where[k] if on_result is not None else ():
-            on_result(i, res)
+        if on_result is not None:
+            for i in where[k]:
+                on_result(i, res)
 
     for k in dict.fromkeys(keys):
         doc = None if rebuild else _from_entry(_entry(cache, k))
