@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tileprobe import triton_sweep
+from tileprobe import progress, triton_sweep
 from tileprobe.predict import modeled
 from tileprobe.backends.cutlass import peer
 from tileprobe.backends.cutlass.build import cache_root
@@ -187,11 +187,12 @@ def static_rows(opts: SweepOptions, tc: Toolchain, target: Target, configs: list
     todo = [c for c in configs if c.key not in modeled_out]
     rows: list[dict] = []
     put = in_config_order(configs, static_writer(tc, target, writer, rows))
-    for o in modeled_out.values():
-        put(o)
-    probed = {o.config.key: o for o in probe_static(todo, target, tc.cutlass, tc.nvcc, tc.cache, opts.jobs,
-                                                    opts.compile_timeout_s, opts.compile, opts.rebuild,
-                                                    on_outcome=put)}
+    with progress.track(len(configs), f"static probe ({target.name})") as bar:  # in place of the builds' bar
+        for o in modeled_out.values():
+            bar.outcomes(put)(o)
+        probed = {o.config.key: o for o in probe_static(todo, target, tc.cutlass, tc.nvcc, tc.cache, opts.jobs,
+                                                        opts.compile_timeout_s, opts.compile, opts.rebuild,
+                                                        progress=False, on_outcome=bar.outcomes(put))}
     outcomes = [probed.get(c.key) or modeled_out[c.key] for c in configs]
     for o in outcomes:  # any the probe did not hand over as it went
         put(o)
@@ -216,7 +217,9 @@ def gpu_rows(opts: SweepOptions, plan_: Plan, tc: Toolchain, points: list[Point]
         console.print(f"[yellow]--peer {opts.peer}: torch._scaled_grouped_mm is FP8 x FP8; {fam.name} "
                       "operands here are not, so rows carry no peer[/]")
     todo = [c for c in configs if c.key not in modeled_out]
-    probed, launched = probe_and_launch(todo, plan_.target, job, writer, console, write) if todo else ([], [])
+    with progress.track(len(todo), "builds", bar=False) as bar:  # a terminal shows the Launcher's bar instead
+        probed, launched = probe_and_launch(todo, plan_.target, job, writer, console,
+                                            bar.outcomes(write)) if todo else ([], [])
     by_key = {o.config.key: o for o in probed}
     for c in configs:
         if c.key in modeled_out:
@@ -264,12 +267,14 @@ def predict_only(opts: SweepOptions, console) -> list[dict]:
     tc_cols = {"cutlass_version": cutlass.version, "cutlass_source": cutlass.source, "cutlass_hash": cutlass.tree_hash,
                "nvcc_version": None, "host_compiler": None}
     outs = []
-    for c in p.configs:
-        o = modeled.outcome(c, p.target, cutlass)
-        if o is None:
-            raise UsageError(f"--predict-only: {modeled.model(c, cutlass).status} ({c.name}); run without "
-                             "--predict-only to compile instead")
-        outs.append(o)
+    with progress.track(len(p.configs), f"predicting ({p.target.name})") as bar:
+        for c in p.configs:
+            o = modeled.outcome(c, p.target, cutlass)
+            if o is None:
+                raise UsageError(f"--predict-only: {modeled.model(c, cutlass).status} ({c.name}); run without "
+                                 "--predict-only to compile instead")
+            outs.append(o)
+            bar.done(progress.unit(c), o)
     rows = []
     if opts.resume:
         provenance.check_resume(opts.out, p.family.name, tc_cols | engine_meta(p.family), "predicted",

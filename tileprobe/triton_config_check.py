@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tileprobe import triton_sweep
+from tileprobe import progress, triton_sweep
 from tileprobe.backends.triton.compile import compile_many
 from tileprobe.backends.triton.toolchain import require_triton
 from tileprobe.engines import triton_configs as tc
@@ -105,8 +105,12 @@ def run(check: ConfigCheck, workload: str | None, ms: list[int], jobs: int, cach
         raise UsageError(f"triton-moe compiles for {', '.join(tm.ARCHS)}; not {check.target.name}")
     planned = triton_sweep.plan(shape, check.engine, check.scheme.name, source, src, check.target, arch,
                                 (check.device_name,), sorted(ms), str(user_dir_for(check)), max(ms))
-    done = iter(compile_many([p.job for p in planned if p.job is not None], jobs, cache_dir))
-    builds = [next(done) if p.job is not None else None for p in planned]  # None: not reproduced (USE_TMA)
+    jobs_ = [p for p in planned if p.job is not None]  # the others are not reproduced (USE_TMA)
+    with progress.track(len(jobs_), f"check {check.path.name}") as bar:
+        done = iter(compile_many([p.job for p in jobs_], jobs, cache_dir, on_result=bar.each(
+            [progress.unit(p.config, p.point["batch"]) for p in jobs_],
+            lambda i, b: triton_sweep.outcome(jobs_[i].config, b, check.target, triton))))
+    builds = [next(done) if p.job is not None else None for p in planned]
     for p, b in zip(planned, builds):
         m, gemm = p.point["batch"], p.point["gemm"]
         problems = check.results.setdefault(m, [])

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from tileprobe import progress
 from tileprobe.backends.triton import autotune, isolated
 from tileprobe.backends.triton import runtime as rt
 from tileprobe.backends.triton.compile import KernelJob, TritonBuild, TritonCompileError, compile_many
@@ -215,7 +216,11 @@ def run(opts, topts: TritonOptions, console, command: str) -> list[dict]:
     plan_s = time.perf_counter() - start
     start = time.perf_counter()
     jobs = [p.job for p in planned if p.job is not None]
-    done = iter(compile_many(jobs, opts.jobs, opts.cache_dir, opts.rebuild))
+    named = [p for p in planned if p.job is not None]
+    with progress.track(len(jobs), "triton-moe") as bar:
+        done = iter(compile_many(jobs, opts.jobs, opts.cache_dir, opts.rebuild, on_result=bar.each(
+            [progress.unit(p.config, p.point["batch"]) for p in named],
+            lambda i, b: outcome(named[i].config, b, target, triton))))
     builds = [next(done) if p.job is not None else None for p in planned]
     compile_s = time.perf_counter() - start
     cols = toolchain_columns(triton)

@@ -23,7 +23,7 @@ from tileprobe.families import family as family_named
 from tileprobe.reports.recommend import recommendations
 from tileprobe.results.writer import TOOLCHAIN_COLUMNS, ResultsWriter, now
 from tileprobe.results.resultset import ResultSet, config_from_entry, config_from_row, target_from_dict
-from tileprobe import triton_sweep
+from tileprobe import progress, triton_sweep
 from tileprobe.backends.triton.compile import compile_many
 from tileprobe.backends.triton.toolchain import require_triton
 from tileprobe.families import triton_moe
@@ -350,8 +350,9 @@ def check_file(path: Path, tc, jobs: int = 1, timeout_s: float = 1200, cache_dir
         return _check_triton(doc, target_from_dict(doc["target"]), CheckResult(Path(path)), jobs, cache_dir)
     prep = prepare(path, tc)
     res, target, configs = prep.res, prep.target, prep.configs
-    outcomes = probe_static([c for _, c in configs], target, prep.tc.cutlass, prep.tc.nvcc, prep.tc.cache, jobs,
-                            timeout_s)
+    with progress.track(len(configs), f"check {res.path.name}") as bar:
+        outcomes = probe_static([c for _, c in configs], target, prep.tc.cutlass, prep.tc.nvcc, prep.tc.cache, jobs,
+                                timeout_s, progress=False, on_outcome=bar.outcomes())
     res.checked = len(outcomes)
     for (e, cfg), o in zip(configs, outcomes):
         line, note = static_finding(res.path.name, target, e, cfg, o)
@@ -399,7 +400,10 @@ def triton_findings(doc: dict, target, res: CheckResult, jobs: int, keys: set[st
             sources[engine] = triton_sweep.engine_kernel_source(engine, None)[1]
         for m in e.get("batches") or [1]:
             planned.append((e, cfg, m, triton_moe.job_of(cfg, sources[engine], m)))
-    builds = compile_many([p[3] for p in planned], jobs, cache_dir)
+    with progress.track(len(planned), f"check {res.path.name}") as bar:
+        builds = compile_many([p[3] for p in planned], jobs, cache_dir, on_result=bar.each(
+            [progress.unit(p[1], p[2]) for p in planned], lambda i, b: triton_sweep.outcome(planned[i][1], b, target,
+                                                                                            triton)))
     for (e, cfg, m, _), b in zip(planned, builds):
         o = triton_sweep.outcome(cfg, b, target, triton)
         what = f"{res.path.name}: {target.name} {cfg.tile} s{cfg.stages} M={m} [{cfg.key}]"

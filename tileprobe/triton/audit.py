@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from tileprobe import progress
 from tileprobe.backends.triton.compile import KernelJob, compile_many
 from tileprobe.backends.triton.source import KernelSource
 from tileprobe.backends.triton.toolchain import require_triton
@@ -214,7 +215,10 @@ def run(path: Path | None, engine: str | None, wheel: str | None, target_name: s
     t_plan = time.perf_counter() - t0
     todo = [c for c in checks if c.job is not None]
     t1 = time.perf_counter()
-    builds = compile_many([c.job for c in todo], jobs, cache_dir)
+    with progress.track(len(todo), "check-configs") as bar:
+        builds = compile_many([c.job for c in todo], jobs, cache_dir, on_result=bar.each(
+            [f"{progress.unit(c.config, c.key)} on {c.target.name}" for c in todo],
+            lambda i, b: outcome(todo[i].config, b, todo[i].target, triton)))
     t_compile = time.perf_counter() - t1
     cols = toolchain_columns(triton)
     rows, over, errors = [], [], []

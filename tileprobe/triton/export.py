@@ -23,6 +23,7 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tileprobe import progress
 from tileprobe.backends.triton.compile import TritonBuild, compile_many
 from tileprobe.backends.triton.toolchain import require_triton
 from tileprobe.engines import sglang
@@ -139,7 +140,10 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
             if e is None:
                 raise UsageError(f"{f.rel} [{key}]: cannot size this entry ({why})")
             entries[key], raw_keep[key] = e, raw
-        first = compile_many([j for k, e in entries.items() for j in jobs_for(e, k)], jobs, cache_dir)
+        with progress.track(len(entries) * len(gemms), f"export {f.rel}") as bar:
+            first = compile_many([j for k, e in entries.items() for j in jobs_for(e, k)], jobs, cache_dir,
+                                 on_result=bar.each([f"M={k} {progress.entry(e)} {g}" for k, e in entries.items()
+                                                     for g in gemms], progress.against(target.smem_optin)))
         per = len(gemms)
         out_entries: dict[str, dict] = {}
         prov_entries: dict[str, dict] = {}
@@ -165,7 +169,10 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
             flat = [(key, c) for key, cs in cand.items() if key not in chosen for c in cs[start:start + step]]
             if not flat:
                 break
-            builds = compile_many([j for key, c in flat for j in jobs_for(c, key)], jobs, cache_dir)
+            with progress.track(len(flat) * len(gemms), f"export {f.rel}: substitutes") as bar:
+                builds = compile_many([j for key, c in flat for j in jobs_for(c, key)], jobs, cache_dir,
+                                      on_result=bar.each([f"M={key} {progress.entry(c)} {g}" for key, c in flat
+                                                          for g in gemms], progress.against(target.smem_optin)))
             for idx, (key, c) in enumerate(flat):
                 if key in chosen:
                     continue

@@ -56,6 +56,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from tileprobe import progress
 from tileprobe.backends.triton import runtime as rt
 from tileprobe.backends.triton.compile import KernelJob, TritonBuild, compile_many, one_line
 from tileprobe.backends.triton.source import load
@@ -401,9 +402,13 @@ def _tune_files(inp, opts: TuneOptions, hidden: int | None, st: Staged, written:
         pairs = [(m, i) for m in keys for i in range(len(space))]
         # the input's own entries too: one is kept where nothing is verified at its M, and only if it fits
         own = [(m, e) for m in keys for e in [_entry(f.entries[m])[0]] if e is not None and not opts.prune_only]
-        all_builds = compile_many([canonical(job(space[i], m, g), consts) for m, i in pairs for g in gemms] +
-                                  [canonical(job(e, m, g), consts) for m, e in own for g in gemms], opts.jobs,
-                                  opts.cache_dir, triton_cache=triton_cache, worker_env=worker_env)
+        labels = ([f"M={m} {progress.entry(space[i])} {g}" for m, i in pairs for g in gemms]
+                  + [f"M={m} input {progress.entry(e)} {g}" for m, e in own for g in gemms])
+        with progress.track(len(labels), f"prune {f.rel}") as bar:
+            all_builds = compile_many([canonical(job(space[i], m, g), consts) for m, i in pairs for g in gemms] +
+                                      [canonical(job(e, m, g), consts) for m, e in own for g in gemms], opts.jobs,
+                                      opts.cache_dir, triton_cache=triton_cache, worker_env=worker_env,
+                                      on_result=bar.each(labels, progress.against(limit)))
         compile_s = time.perf_counter() - t0
         builds, own_builds = all_builds[:len(pairs) * len(gemms)], all_builds[len(pairs) * len(gemms):]
         input_need = {m: None for m in keys}  # M -> the input entry's bytes (the most of its GEMMs); None: no build
@@ -446,7 +451,7 @@ def _tune_files(inp, opts: TuneOptions, hidden: int | None, st: Staged, written:
                "workload": _workload(f.name.E, f.name.N, prob.hidden)}
         out_entries: dict[str, dict] = {}
         prov_keys: dict[str, dict] = {}
-        for m in keys:
+        for m in progress.iterate(keys, f"tune {f.rel}", lambda m: f"M={m} screened and confirmed"):
             before = len(launch_log)
             rec = tune_key(ctx, m, per_m[m]["left"], space, launch_log)
             rec.update(space=len(space), pruned_over_limit=len(per_m[m]["over_limit"]),

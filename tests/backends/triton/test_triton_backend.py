@@ -183,3 +183,17 @@ def test_the_launch_check_compares_metadata_shared():
     assert "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN" in (root / "backends" / "nvidia" / "driver.c").read_text()
     assert 'metadata["shared"] = src.get_int_attr("ttg.shared")' in (
         root / "backends" / "nvidia" / "compiler.py").read_text()
+
+
+def test_on_result_hands_over_every_job_once_as_its_build_is_known(cache, tile, builds):
+    """compile_many's per-result callback (what progress counts): every job index once, with the build returned for
+    it; the cached ones before any compile; a repeated job under each of its indices; misses from the workers."""
+    cached = mm_job(*tile, 2)  # compiled by the `builds` fixture
+    misses = [mm_job(*tile, 3, warps=8), mm_job(*tile, 2, warps=8)]  # compiled by no other test
+    jobs = [misses[0], cached, misses[1], cached, misses[0]]
+    seen: list[tuple[int, object]] = []
+    out = compile_many(jobs, 2, cache, on_result=lambda i, b: seen.append((i, b)))
+    assert sorted(i for i, _ in seen) == list(range(len(jobs))), seen
+    assert all(b is out[i] for i, b in seen)
+    assert [i for i, _ in seen[:2]] == [1, 3] and all(b.cached for _, b in seen[:2])
+    assert not any(b.cached for _, b in seen[2:]) and out[0] is out[4]

@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -277,28 +277,39 @@ def _set_env(env: dict) -> None:
 
 def compile_many(jobs: list[KernelJob], n_jobs: int = 1, cache_dir: str | os.PathLike | None = None,
                  rebuild: bool = False, triton_cache: str | None = None,
-                 worker_env: dict | None = None) -> list[TritonBuild | TritonCompileError]:
+                 worker_env: dict | None = None, on_result=None) -> list[TritonBuild | TritonCompileError]:
     """Every job's build, in order; cache misses compiled by `n_jobs` processes (distinct jobs compiled once).
     `triton_cache`: Triton's own cache folder, shared by every worker (kept); `worker_env`: the workers'
-    environment changes (then every miss is compiled in a worker process, never in this one)."""
+    environment changes (then every miss is compiled in a worker process, never in this one). `on_result(i,
+    build)`, when given, is called in this thread once per job i as soon as its build is known (cached ones first)."""
     cache = cache_root(cache_dir)
     version = (installed().version if installed() else "none")
     keys = [j.key(version) for j in jobs]
     done: dict[str, TritonBuild | TritonCompileError] = {}
+    where: dict[str, list[int]] = {}  # a key's job indices (a repeated job is compiled once)
+    for i, k in enumerate(keys):
+        where.setdefault(k, []).append(i)
+
+    def tell(k: str, res) -> None:  # the build of key k is known: it is every job i of that key's
+        done[k] = res
+        if on_result is not None:
+            for i in where[k]:
+                on_result(i, res)
+
     for k in dict.fromkeys(keys):
         doc = None if rebuild else _from_entry(_entry(cache, k))
         if doc is not None:
-            done[k] = _as_result(doc, True)
+            tell(k, _as_result(doc, True))
     todo = {k: j for k, j in zip(keys, jobs) if k not in done}
     work = [(j, str(cache), rebuild, triton_cache) for j in todo.values()]
     if worker_env is None and (n_jobs <= 1 or len(work) <= 1):
-        results = [_worker(w) for w in work]
-    elif not work:
-        results = []
-    else:
+        for k, w in zip(todo, work):
+            tell(k, _worker(w))
+    elif work:
         with ProcessPoolExecutor(max_workers=max(1, min(n_jobs, len(work))),
                                  mp_context=multiprocessing.get_context("spawn"), initializer=_set_env,
                                  initargs=(worker_env or {},)) as pool:
-            results = list(pool.map(_worker, work))
-    done.update(zip(todo, results))
+            futures = {pool.submit(_worker, w): k for k, w in zip(todo, work)}
+            for fut in as_completed(futures):
+                tell(futures[fut], fut.result())
     return [done[k] for k in keys]
