@@ -43,7 +43,7 @@ Examples:
   tileprobe sweep --predict-only --tiles 128,256x32..256x128,256      no nvcc: the model's answer
                                            (a..b steps by a: 32..256 is 32, 64, 96, ..., 256; a..b:s steps by s)
   tileprobe sweep --family vllm-moe --target rtx-pro-6000 --static-only     vLLM's own CUTLASS MoE kernels
-  tileprobe export flashinfer-blocklist --engine vllm --wheels DIR --target rtx-5090 --out bl/
+  tileprobe export flashinfer-blocklist --engine vllm --target rtx-5090 --out bl/
                                            FLASHINFER_TACTICS_BLOCKLIST files for the flashinfer vLLM pins
   tileprobe sweep --shape 64:16:4096:7168 --seed 7      one explicit E:M:N:K problem, reproducible data
   tileprobe explain 128x256x64B --target dgx-spark-gb10
@@ -421,13 +421,19 @@ app.add_typer(engines_app, name="engines")
 
 @engines_app.command("fetch")
 def engines_fetch(
-    engines: Annotated[Optional[list[str]], typer.Argument(metavar="ENGINE", help="vllm, sglang (default: both)")] = None,
-    dest: Annotated[Optional[Path], typer.Option("--dest", metavar="DIR", help="where to put the wheels (default: tileprobe's wheel cache, where triton-moe looks)")] = None,
+    engines: Annotated[Optional[list[str]], typer.Argument(metavar="SPEC", help="vllm, sglang, NAME==VERSION, or flashinfer-python==VERSION (default: vllm and sglang at the releases tileprobe reads)")] = None,
+    dest: Annotated[Optional[Path], typer.Option("--dest", metavar="DIR", help="where to put the wheels (default: tileprobe's wheel cache, where every command looks)")] = None,
+    flashinfer: Annotated[bool, typer.Option("--flashinfer/--no-flashinfer", help="also fetch the flashinfer-python release each engine pins (read from its wheel's METADATA)")] = True,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print what would be fetched, download nothing")] = False,
 ) -> None:
-    """Download the engine release tileprobe reads (pip download --no-deps) into the wheel cache, for triton-moe,
-    check-configs and export triton-configs on a machine without the engine installed."""
-    for engine in engines or list(triton_configs.PINNED):
-        sys.stdout.write(f"{engine}: {fetch.fetch(engine, dest=dest)}\n")
+    """Download the engine releases tileprobe reads and the flashinfer releases they pin (pip download --no-deps)
+    into the wheel cache, for triton-moe, check-configs and the export commands on a machine without them."""
+    if dry_run:
+        for w in fetch.plan(engines, dest, flashinfer):
+            sys.stdout.write(f"{w.dist} {w.version or '(its pin)'}: {w.why}\n")
+        return
+    for w, path in fetch.fetch(engines, dest, flashinfer):
+        sys.stdout.write(f"{w.dist} {w.version}: {path}" + (f" ({w.why})" if w.pinned_by else "") + "\n")
 
 
 export_app = typer.Typer(no_args_is_help=True, help="Hand tileprobe's findings to an engine (FlashInfer tactics blocklists).")
@@ -437,8 +443,9 @@ app.add_typer(export_app, name="export")
 @export_app.command("flashinfer-blocklist")
 def export_flashinfer_blocklist(
     results: Annotated[Optional[Path], typer.Argument(metavar="RESULTS", help="a flashinfer-moe static sweep folder (default: run that sweep into --sweep-out)")] = None,
-    engine: Annotated[Optional[str], typer.Option("--engine", metavar="vllm|sglang|flashinfer[==VER]", help="the serving engine the file is for: its pinned flashinfer release and its finalize mode, read from its install or its wheel in --wheels (default: the flashinfer installed or at --flashinfer-dir)")] = None,
-    wheels: Annotated[Optional[Path], typer.Option("--wheels", metavar="DIR", help="a folder of downloaded wheels (pip download --no-deps): the engine's and its pinned flashinfer's, read as zips, never installed")] = None,
+    engine: Annotated[Optional[str], typer.Option("--engine", metavar="vllm|sglang|flashinfer[==VER]", help="the serving engine the file is for: its pinned flashinfer release and its finalize mode, read from --engine-wheel, its install or the wheel cache (default: the flashinfer installed or at --flashinfer-dir)")] = None,
+    engine_wheel: Annotated[Optional[Path], typer.Option("--engine-wheel", metavar="WHEEL|DIR", help="the engine's wheel, or a folder of wheels (the engine's and its pinned flashinfer's), read as zips, never installed (default: the install, then the wheel cache `tileprobe engines fetch` fills)")] = None,
+    wheels: Annotated[Optional[Path], typer.Option("--wheels", hidden=True, help="deprecated spelling of --engine-wheel DIR")] = None,
     target: Annotated[Optional[str], typer.Option("--target", metavar="NAME", help="rtx-pro-6000, rtx-5090 or dgx-spark-gb10")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", metavar="FILE.json|DIR", help="a .json file (one blocklist) or a folder (one file per GPU name x dtype pair x finalize mode)")] = None,
     dtypes: Annotated[Optional[list[str]], typer.Option("--dtypes", metavar="nvfp4xnvfp4,mxfp8xmxfp4", help="dtype pairs (default: both, one file each)")] = None,
@@ -469,8 +476,13 @@ def export_flashinfer_blocklist(
         raise UsageError("--jobs must be at least 1")
     if verify and model_only:
         raise UsageError("--verify and --model-only contradict each other")
+    if wheels is not None:
+        if engine_wheel is not None:
+            raise UsageError("--wheels is the old spelling of --engine-wheel; give one of them")
+        sys.stderr.write("note: --wheels is deprecated; use --engine-wheel\n")
+        engine_wheel = wheels
     nv = find_nvcc(nvcc) if verify else blocklist.find_nvcc_or_none(nvcc)
-    rel = blocklist.release(engine, wheels, flashinfer_dir, cache_dir)
+    rel = blocklist.release(engine, engine_wheel, flashinfer_dir, cache_dir)
     if check_file is not None:
         res = bl_check.check(check_file, nvcc=nv, model_only=model_only, cache_dir=cache_dir, rel=rel)
         for n in res.notes:
