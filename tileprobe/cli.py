@@ -15,6 +15,7 @@ from rich.console import Console
 from tileprobe import families, ray_sweep, triton_sweep
 from tileprobe.triton import audit as triton_audit
 from tileprobe.triton import export as triton_export
+from tileprobe.triton import resolve as triton_resolve
 from tileprobe.triton import tune as triton_tune
 from tileprobe.engines import flashinfer_blocklist as blocklist
 from tileprobe.engines import flashinfer_blocklist_check as bl_check
@@ -519,9 +520,9 @@ def export_flashinfer_blocklist(
 
 @export_app.command("triton-configs")
 def export_triton_configs(
-    inputs: Annotated[Path, typer.Argument(help="engine config file(s) to start from: a file or folder (e.g. the shipped H200 file for the model)")],
     target: Annotated[str, typer.Option("--target", help="the GPU to write for (its limit and every SKU name)")],
     out: Annotated[Path, typer.Option("--out", help="the folder to write: VLLM_TUNED_CONFIG_FOLDER / SGLANG_MOE_CONFIG_DIR")],
+    inputs: Annotated[Optional[Path], typer.Argument(help="engine config file(s) to start from: a file or folder (e.g. the shipped H200 file for the model); without one, what --engine loads on the target today for --workload or --model")] = None,
     engine: Annotated[Optional[str], typer.Option("--engine", help="vllm or sglang (default: from the input file names)")] = None,
     engine_wheel: Annotated[Optional[str], typer.Option("--engine-wheel", help="the engine's wheel, read as a zip")] = None,
     device_name: Annotated[Optional[list[str]], typer.Option("--device-name", help="write for these SKU names only (default: every name the target profile knows)")] = None,
@@ -535,10 +536,38 @@ def export_triton_configs(
     screen_reps: Annotated[int, typer.Option("--screen-reps", help="--tune: timed graph replays per config in the screen")] = 3,
     seed: Annotated[Optional[int], typer.Option("--seed", help="--tune: the inputs' seed (default: random, recorded)")] = None,
     prune_only: Annotated[bool, typer.Option("--prune-only", help="--tune: compile and prune the space only (no GPU needed; nothing launched; fills the caches a later --tune reuses)")] = False,
+    workload: Annotated[Optional[str], typer.Option("--workload", metavar="PRESET", help="no input file: the model preset whose MoE layer to write for (e.g. qwen3-30b-a3b)")] = None,
+    model: Annotated[Optional[Path], typer.Option("--model", metavar="config.json", help="no input file: a Hugging Face config.json to read the MoE layer from (experts, experts per token, sizes, quantization)")] = None,
+    tp: Annotated[int, typer.Option("--tp", help="no input file: tensor-parallel ways (the file's N is the expert intermediate size / tp)")] = 1,
+    ep: Annotated[int, typer.Option("--ep", help="no input file: expert-parallel ways (the file's E is the experts / ep)")] = 1,
+    quant: Annotated[Optional[str], typer.Option("--quant", help="no input file: bf16, fp8 or fp8-block (default: --model's quantization_config, else bf16)")] = None,
 ) -> None:
     """Engine config files for TARGET in the engine's names and layout, every entry fitting (an over-limit entry
     becomes the nearest fitting config by a stated rule; compiled, not timed; provenance beside them). With --tune,
-    on a GPU of TARGET's arch, every entry is the fastest verified config of the engine's tuning space instead."""
+    on a GPU of TARGET's arch, every entry is the fastest verified config of the engine's tuning space instead.
+    Without INPUTS: per SKU name, what --engine loads today for the model (its shipped file, or its default
+    heuristic), made to fit."""
+    model_opts = [o for o, v in (("--workload", workload), ("--model", model), ("--tp", tp != 1), ("--ep", ep != 1),
+                                 ("--quant", quant)) if v]
+    if inputs is not None and model_opts:
+        raise UsageError(f"{', '.join(model_opts)} apply without an input file (the file names E and N)")
+    if inputs is None:
+        if tune:
+            raise UsageError("--tune starts from an input file (the shipped file to tune, e.g. the H200 one)")
+        if engine is None:
+            raise UsageError("without an input file, name the engine: --engine vllm or --engine sglang")
+        res = triton_resolve.resolve(engine, engine_wheel, triton_resolve.model_of(workload, model and str(model)),
+                                     tp, ep, triton_resolve.quant_of(quant, model and str(model)), target,
+                                     _split_csv(device_name))
+        for t in res.today:
+            sys.stdout.write(f"today: {t.line(res.src.label())}\n")
+        written = triton_export.run(None, engine, engine_wheel, target, out, None, None, max(1, jobs), cache_dir,
+                                    any_triton, prepared=res.inputs, problem=res.problem)
+        for w in written:
+            sys.stdout.write(f"{w.path}: {w.entries} entries, {w.substituted} substituted\n")
+        sys.stdout.write(f"use: export {res.env_var}={out} (provenance: {out / triton_export.PROVENANCE}; compiled, "
+                         "not timed)\n")
+        return
     if tune:
         opts = triton_tune.TuneOptions(batches=_ints([batches] if batches else None, "--batches"), confirm_top=confirm_top,
                                        screen_reps=screen_reps, jobs=max(1, jobs), cache_dir=cache_dir,
