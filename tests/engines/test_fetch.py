@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from tileprobe.engines import fetch, locate, packages
+from tileprobe.errors import UsageError
+
 CODE = ("import sys; from pathlib import Path; from tileprobe.engines.fetch import download; "
         "print(download('platformdirs', sys.argv[1], Path(sys.argv[2])))")
 
@@ -52,9 +55,6 @@ def _wheel(folder, name: str, version: str, requires=()):
 
 
 def test_the_plan_fetches_each_engines_flashinfer_pin(tmp_path, rng):
-    from tileprobe.engines import fetch, locate, packages
-    from tileprobe.errors import UsageError
-
     # The releases tileprobe reads: their pins come with them (read from the wheels when they are here).
     default = fetch.plan()
     engines = [(w.dist, w.version) for w in default if w.pinned_by is None]
@@ -83,8 +83,6 @@ def test_the_plan_fetches_each_engines_flashinfer_pin(tmp_path, rng):
 
 
 def test_the_download_is_pip_download_no_deps_of_one_release(tmp_path, rng):
-    from tileprobe.engines import fetch
-
     version = f"0.7.{rng.randrange(9)}"
     cmd = fetch.pip_command("flashinfer-python", version, tmp_path)
     assert isinstance(cmd, list) and cmd[:4] == [sys.executable, "-m", "pip", "download"]
