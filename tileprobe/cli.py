@@ -46,6 +46,8 @@ Examples:
   tileprobe sweep --family vllm-moe --target rtx-pro-6000 --static-only     vLLM's own CUTLASS MoE kernels
   tileprobe export flashinfer-blocklist --engine vllm --target rtx-5090 --out bl/
                                            FLASHINFER_TACTICS_BLOCKLIST files for the flashinfer vLLM pins
+  tileprobe export triton-configs --engine vllm --workload qwen3-30b-a3b --target rtx-pro-6000 --out cfg/
+                                           what vLLM loads there today for the model, made to fit
   tileprobe sweep --shape 64:16:4096:7168 --seed 7      one explicit E:M:N:K problem, reproducible data
   tileprobe explain 128x256x64B --target dgx-spark-gb10
   tileprobe report fi-results --format csv --out rows.csv
@@ -547,27 +549,18 @@ def export_triton_configs(
     on a GPU of TARGET's arch, every entry is the fastest verified config of the engine's tuning space instead.
     Without INPUTS: per SKU name, what --engine loads today for the model (its shipped file, or its default
     heuristic), made to fit."""
-    model_opts = [o for o, v in (("--workload", workload), ("--model", model), ("--tp", tp != 1), ("--ep", ep != 1),
-                                 ("--quant", quant)) if v]
-    if inputs is not None and model_opts:
-        raise UsageError(f"{', '.join(model_opts)} apply without an input file (the file names E and N)")
     if inputs is None:
         if tune:
             raise UsageError("--tune starts from an input file (the shipped file to tune, e.g. the H200 one)")
-        if engine is None:
-            raise UsageError("without an input file, name the engine: --engine vllm or --engine sglang")
-        res = triton_resolve.resolve(engine, engine_wheel, triton_resolve.model_of(workload, model and str(model)),
-                                     tp, ep, triton_resolve.quant_of(quant, model and str(model)), target,
-                                     _split_csv(device_name))
-        for t in res.today:
-            sys.stdout.write(f"today: {t.line(res.src.label())}\n")
-        written = triton_export.run(None, engine, engine_wheel, target, out, None, None, max(1, jobs), cache_dir,
-                                    any_triton, prepared=res.inputs, problem=res.problem)
-        for w in written:
-            sys.stdout.write(f"{w.path}: {w.entries} entries, {w.substituted} substituted\n")
-        sys.stdout.write(f"use: export {res.env_var}={out} (provenance: {out / triton_export.PROVENANCE}; compiled, "
-                         "not timed)\n")
+        lines = triton_resolve.run(engine, engine_wheel, workload, model, tp, ep, quant, target, out,
+                                   _split_csv(device_name), max(1, jobs), cache_dir, any_triton)
+        sys.stdout.write("".join(line + "\n" for line in lines))
         return
+    given = [o for o, v in (("--workload", workload), ("--model", model), ("--tp", tp != 1), ("--ep", ep != 1),
+                            ("--quant", quant)) if v]
+    if given:
+        raise UsageError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only without an input file "
+                         "(the file's name gives E and N)")
     if tune:
         opts = triton_tune.TuneOptions(batches=_ints([batches] if batches else None, "--batches"), confirm_top=confirm_top,
                                        screen_reps=screen_reps, jobs=max(1, jobs), cache_dir=cache_dir,

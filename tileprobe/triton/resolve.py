@@ -15,6 +15,7 @@ an over-limit entry replaced by the rule's nearest fitting config), written unde
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from tileprobe.engines import triton_configs as tc
 from tileprobe.engines import triton_lookup
@@ -23,7 +24,7 @@ from tileprobe.families import triton_moe as tm
 from tileprobe.models import read_config
 from tileprobe.targets import profile
 from tileprobe.triton.audit import Problem, arch_of
-from tileprobe.triton.export import Inputs
+from tileprobe.triton import export
 from tileprobe.workloads import PRESETS, MoEModel, check_split
 
 # vLLM's benchmarks/kernels/benchmark_moe.py batch sizes, which its shipped files are keyed by (SGLang's tuner uses
@@ -53,7 +54,7 @@ class Today:
 
 @dataclass
 class Resolved:
-    inputs: Inputs
+    inputs: export.Inputs
     problem: Problem
     today: list[Today]
     src: tc.EngineSource
@@ -136,8 +137,25 @@ def resolve(engine: str, wheel: str | None, model: MoEModel, tp: int, ep: int, q
                 devs_of[f.path].append(dev)
     how = f"{model.name} tp{tp}" + (f" ep{ep}" if ep > 1 else "")
     problem = Problem(model.hidden, model.top_k, model.experts, ep, how)
-    inputs = Inputs(engine, mod, target, arch, tm.arch_cc(arch), devs, list(files.values()),
+    inputs = export.Inputs(engine, mod, target, arch, tm.arch_cc(arch), devs, list(files.values()),
                     devs_of={k: tuple(v) for k, v in devs_of.items()},
                     resolved={"model": how, "E": E, "N": N, "hidden": model.hidden, "top_k": model.top_k,
                               "quant": scheme.name, "loaded_today": [t.record() for t in today]})
     return Resolved(inputs, problem, today, src, ENV_VARS[engine])
+
+
+def run(engine: str | None, wheel: str | None, workload: str | None, model: Path | None, tp: int, ep: int,
+        quant: str | None, target_name: str, out: Path, device_names: list[str] | None, jobs: int,
+        cache_dir: str | None, any_triton: bool) -> list[str]:
+    """The command without an input file: resolve, export, and the lines to print (today's loads, the files written,
+    the variable to set)."""
+    if engine is None:
+        raise UsageError("without an input file, name the engine: --engine vllm or --engine sglang")
+    model_path = str(model) if model is not None else None
+    res = resolve(engine, wheel, model_of(workload, model_path), tp, ep, quant_of(quant, model_path), target_name,
+                  device_names)
+    written = export.run(None, engine, wheel, target_name, out, None, None, jobs, cache_dir, any_triton,
+                         prepared=res.inputs, problem=res.problem)
+    return ([f"today: {t.line(res.src.label())}" for t in res.today]
+            + [f"{w.path}: {w.entries} entries, {w.substituted} substituted" for w in written]
+            + [f"use: export {res.env_var}={out} (provenance: {out / export.PROVENANCE}; compiled, not timed)"])
