@@ -436,7 +436,7 @@ def engines_fetch(
             sys.stdout.write(f"{w.dist} {w.version or '(its pin)'}: {w.why}\n")
         return
     for w, path in fetch.fetch(engines, dest, flashinfer):
-        sys.stdout.write(f"{w.dist} {w.version}: {path}" + (f" ({w.why})" if w.pinned_by else "") + "\n")
+        sys.stdout.write(f"{w.dist} {w.version}: {path}" + (f" (pinned by {w.pinned_by})" if w.pinned_by else "") + "\n")
 
 
 export_app = typer.Typer(no_args_is_help=True, help="Hand tileprobe's findings to an engine (FlashInfer tactics blocklists).")
