@@ -74,7 +74,7 @@ def _fetch_engine_wheels(items) -> None:
             except UsageError:
                 wanted.append((engine, version))
     if any("test_blocklist_engines" in i for i in ids) and not os.environ.get("TILEPROBE_WHEELS"):
-        wanted += [("flashinfer-python", "0.7.2.post1"), ("flashinfer-python", "0.7.2")]
+        wanted += [(w.dist, w.version) for w in fetch.plan() if w.pinned_by and w.version]  # the engines' pins
     for dist, version in wanted:
         try:
             print(f"wheel cache: {fetch.download(dist, version)}")

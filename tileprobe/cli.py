@@ -15,6 +15,7 @@ from rich.console import Console
 from tileprobe import families, ray_sweep, triton_sweep
 from tileprobe.triton import audit as triton_audit
 from tileprobe.triton import export as triton_export
+from tileprobe.triton import resolve as triton_resolve
 from tileprobe.triton import tune as triton_tune
 from tileprobe.engines import flashinfer_blocklist as blocklist
 from tileprobe.engines import flashinfer_blocklist_check as bl_check
@@ -43,8 +44,10 @@ Examples:
   tileprobe sweep --predict-only --tiles 128,256x32..256x128,256      no nvcc: the model's answer
                                            (a..b steps by a: 32..256 is 32, 64, 96, ..., 256; a..b:s steps by s)
   tileprobe sweep --family vllm-moe --target rtx-pro-6000 --static-only     vLLM's own CUTLASS MoE kernels
-  tileprobe export flashinfer-blocklist --engine vllm --wheels DIR --target rtx-5090 --out bl/
+  tileprobe export flashinfer-blocklist --engine vllm --target rtx-5090 --out bl/
                                            FLASHINFER_TACTICS_BLOCKLIST files for the flashinfer vLLM pins
+  tileprobe export triton-configs --engine vllm --workload qwen3-30b-a3b --target rtx-pro-6000 --out cfg/
+                                           what vLLM loads there today for the model, made to fit
   tileprobe sweep --shape 64:16:4096:7168 --seed 7      one explicit E:M:N:K problem, reproducible data
   tileprobe explain 128x256x64B --target dgx-spark-gb10
   tileprobe report fi-results --format csv --out rows.csv
@@ -431,13 +434,19 @@ app.add_typer(engines_app, name="engines")
 
 @engines_app.command("fetch")
 def engines_fetch(
-    engines: Annotated[Optional[list[str]], typer.Argument(metavar="ENGINE", help="vllm, sglang (default: both)")] = None,
-    dest: Annotated[Optional[Path], typer.Option("--dest", metavar="DIR", help="where to put the wheels (default: tileprobe's wheel cache, where triton-moe looks)")] = None,
+    engines: Annotated[Optional[list[str]], typer.Argument(metavar="SPEC", help="vllm, sglang, NAME==VERSION, or flashinfer-python==VERSION (default: vllm and sglang at the releases tileprobe reads)")] = None,
+    dest: Annotated[Optional[Path], typer.Option("--dest", metavar="DIR", help="where to put the wheels (default: tileprobe's wheel cache, where every command looks)")] = None,
+    flashinfer: Annotated[bool, typer.Option("--flashinfer/--no-flashinfer", help="also fetch the flashinfer-python release each engine pins (read from its wheel's METADATA)")] = True,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print what would be fetched, download nothing")] = False,
 ) -> None:
-    """Download the engine release tileprobe reads (pip download --no-deps) into the wheel cache, for triton-moe,
-    check-configs and export triton-configs on a machine without the engine installed."""
-    for engine in engines or list(triton_configs.PINNED):
-        sys.stdout.write(f"{engine}: {fetch.fetch(engine, dest=dest)}\n")
+    """Download the engine releases tileprobe reads and the flashinfer releases they pin (pip download --no-deps)
+    into the wheel cache, for triton-moe, check-configs and the export commands on a machine without them."""
+    if dry_run:
+        for w in fetch.plan(engines, dest, flashinfer):
+            sys.stdout.write(f"{w.dist} {w.version or '(its pin)'}: {w.why}\n")
+        return
+    for w, path in fetch.fetch(engines, dest, flashinfer):
+        sys.stdout.write(f"{w.dist} {w.version}: {path}" + (f" (pinned by {w.pinned_by})" if w.pinned_by else "") + "\n")
 
 
 export_app = typer.Typer(no_args_is_help=True, help="Hand tileprobe's findings to an engine (FlashInfer tactics blocklists).")
@@ -447,8 +456,9 @@ app.add_typer(export_app, name="export")
 @export_app.command("flashinfer-blocklist")
 def export_flashinfer_blocklist(
     results: Annotated[Optional[Path], typer.Argument(metavar="RESULTS", help="a flashinfer-moe static sweep folder (default: run that sweep into --sweep-out)")] = None,
-    engine: Annotated[Optional[str], typer.Option("--engine", metavar="vllm|sglang|flashinfer[==VER]", help="the serving engine the file is for: its pinned flashinfer release and its finalize mode, read from its install or its wheel in --wheels (default: the flashinfer installed or at --flashinfer-dir)")] = None,
-    wheels: Annotated[Optional[Path], typer.Option("--wheels", metavar="DIR", help="a folder of downloaded wheels (pip download --no-deps): the engine's and its pinned flashinfer's, read as zips, never installed")] = None,
+    engine: Annotated[Optional[str], typer.Option("--engine", metavar="vllm|sglang|flashinfer[==VER]", help="the serving engine the file is for: its pinned flashinfer release and its finalize mode, read from --engine-wheel, its install or the wheel cache (default: the flashinfer installed or at --flashinfer-dir)")] = None,
+    engine_wheel: Annotated[Optional[Path], typer.Option("--engine-wheel", metavar="WHEEL|DIR", help="the engine's wheel, or a folder of wheels (the engine's and its pinned flashinfer's), read as zips, never installed (default: the install, then the wheel cache `tileprobe engines fetch` fills)")] = None,
+    wheels: Annotated[Optional[Path], typer.Option("--wheels", hidden=True, help="deprecated spelling of --engine-wheel DIR")] = None,
     target: Annotated[Optional[str], typer.Option("--target", metavar="NAME", help="rtx-pro-6000, rtx-5090 or dgx-spark-gb10")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", metavar="FILE.json|DIR", help="a .json file (one blocklist) or a folder (one file per GPU name x dtype pair x finalize mode)")] = None,
     dtypes: Annotated[Optional[list[str]], typer.Option("--dtypes", metavar="nvfp4xnvfp4,mxfp8xmxfp4", help="dtype pairs (default: both, one file each)")] = None,
@@ -479,8 +489,13 @@ def export_flashinfer_blocklist(
         raise UsageError("--jobs must be at least 1")
     if verify and model_only:
         raise UsageError("--verify and --model-only contradict each other")
+    if wheels is not None:
+        if engine_wheel is not None:
+            raise UsageError("--wheels is the old spelling of --engine-wheel; give one of them")
+        sys.stderr.write("note: --wheels is deprecated; use --engine-wheel\n")
+        engine_wheel = wheels
     nv = find_nvcc(nvcc) if verify else blocklist.find_nvcc_or_none(nvcc)
-    rel = blocklist.release(engine, wheels, flashinfer_dir, cache_dir)
+    rel = blocklist.release(engine, engine_wheel, flashinfer_dir, cache_dir)
     if check_file is not None:
         res = bl_check.check(check_file, nvcc=nv, model_only=model_only, cache_dir=cache_dir, rel=rel)
         for n in res.notes:
@@ -517,9 +532,9 @@ def export_flashinfer_blocklist(
 
 @export_app.command("triton-configs")
 def export_triton_configs(
-    inputs: Annotated[Path, typer.Argument(help="engine config file(s) to start from: a file or folder (e.g. the shipped H200 file for the model)")],
     target: Annotated[str, typer.Option("--target", help="the GPU to write for (its limit and every SKU name)")],
     out: Annotated[Path, typer.Option("--out", help="the folder to write: VLLM_TUNED_CONFIG_FOLDER / SGLANG_MOE_CONFIG_DIR")],
+    inputs: Annotated[Optional[Path], typer.Argument(help="engine config file(s) to start from: a file or folder (e.g. the shipped H200 file for the model); without one, what --engine loads on the target today for --workload or --model")] = None,
     engine: Annotated[Optional[str], typer.Option("--engine", help="vllm or sglang (default: from the input file names)")] = None,
     engine_wheel: Annotated[Optional[str], typer.Option("--engine-wheel", help="the engine's wheel, read as a zip")] = None,
     device_name: Annotated[Optional[list[str]], typer.Option("--device-name", help="write for these SKU names only (default: every name the target profile knows)")] = None,
@@ -533,10 +548,29 @@ def export_triton_configs(
     screen_reps: Annotated[int, typer.Option("--screen-reps", help="--tune: timed graph replays per config in the screen")] = 3,
     seed: Annotated[Optional[int], typer.Option("--seed", help="--tune: the inputs' seed (default: random, recorded)")] = None,
     prune_only: Annotated[bool, typer.Option("--prune-only", help="--tune: compile and prune the space only (no GPU needed; nothing launched; fills the caches a later --tune reuses)")] = False,
+    workload: Annotated[Optional[str], typer.Option("--workload", metavar="PRESET", help="no input file: the model preset whose MoE layer to write for (e.g. qwen3-30b-a3b)")] = None,
+    model: Annotated[Optional[Path], typer.Option("--model", metavar="config.json", help="no input file: a Hugging Face config.json to read the MoE layer from (experts, experts per token, sizes, quantization)")] = None,
+    tp: Annotated[int, typer.Option("--tp", help="no input file: tensor-parallel ways (the file's N is the expert intermediate size / tp)")] = 1,
+    ep: Annotated[int, typer.Option("--ep", help="no input file: expert-parallel ways (the file's E is the experts / ep)")] = 1,
+    quant: Annotated[Optional[str], typer.Option("--quant", help="no input file: bf16, fp8 or fp8-block (default: --model's quantization_config, else bf16)")] = None,
 ) -> None:
     """Engine config files for TARGET in the engine's names and layout, every entry fitting (an over-limit entry
     becomes the nearest fitting config by a stated rule; compiled, not timed; provenance beside them). With --tune,
-    on a GPU of TARGET's arch, every entry is the fastest verified config of the engine's tuning space instead."""
+    on a GPU of TARGET's arch, every entry is the fastest verified config of the engine's tuning space instead.
+    Without INPUTS: per SKU name, what --engine loads today for the model (its shipped file, or its default
+    heuristic), made to fit."""
+    if inputs is None:
+        if tune:
+            raise UsageError("--tune starts from an input file (the shipped file to tune, e.g. the H200 one)")
+        lines = triton_resolve.run(engine, engine_wheel, workload, model, tp, ep, quant, target, out,
+                                   _split_csv(device_name), max(1, jobs), cache_dir, any_triton)
+        sys.stdout.write("".join(line + "\n" for line in lines))
+        return
+    given = [o for o, v in (("--workload", workload), ("--model", model), ("--tp", tp != 1), ("--ep", ep != 1),
+                            ("--quant", quant)) if v]
+    if given:
+        raise UsageError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only without an input file "
+                         "(the file's name gives E and N)")
     if tune:
         opts = triton_tune.TuneOptions(batches=_ints([batches] if batches else None, "--batches"), confirm_top=confirm_top,
                                        screen_reps=screen_reps, jobs=max(1, jobs), cache_dir=cache_dir,

@@ -294,7 +294,7 @@ def test_an_engines_finalize_mode_is_its_own(tmp_path, monkeypatch):
     _need("sglang")
     sweep = ROOT / "results" / "static" / "rtx-5090__flashinfer-moe__flashinfer-0.7.2"
     base = [sys.executable, "-m", "tileprobe", "export", "flashinfer-blocklist", str(sweep), "--engine", "sglang",
-            "--wheels", str(WHEELS), "--target", "rtx-5090", "--dtypes", "nvfp4xnvfp4", "--model-only"]
+            "--engine-wheel", str(WHEELS), "--target", "rtx-5090", "--dtypes", "nvfp4xnvfp4", "--model-only"]
     env = {k: v for k, v in os.environ.items() if k != "SGLANG_FLASHINFER_MOE_FUSED_FINALIZE"}
     p = subprocess.run(base + ["--out", str(tmp_path / "a"), "--finalize", "on"], capture_output=True, text=True,
                        timeout=600, env=env)
@@ -307,3 +307,42 @@ def test_an_engines_finalize_mode_is_its_own(tmp_path, monkeypatch):
     assert f.name.endswith("__finalize-on.json") and doc["invalid_tactics"][tid.OP_KEYS["gemm2"]] == [26, 27]
     assert doc["_metadata"]["flashinfer_version"] == "0.7.2" and doc["tileprobe"]["numbering"]["state"] == \
         "model-unchecked"
+
+
+def test_engine_wheel_and_the_wheel_cache_reach_the_blocklist(tmp_path, rng):
+    """export flashinfer-blocklist takes the engine as every command does: --engine-wheel (the wheel file; its pinned
+    flashinfer is looked for beside it, then installed, then cached), or nothing and the wheel cache is used."""
+    _need("sglang")
+    if packages.installed("sglang") is not None:
+        pytest.skip("sglang is installed here: the cache fallback would not be reached")
+    engine_whl = packages.wheels_in(WHEELS, "sglang")[0]
+    fi_whl = next((w for w in packages.wheels_in(WHEELS, "flashinfer-python")
+                   if packages.from_wheel(w).version == "0.7.2"), None)
+    if fi_whl is None:
+        pytest.skip(f"no flashinfer-python 0.7.2 wheel in {WHEELS}")
+    sweep = ROOT / "results" / "static" / "rtx-5090__flashinfer-moe__flashinfer-0.7.2"
+    cache = tmp_path / "cache"  # a wheel cache of this test's own, holding only these two wheels
+    cache.mkdir()
+    for w in (engine_whl, fi_whl):
+        (cache / w.name).symlink_to(w)
+    env = {k: v for k, v in os.environ.items() if k != "SGLANG_FLASHINFER_MOE_FUSED_FINALIZE"}
+    env |= {"XDG_CACHE_HOME": str(tmp_path / "xdg"), "TILEPROBE_ENGINE_WHEELS": str(cache),
+            "PYTHONPATH": str(ROOT)}
+    gpu = rng.choice(device_names("rtx-5090"))
+    base = [sys.executable, "-m", "tileprobe", "export", "flashinfer-blocklist", str(sweep), "--engine", "sglang",
+            "--target", "rtx-5090", "--dtypes", "nvfp4xnvfp4", "--model-only", "--gpu-name", gpu]
+    read_from = {}
+    for how, extra in (("wheel", ["--engine-wheel", str(engine_whl)]), ("cache", [])):
+        out = tmp_path / f"out-{how}"
+        p = subprocess.run(base + extra + ["--out", str(out)], capture_output=True, text=True, timeout=600, env=env,
+                           cwd=ROOT)
+        assert p.returncode == 0, (how, p.stderr)
+        files = sorted(out.iterdir())
+        assert len(files) == 1, (files, p.stdout)
+        doc = json.loads(files[0].read_text())
+        assert doc["_metadata"]["flashinfer_version"] == "0.7.2" and doc["_metadata"]["gpu"] == gpu
+        read_from[how] = doc["tileprobe"]["engine"]["read_from"]
+    assert read_from == {"wheel": str(engine_whl.resolve()), "cache": str(cache / engine_whl.name)}, read_from
+    p = subprocess.run(base + ["--engine-wheel", str(engine_whl), "--wheels", str(WHEELS), "--out",
+                               str(tmp_path / "x")], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert p.returncode == 2 and "give one of them" in p.stderr

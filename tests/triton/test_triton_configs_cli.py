@@ -57,12 +57,14 @@ def test_unknown_device_name_and_scheme_are_one_line(tmp_path):
         tc.scheme("int4")
 
 
-def test_no_engine_and_no_wheel_is_one_line(tmp_path):
+def test_no_engine_and_no_wheel_is_one_line_and_the_fetch_that_fixes_it(tmp_path):
     if tc._package_dir("vllm") is not None:
         pytest.skip("vllm is installed here")
-    line = _one_line_exit_2(_cli("check-configs", "--engine", "vllm",
-                                 env={tc.WHEELS_ENV: str(tmp_path), "XDG_CACHE_HOME": str(tmp_path)}))
-    assert "vllm is not installed and no wheel was given" in line
+    p = _cli("check-configs", "--engine", "vllm", env={tc.WHEELS_ENV: str(tmp_path), "XDG_CACHE_HOME": str(tmp_path)})
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    error, fix = p.stderr.strip().splitlines()
+    assert error.startswith("tileprobe: error: need vllm: it is not installed") and \
+        fix == f"help: tileprobe engines fetch vllm=={tc.PINNED['vllm']}"
 
 
 def _compiling():

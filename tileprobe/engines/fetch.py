@@ -1,9 +1,12 @@
-"""Fetching the serving engines' wheels into tileprobe's wheel cache, so that triton-moe can read their kernels and
-config trees without installing or importing them.
+"""Fetching the serving engines' wheels, and the flashinfer releases they pin, into tileprobe's wheel cache, so that
+triton-moe, check-configs and the export commands can read them without installing or importing them.
 
-`fetch(engine)` runs `pip download --no-deps` for the release tileprobe reads (triton_configs.PINNED) into
-`<user cache>/wheels` (or a folder given), with a timeout; the wheel is then found by `triton_configs.cached_wheel`.
-Nothing is installed. The wheel is the engine's published file, read as a zip at run time; it is never committed.
+`plan(specs)` is what `tileprobe engines fetch` would download: each engine release asked for (default: the PINNED
+ones) and the flashinfer-python release it pins, read from the engine's wheel METADATA when that wheel is already
+here, else from locate.FLASHINFER_PINS; a spec may also name flashinfer itself (`flashinfer-python==0.7.2`).
+`fetch(specs)` runs `pip download --no-deps` for each (an argument list, a timeout) into `<user cache>/wheels` (or a
+folder given); after an engine's wheel arrives its own pin is read again and is the one fetched. Nothing is
+installed. The wheels are the projects' published files, read as zips at run time; they are never committed.
 """
 
 from __future__ import annotations
@@ -12,27 +15,103 @@ import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock
 
-from tileprobe.engines import triton_configs
+from tileprobe.engines import locate, packages
 from tileprobe.errors import UsageError
 
 DEFAULT_TIMEOUT_S = 900
+FLASHINFER_NAMES = ("flashinfer", "flashinfer-python")
 
 
 def cache_dir() -> Path:
-    """The folder fetched wheels go to: the last of triton_configs.wheel_dirs(), <user cache>/wheels."""
-    return triton_configs.wheel_dirs()[-1]
+    """The folder fetched wheels go to: the last of locate.wheel_dirs(), <user cache>/wheels."""
+    return locate.cache_dir()
 
 
-def fetch(engine: str, version: str | None = None, dest: Path | None = None,
-          timeout_s: float = DEFAULT_TIMEOUT_S) -> Path:
-    """The wheel of serving engine `engine` (default: the release tileprobe reads), downloaded unless already there."""
-    if engine not in triton_configs.PINNED:
-        raise UsageError(f"unknown engine {engine!r}; known: {', '.join(triton_configs.PINNED)}")
-    return download(engine, version or triton_configs.PINNED[engine], dest, timeout_s)
+@dataclass(frozen=True)
+class Want:
+    """One wheel to have: the distribution, its version, and why (asked for, or pinned by an engine and where the
+    pin was read)."""
+
+    dist: str
+    version: str | None  # None: an engine's pin not known until its wheel is here
+    why: str
+    pinned_by: str | None = None  # the engine whose pin this is ("vllm==0.33.0")
+
+
+def parse_spec(text: str) -> tuple[str, str | None]:
+    """`vllm`, `sglang==0.5.23`, `flashinfer-python==0.7.2` (or `flashinfer==...`) -> (distribution, version)."""
+    name, _, version = text.partition("==")
+    name, version = packages.canonical(name.strip()), version.strip() or None
+    if name in FLASHINFER_NAMES:
+        if version is None:
+            raise UsageError(f"{text!r}: name the flashinfer release (flashinfer-python==VERSION); without one, fetch "
+                             "an engine and the release it pins comes with it")
+        return locate.FLASHINFER_DIST, version
+    if name not in locate.PINNED:
+        raise UsageError(f"unknown engine {text!r}; known: {', '.join(locate.PINNED)}, flashinfer-python==VERSION")
+    return name, version or locate.PINNED[name]
+
+
+def _pin_here(engine: str, version: str, dest: Path | None) -> tuple[str | None, str]:
+    """The flashinfer release `engine==version` pins, and where that was read: its wheel or install when here."""
+    try:
+        pkg = locate.find_release(engine, version, beside=dest)
+    except UsageError:
+        pkg = None
+    if pkg is not None:
+        return pkg.pin(locate.FLASHINFER_DIST), f"{pkg.where} METADATA"
+    known = locate.FLASHINFER_PINS.get((engine, version))
+    if known is not None:
+        return known, "tileprobe's table of the pinned releases (checked against the wheel once it is here)"
+    return None, "read from its wheel once it is here"
+
+
+def plan(specs: list[str] | None = None, dest: Path | None = None, flashinfer: bool = True) -> list[Want]:
+    """What fetch(specs) downloads, in order, without duplicates: each engine (default: every PINNED release) and,
+    with `flashinfer`, the flashinfer-python release it pins."""
+    out: list[Want] = []
+    for text in specs or list(locate.PINNED):
+        dist, version = parse_spec(text)
+        if dist == locate.FLASHINFER_DIST:
+            out.append(Want(dist, version, "asked for"))
+            continue
+        out.append(Want(dist, version, "asked for" if specs else "the release tileprobe reads"))
+        if flashinfer:
+            fi, where = _pin_here(dist, version, dest)
+            out.append(Want(locate.FLASHINFER_DIST, fi, f"pinned by {dist} {version} ({where})",
+                            locate.spec(dist, version)))
+    seen: set = set()
+    key = lambda w: (w.dist, w.version or w.pinned_by)  # noqa: E731
+    return [w for w in out if not (key(w) in seen or seen.add(key(w)))]
+
+
+def pip_command(dist: str, version: str, into: Path) -> list[str]:
+    """The download: this Python's pip, the one release, its wheel only, no dependencies, into `into`."""
+    return [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-q", "-d", str(into),
+            f"{dist}=={version}"]
+
+
+def fetch(specs: list[str] | None = None, dest: Path | None = None, flashinfer: bool = True,
+          timeout_s: float = DEFAULT_TIMEOUT_S) -> list[tuple[Want, Path]]:
+    """Every wheel of plan(specs), downloaded unless already there; an engine's pin is re-read from its wheel."""
+    got: list[tuple[Want, Path]] = []
+    done: set = set()
+    for w in plan(specs, dest, flashinfer):
+        if w.pinned_by is not None:
+            engine_path = next(p for g, p in got if locate.spec(g.dist, g.version) == w.pinned_by)
+            fi = packages.from_wheel(engine_path).pin(locate.FLASHINFER_DIST)
+            w = Want(w.dist, fi, w.why if fi == w.version else f"pinned by {w.pinned_by} ({engine_path} METADATA)",
+                     w.pinned_by)
+        if (w.dist, w.version) in done:
+            continue
+        done.add((w.dist, w.version))
+        got.append((w, download(w.dist, w.version, dest, timeout_s)))
+    return got
 
 
 def download(dist: str, version: str, dest: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Path:
@@ -53,10 +132,9 @@ def download(dist: str, version: str, dest: Path | None = None, timeout_s: float
         if have():
             return have()
         with tempfile.TemporaryDirectory(prefix=".download-", dir=dest) as tmp:
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-q", "-d", tmp,
-                   f"{dist}=={version}"]
             try:
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+                p = subprocess.run(pip_command(dist, version, Path(tmp)), capture_output=True, text=True,
+                                   timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 raise UsageError(f"pip download {dist}=={version} did not finish in {timeout_s:.0f} s") from None
             got = sorted(Path(tmp).glob(f"{stem}-{version}-*.whl"))

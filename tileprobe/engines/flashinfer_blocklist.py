@@ -29,6 +29,7 @@ from tileprobe.backends.cutlass.toolchain import Nvcc, find_nvcc
 from tileprobe.engines import flashinfer as engine
 from tileprobe.engines import flashinfer_native_ids as native
 from tileprobe.engines import flashinfer_tactic_ids as tid
+from tileprobe.engines import locate, packages
 from tileprobe.engines import serving_pins as pins
 from tileprobe.errors import ToolchainError, UsageError
 from tileprobe.results import resultset
@@ -164,24 +165,33 @@ def loader_version(tree: engine.FlashinferTree) -> str:
     return m.group(1)
 
 
-def release(engine_spec: str | None, wheels: Path | None, flashinfer_dir: Path | None,
+def release(engine_spec: str | None, wheel: Path | None, flashinfer_dir: Path | None,
             cache_dir: str | Path | None = None) -> Release:
     """The flashinfer the engine `engine_spec` (vllm, sglang, flashinfer, NAME==VER; None: plain flashinfer) runs:
-    its pinned release from --flashinfer-dir, the install or a wheel in `wheels`, and the finalize mode it uses."""
-    pin = pins.read_pin(engine_spec, wheels) if engine_spec else None
+    its pinned release from --flashinfer-dir, beside --engine-wheel (`wheel`), the install or the wheel cache
+    (locate.find_release, through serving_pins), and the finalize mode it uses."""
+    pin = pins.read_pin(engine_spec, wheel) if engine_spec else None
     if pin is None:
-        if wheels is not None and flashinfer_dir is None:
-            pin = pins.read_pin("flashinfer", wheels)
+        if wheel is not None and flashinfer_dir is None:
+            pin = pins.read_pin("flashinfer", wheel)
         else:
-            tree = engine.find_flashinfer(flashinfer_dir)
+            tree = engine.find_flashinfer(flashinfer_dir or _plain_flashinfer(cache_dir))
             return Release(tree, loader_version(tree), None, None)
-    folder = pins.flashinfer_dir(pin, flashinfer_dir, wheels, cache_dir)
+    folder = pins.flashinfer_dir(pin, flashinfer_dir, wheel, cache_dir)
     tree = engine.find_flashinfer(folder)
     if tree.version != pin.flashinfer:
         raise UsageError(f"{pin.label()} pins flashinfer-python {pin.flashinfer}, but {tree.root} is "
-                         f"{tree.version}; pass that release (--flashinfer-dir, or --wheels with its wheel)")
+                         f"{tree.version}; pass that release (--flashinfer-dir, or --engine-wheel with its wheel)"
+                         f"\n{locate.fetch_help(pins.FLASHINFER_DIST, pin.flashinfer)}")
     fin = pins.finalize_mode(pin, tree.root) if pin.engine != "flashinfer" else None
     return Release(tree, loader_version(tree), pin, fin)
+
+
+def _plain_flashinfer(cache_dir: str | Path | None) -> Path | None:
+    """No engine, wheel or folder named: the installed flashinfer (None: find_flashinfer's own lookup of it), else
+    the newest in the wheel cache, unpacked."""
+    pkg = locate.find_release(pins.FLASHINFER_DIST)
+    return None if pkg.wheel is None else packages.unpack_flashinfer(pkg, cache_dir)
 
 
 def find_nvcc_or_none(nvcc: str | None) -> Nvcc | None:

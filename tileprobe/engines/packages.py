@@ -112,30 +112,6 @@ def wheels_in(folder: Path, dist: str) -> list[Path]:
     return sorted(p for p in Path(folder).glob("*.whl") if canonical(p.name.split("-", 1)[0]).replace("-", "_") == stem)
 
 
-def find(dist: str, version: str | None, wheels: Path | None) -> Package:
-    """`dist` at `version`: a wheel of that version in `wheels`, else the install when it is that version. With no
-    version: the install, else the one wheel of it in `wheels`."""
-    pkg = installed(dist)
-    if version is None and pkg is not None:
-        return pkg
-    if wheels is not None:
-        if not Path(wheels).is_dir():
-            raise UsageError(f"--wheels {wheels}: no such folder")
-        found = [from_wheel(w) for w in wheels_in(wheels, dist)]
-        match = [p for p in found if version is None or p.version == version]
-        if len(match) == 1:
-            return match[0]
-        if len(match) > 1:
-            raise UsageError(f"{len(match)} {dist} wheels in {wheels} ({', '.join(p.version for p in match)}) "
-                             "and none installed; name the version (--engine NAME==VERSION)")
-    if pkg is not None and (version is None or pkg.version == version):
-        return pkg
-    have = f"{pkg.version} is installed" if pkg else "it is not installed"
-    where = f" and no wheel of it in {wheels}" if wheels is not None else ""
-    raise UsageError(f"need {dist}{'==' + version if version else ''}: {have}{where}; "
-                     f"`pip download --no-deps -d DIR {dist}{'==' + version if version else ''}` and pass --wheels DIR")
-
-
 def unpack_flashinfer(pkg: Package, cache_dir: str | Path | None = None) -> Path:
     """The flashinfer package folder of `pkg`: the install's, or the wheel's Python and fused-MoE sources unpacked
     once into the cache (`<cache>/flashinfer-wheels/<version>-<size>/`, with its dist-info METADATA beside it)."""

@@ -19,11 +19,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tileprobe.engines import packages
+from tileprobe.engines import locate, packages
 from tileprobe.errors import UsageError
 
 ENGINES = ("vllm", "sglang", "flashinfer")
-FLASHINFER_DIST = "flashinfer-python"
+FLASHINFER_DIST = locate.FLASHINFER_DIST
 VLLM_CALLER = "vllm/model_executor/layers/fused_moe/experts/flashinfer_cutlass_moe.py"
 VLLM_WRAPPER = "vllm/utils/flashinfer.py"
 SGLANG_CALLER = "sglang/srt/layers/moe/moe_runner/flashinfer_cutlass.py"
@@ -64,12 +64,13 @@ def parse_engine(spec: str) -> tuple[str, str | None]:
 
 
 def read_pin(spec: str, wheels: Path | None) -> EnginePin:
-    """The engine's version and the flashinfer release it pins, from a wheel in `wheels` or the install."""
+    """The engine's version and the flashinfer release it pins, from `wheels` (--engine-wheel: a wheel or a folder of
+    them), else the install, else the wheel cache (locate.find_release)."""
     name, version = parse_engine(spec)
     if name == "flashinfer":
-        fi = packages.find(FLASHINFER_DIST, version, wheels)
+        fi = locate.find_release(FLASHINFER_DIST, version, wheels)
         return EnginePin(name, fi.version, fi.version, fi.where, None)
-    pkg = packages.find(name, version, wheels)
+    pkg = locate.find_release(name, version, wheels)
     return EnginePin(name, pkg.version, pkg.pin(FLASHINFER_DIST), pkg.where, pkg)
 
 
@@ -170,9 +171,10 @@ def finalize_mode(pin: EnginePin, flashinfer_dir: Path, environ=None) -> Finaliz
 
 def flashinfer_dir(pin: EnginePin, explicit: Path | None, wheels: Path | None,
                    cache_dir: str | Path | None = None) -> Path:
-    """The package folder of the flashinfer release `pin` names: `explicit` (--flashinfer-dir) when given, else the
-    install when it is that release, else its wheel in `wheels`, unpacked into the cache."""
+    """The package folder of the flashinfer release `pin` names: `explicit` (--flashinfer-dir) when given, else its
+    wheel beside --engine-wheel (`wheels`: that folder, or the wheel's), else the install when it is that release, else
+    its wheel in the wheel cache (locate.find_release); a wheel is unpacked into the cache."""
     if explicit is not None:
         return Path(explicit)
-    fi = packages.find(FLASHINFER_DIST, pin.flashinfer, wheels)
+    fi = locate.find_release(FLASHINFER_DIST, pin.flashinfer, beside=locate.search_folder(wheels))
     return packages.unpack_flashinfer(fi, cache_dir)

@@ -1,8 +1,8 @@
 """The serving engines' Triton fused-MoE configs, read without importing the engine.
 
-An engine (vLLM, SGLang) is found as an installed package (importlib.util.find_spec / importlib.metadata: nothing of
-it runs), as a wheel read as a zip (`--engine-wheel PATH`), or as a wheel cached in $TILEPROBE_ENGINE_WHEELS or the
-user cache dir (`<cache>/wheels`). From it this module reads two things:
+An engine (vLLM, SGLang) is found by tileprobe.engines.locate.find_release: a wheel read as a zip (`--engine-wheel
+PATH`), else the installed package (nothing of it runs), else a wheel cached in $TILEPROBE_ENGINE_WHEELS or the user
+cache dir (`<cache>/wheels`, where `tileprobe engines fetch` puts it). From it this module reads two things:
 
 - the kernel file's source text, cut down to a standalone module of its @triton.jit functions (what the Triton
   backend compiles), and
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import importlib.metadata
 import json
 import os
 import re
@@ -27,15 +26,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-import platformdirs
-
 from tileprobe.backends.cutlass.toolchain import _package_dir
+from tileprobe.engines import locate
+from tileprobe.engines.locate import PINNED, WHEELS_ENV, wheel_dirs  # noqa: F401  (their home is locate)
 from tileprobe.errors import UsageError
 
 ENGINES = ("vllm", "sglang")
-# The releases whose sources this reader (and the lookup emulation in vllm.py / sglang.py) was checked against.
-PINNED = {"vllm": "0.33.0", "sglang": "0.5.23"}
-WHEELS_ENV = "TILEPROBE_ENGINE_WHEELS"
 # The keys a fused_moe_kernel config must carry (num_warps / num_stages may be absent: Triton's defaults apply).
 REQUIRED_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M")
 
@@ -125,48 +121,26 @@ def _wheel_version(path: Path, engine: str) -> str:
     return m.group(1)
 
 
-def wheel_dirs() -> list[Path]:
-    """Where cached engine wheels are looked for: $TILEPROBE_ENGINE_WHEELS (os.pathsep list), then <user cache>/wheels."""
-    dirs = [Path(d) for d in os.environ.get(WHEELS_ENV, "").split(os.pathsep) if d]
-    return dirs + [Path(platformdirs.user_cache_dir("tileprobe")) / "wheels"]
-
-
 def cached_wheel(engine: str) -> Path | None:
     """A cached wheel of `engine`: the pinned release when there, else the newest by version."""
-    found = [p for d in wheel_dirs() if d.is_dir() for p in sorted(d.glob(f"{engine}-*.whl"))]
-    if not found:
-        return None
-    pinned = [p for p in found if p.name.startswith(f"{engine}-{PINNED[engine]}-")]
-    if pinned:
-        return pinned[0]
-    return max(found, key=lambda p: _version_key(p.name.split("-")[1]))
-
-
-def _version_key(v: str) -> tuple:
-    return tuple(int(x) if x.isdigit() else 0 for x in re.split(r"[.+-]", v))
+    found = [p for p in locate.releases(engine) if p.wheel is not None]
+    pkg = next((p for p in found if p.version == PINNED.get(engine)), None) or \
+        max(found, key=lambda p: locate.version_key(p.version), default=None)
+    return pkg.wheel if pkg is not None else None
 
 
 def find_engine(engine: str, wheel: str | Path | None = None) -> EngineSource:
-    """The engine's files: `wheel` when given, else the installed package, else a cached wheel. Never imports it."""
+    """The engine's files: `wheel` (a wheel or a folder of them) when given, else the installed package, else a
+    cached wheel (locate.find_release). Never imports it."""
     _check_engine(engine)
-    if wheel is not None:
-        path = Path(wheel).expanduser().resolve()
-        if not path.is_file():
-            raise UsageError(f"--engine-wheel {wheel}: no such file")
+    pkg = locate.find_release(engine, None, wheel)
+    if pkg.wheel is not None:
+        path = Path(pkg.wheel).resolve()
         return EngineSource(engine, _wheel_version(path, engine), str(path), "wheel")
-    pkg = _package_dir(engine)
-    if pkg is not None and (pkg / "__init__.py").is_file():
-        try:
-            version = importlib.metadata.version(engine)
-        except importlib.metadata.PackageNotFoundError:
-            raise UsageError(f"{engine} at {pkg} has no installed metadata (no version to key results by)") from None
-        return EngineSource(engine, version, str(pkg.resolve()), "installed")
-    cached = cached_wheel(engine)
-    if cached is not None:
-        return EngineSource(engine, _wheel_version(cached, engine), str(cached.resolve()), "wheel")
-    raise UsageError(f"{engine} is not installed and no wheel was given: pip download --no-deps -d DIR "
-                     f"{engine}=={PINNED[engine]}, then pass --engine-wheel DIR/<the .whl> (or put it in "
-                     f"{wheel_dirs()[-1]})")
+    folder = _package_dir(engine) or Path(pkg.install) / engine
+    if not (folder / "__init__.py").is_file():
+        raise UsageError(f"{engine} {pkg.version} is installed ({pkg.install}) but has no {engine}/__init__.py there")
+    return EngineSource(engine, pkg.version, str(folder.resolve()), "installed")
 
 
 # ----------------------------------------------------------------------------------------------------------------

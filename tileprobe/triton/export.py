@@ -1,7 +1,8 @@
 """`tileprobe export triton-configs`: a folder of engine config files for a GPU without one to tune on, in the
 engine's own names and layout, every entry fitting the target (compiled, not timed).
 
-Input: engine config files (a file or folder: e.g. the shipped H200 file for the model). Output, for every device
+Input: engine config files (a file or folder: e.g. the shipped H200 file for the model), or, with none, what the
+engine loads on the target today for a model (tileprobe.triton.resolve: Inputs built there). Output, for every device
 name of the target: vLLM `OUT/E=..,N=..,device_name=<name>[,dtype=..][,block_shape=..].json` (use with
 VLLM_TUNED_CONFIG_FOLDER=OUT); SGLang `OUT/configs/triton_3_8_0/<name>[_down].json` (SGLANG_MOE_CONFIG_DIR=OUT).
 Entries keep their batch-size keys. The provenance goes beside them in OUT/tileprobe-provenance.json: the engines read
@@ -20,7 +21,7 @@ fitting config by that order, not the fastest.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tileprobe import progress
@@ -75,6 +76,8 @@ class Inputs:
     cc: int
     devs: list[str]
     files: list
+    devs_of: dict = field(default_factory=dict)  # a file's path -> the SKU names it is written for (default: devs)
+    resolved: dict | None = None  # without an input file: what the engine loads today (tileprobe.triton.resolve)
 
 
 def read_inputs(inputs: Path, engine: str | None, target_name: str, device_names: list[str] | None) -> Inputs:
@@ -100,12 +103,14 @@ def output_path(out: Path, inp: Inputs, f, scheme: tc.Scheme, dev: str) -> Path:
     return out / "configs" / vdir / inp.mod.config_file_name(f.name.E, f.name.N, scheme, dev, f.name.down)
 
 
-def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, out: Path,
+def run(inputs: Path | None, engine: str | None, wheel: str | None, target_name: str, out: Path,
         device_names: list[str] | None, hidden: int | None, jobs: int, cache_dir: str | None,
-        any_triton: bool) -> list[Written]:
+        any_triton: bool, prepared: Inputs | None = None, problem=None) -> list[Written]:
+    """`prepared`: inputs already resolved (tileprobe.triton.resolve) instead of read from `inputs`; `problem`: the
+    model's audit.Problem, when known, instead of one guessed from each file's E and N."""
     if jobs < 1:
         raise UsageError("--jobs must be at least 1")
-    inp = read_inputs(inputs, engine, target_name, device_names)
+    inp = prepared or read_inputs(inputs, engine, target_name, device_names)
     engine, target, arch, cc, devs, files = inp.engine, inp.target, inp.arch, inp.cc, inp.devs, inp.files
     require_triton(any_triton)
     src, source = engine_kernel_source(engine, wheel)
@@ -116,13 +121,15 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
                         "smem_limit_bytes": target.smem_optin, "arch": arch, "evidence": "compiled, not timed",
                         "rule": __doc__.split("The substitution rule, ")[1].split("\n\n")[0].replace("\n", " "),
                         "files": {}}
+    if inp.resolved is not None:
+        provenance["resolved"] = inp.resolved
     downs = {(f.triton_dir, f.name) for f in files if f.name.down}
     for f in files:
         scheme = tc.scheme_of(f.name)
         if scheme is None or scheme.name not in tm.QUANTS:
             raise UsageError(f"{f.rel}: a scheme tileprobe does not size (dtype={f.name.dtype}, "
                              f"block_shape={f.name.block_shape}); export handles {', '.join(tm.QUANTS)}")
-        prob = problem_for(f.name.E, f.name.N, hidden)
+        prob = problem or problem_for(f.name.E, f.name.N, hidden)
         # vLLM: one config serves both GEMMs; SGLang: a _down file the down GEMM, an up file the gate_up GEMM
         # and the down GEMM too when no _down file comes with it (the engine reuses it).
         gemms = ("down",) if f.name.down else ("gate_up",) if (f.triton_dir, replace(f.name, down=True)) in downs \
@@ -189,7 +196,7 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
                                       "substitute_bytes": got, "kept": False}
             subs += 1
         out_entries = {str(k): out_entries[str(k)] for k in f.entries}  # the input's key order (the tie rule's)
-        for dev in devs:
+        for dev in inp.devs_of.get(f.path, devs):
             path = output_path(out, inp, f, scheme, dev)
             texts[path] = json.dumps(out_entries, indent=4) + "\n"
             provenance["files"][str(path.relative_to(out))] = {"from": f.path, "device_name": dev,

@@ -1,0 +1,140 @@
+"""A Hugging Face model's config.json, read into explicit fields: what tileprobe sizes kernels for.
+
+`read_config(path)` reads the MoE fields into a `ModelConfig` whose `.moe()` is the same MoEModel the workload presets
+are (tileprobe.workloads); a field that is missing or of the wrong type is a UsageError naming it (one line, exit 2).
+
+The fields and the names they go by in public configs:
+- routed experts: `n_routed_experts` (DeepSeek, Kimi, GLM), `num_local_experts` (Mixtral, gpt-oss, Llama 4),
+  `num_experts` (Qwen3-MoE, Qwen3-Next), the first one present;
+- experts per token: `num_experts_per_tok`;
+- an expert's intermediate size: `moe_intermediate_size`, else `intermediate_size` (Mixtral, gpt-oss and Llama 4 have
+  no separate MoE size: theirs is the experts');
+- `hidden_size`;
+- shared experts: `n_shared_experts` (optional, 0 when absent: they are not routed);
+- `quantization_config` (optional): `quant_method` and, for fp8, `weight_block_size`.
+A multimodal config keeps its language model's fields under `text_config`; they are read from there when the top
+level has no experts field.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from tileprobe.errors import UsageError
+from tileprobe.workloads import MoEModel
+
+EXPERT_FIELDS = ("n_routed_experts", "num_local_experts", "num_experts")
+INTER_FIELDS = ("moe_intermediate_size", "intermediate_size")
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """quantization_config, as far as the MoE GEMMs' scheme goes."""
+
+    method: str  # quant_method: fp8, mxfp4, compressed-tensors, ...
+    weight_block_size: tuple[int, int] | None  # fp8 block-wise: [block_n, block_k]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """One config.json's fields, each named as it was read (`*_field`: which key supplied it)."""
+
+    path: str
+    name: str  # the folder the file sits in, else its model_type
+    model_type: str | None
+    hidden_size: int
+    experts: int
+    experts_field: str
+    experts_per_token: int
+    moe_intermediate_size: int
+    inter_field: str
+    shared_experts: int
+    quantization: Quantization | None
+
+    def moe(self) -> MoEModel:
+        """The MoE shape in the presets' form."""
+        return MoEModel(self.name, self.hidden_size, self.moe_intermediate_size, self.experts,
+                        self.experts_per_token, self.shared_experts)
+
+    def scheme(self) -> str:
+        """The fused-MoE quant scheme tileprobe names it (bf16, fp8, fp8-block); UsageError for another method."""
+        q = self.quantization
+        if q is None:
+            return "bf16"
+        if q.method == "fp8":
+            if q.weight_block_size is None:
+                return "fp8"
+            if q.weight_block_size == (128, 128):
+                return "fp8-block"
+            raise UsageError(f"{self.path}: quantization_config.weight_block_size {list(q.weight_block_size)}: the "
+                             "Triton fused-MoE block scheme tileprobe sizes is [128, 128]")
+        raise UsageError(f"{self.path}: quantization_config.quant_method {q.method!r}: tileprobe sizes the Triton "
+                         "fused-MoE configs of bf16, fp8 and fp8 [128, 128] blocks")
+
+
+def _int(doc: dict, key: str, path: str, where: str, optional: bool = False) -> int | None:
+    if key not in doc:
+        if optional:
+            return None
+        raise UsageError(f"{path}: no {where}{key} (a whole number) in this config.json")
+    v = doc[key]
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        if optional and v in (0, None) and not isinstance(v, bool):
+            return None
+        raise UsageError(f"{path}: {where}{key} is {v!r}, not a positive whole number")
+    return v
+
+
+def _first(doc: dict, keys: tuple[str, ...], path: str, where: str) -> tuple[int, str]:
+    key = next((k for k in keys if doc.get(k) is not None), None)
+    if key is None:
+        raise UsageError(f"{path}: no {where}{' / '.join(keys)} (a whole number) in this config.json")
+    return _int(doc, key, path, where), key
+
+
+def _quantization(doc: dict, path: str, where: str) -> Quantization | None:
+    q = doc.get("quantization_config")
+    if q is None:
+        return None
+    field = f"{where}quantization_config"
+    if not isinstance(q, dict):
+        raise UsageError(f"{path}: {field} is {type(q).__name__}, not an object")
+    method = q.get("quant_method")
+    if not isinstance(method, str):
+        raise UsageError(f"{path}: {field}.quant_method is {method!r}, not a string")
+    block = q.get("weight_block_size")
+    if block is not None:
+        if not (isinstance(block, list) and len(block) == 2
+                and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+            raise UsageError(f"{path}: {field}.weight_block_size is {block!r}, not two positive whole numbers")
+        block = (block[0], block[1])
+    return Quantization(method, block)
+
+
+def read_config(path: str | Path) -> ModelConfig:
+    """The MoE fields of a Hugging Face config.json (the module docstring's names)."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except OSError as exc:
+        raise UsageError(f"--model {path}: cannot read ({exc.strerror or exc})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--model {path}: not JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise UsageError(f"--model {path}: a config.json is an object, this is {type(doc).__name__}")
+    top, where = doc, ""
+    if not any(k in doc for k in EXPERT_FIELDS) and isinstance(doc.get("text_config"), dict):
+        doc, where = doc["text_config"], "text_config."
+    s = str(path)
+    experts, experts_field = _first(doc, EXPERT_FIELDS, s, where)
+    inter, inter_field = _first(doc, INTER_FIELDS, s, where)
+    top_k = _int(doc, "num_experts_per_tok", s, where)
+    if top_k > experts:
+        raise UsageError(f"{s}: {where}num_experts_per_tok {top_k} > {experts_field} {experts}")
+    model_type = doc.get("model_type")
+    folder = p.resolve().parent.name
+    return ModelConfig(s, folder or str(model_type or p.name), model_type if isinstance(model_type, str) else None,
+                       _int(doc, "hidden_size", s, where), experts, experts_field, top_k, inter, inter_field,
+                       _int(doc, "n_shared_experts", s, where, optional=True) or 0, _quantization(*((top, s, "") if "quantization_config" in top else (doc, s, where))))
