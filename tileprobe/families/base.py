@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tileprobe.errors import UnsupportedConfig, UsageError
+from tileprobe.families.columns import CUTLASS_REPORT, ReportSpec
 
 SCHEDULE_IDS = {"auto": 0, "cooperative": 1, "pingpong": 2}
 SCHEDULE_SHORT = {"auto": "auto", "cooperative": "coop", "pingpong": "pp", "triton": "triton"}  # triton: Triton families
@@ -177,6 +178,8 @@ class Family:
     # Output elements a full check of a point compares (config, point, harness answer), when not sum M x N.
     checked_count: Callable[[Config, object, dict], int | None] | None = None
     backend: str = "cutlass"  # how a config becomes bytes and a launch: "cutlass" (nvcc) or "triton"
+    report: ReportSpec = CUTLASS_REPORT  # the columns and words its tables and report use (families.columns)
+    row_fields: Callable[[Config], dict] | None = None  # more row fields a config fills (Triton: BLOCK_*, kernel)
 
     def bits(self, cfg: Config) -> int:
         """Width of the activation elements (operand A before any swap): tile K bytes are spelled in it."""

@@ -33,9 +33,11 @@ def _plt():
     return plt
 
 
-def smem_chart(rows: list[dict], limit: int, title: str, path: Path) -> Path:
+def smem_chart(rows: list[dict], limit: int, title: str, path: Path, xlabel: str | None = None,
+               names: list[str] | None = None) -> Path:
     """Horizontal bars of SharedStorage per config (mainloop / epilogue / rest stacked), colored by verdict, with the
-    opt-in limit as a vertical line and the headroom or overflow written at each bar's end."""
+    opt-in limit as a vertical line and the headroom or overflow written at each bar's end. `xlabel` and `names`
+    (the bars' labels) for a family whose bytes are not CUTLASS's SharedStorage (its total only, no parts)."""
     plt = _plt()
     rows = list(rows)
     n = max(1, len(rows))
@@ -63,17 +65,18 @@ def smem_chart(rows: list[dict], limit: int, title: str, path: Path) -> Path:
         ax.text(max(total, limit) + 0.012 * top, y, note, va="center", fontsize=7)
     ax.axvline(limit, color="black", linewidth=1.4, linestyle="--")
     ax.text(limit, n - 0.35, f"opt-in limit {limit} B ", fontsize=8, va="bottom", ha="right", fontweight="bold")
-    ax.set_yticks([n - 1 - i for i in range(len(rows))], [label(r) for r in rows], fontsize=7)
+    ax.set_yticks([n - 1 - i for i in range(len(rows))], names or [label(r) for r in rows], fontsize=7)
     ax.set_ylim(-0.7, n + 0.3)
     ax.set_xlim(0, top * 1.32)
-    ax.set_xlabel("SharedStorage bytes per CTA (sizeof(GemmKernel::SharedStorage))")
+    ax.set_xlabel(xlabel or "SharedStorage bytes per CTA (sizeof(GemmKernel::SharedStorage))")
     ax.set_title(title, fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     verdicts = list(dict.fromkeys(r.get("verdict") for r in rows))
     handles = [mpatches.Patch(color=VERDICT_COLOR.get(v, "#607d8b"), label=v) for v in verdicts]
-    handles += [mpatches.Patch(color="#555555", label="mainloop (stages)"), mpatches.Patch(color="#555555", alpha=0.55,
-                                                                         label="epilogue"),
-                mpatches.Patch(color="#555555", alpha=0.25, label="pipelines, tensor maps, padding")]
+    if xlabel is None:
+        handles += [mpatches.Patch(color="#555555", label="mainloop (stages)"),
+                    mpatches.Patch(color="#555555", alpha=0.55, label="epilogue"),
+                    mpatches.Patch(color="#555555", alpha=0.25, label="pipelines, tensor maps, padding")]
     ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.9 / (1.2 + 0.3 * n)),
               ncol=min(len(handles), 6), frameon=False)
     fig.tight_layout()
