@@ -36,6 +36,7 @@ class Column:
     width: int | None = None  # terminal: the most characters it takes before folding (None: its text's width)
     show: str = "always"  # "always"; "varies": only when the rows hold more than one value; "present": when any has one
     wrap: bool = False  # terminal: may wrap (reasons)
+    min_width: int | None = None  # terminal: a wrapping column keeps at least this many characters
 
 
 def field_of(key: str, nd: int | None = None) -> Reader:
@@ -285,9 +286,22 @@ TRITON_CUTLASS_ONLY = ("tile_bytes_k", "schedule", "cluster", "dtypes", "tactic"
 _GEMM_ORDER = {"gate_up": 0, "down": 1}
 
 
+def _m_text(r: dict, inside: str) -> object:
+    rng, m = r.get("batch_range"), r.get("batch")
+    if rng in (None, ""):
+        return m
+    starts = str(rng).lstrip(">=").split("..")[0] == str(m)
+    return rng if starts else f"{m} ({inside}{rng})"
+
+
 def _m(r: dict, c: Cells) -> str:
-    rng = r.get("batch_range")
-    return c.fmt(rng if rng not in (None, "") else r.get("batch"))
+    """The batch size M, as the range of M the engine gives the same config where the row starts it ('1..32',
+    '>=1024'), else 'M (in range)' (a --batch inside a range: '8 (in 7..12)')."""
+    return c.fmt(_m_text(r, "in "))
+
+
+def _m_short(r: dict, c: Cells) -> str:
+    return c.fmt(_m_text(r, ""))
 
 
 def _short_rule(rule) -> str:
@@ -334,7 +348,7 @@ def _blocks(r: dict, c: Cells) -> str:
 
 def _triton_label(r: dict, c: Cells) -> str:
     blocks = "x".join(str(r.get(k)) if r.get(k) is not None else "?" for k in ("block_m", "block_n", "block_k"))
-    return f"BLOCK {blocks} w{c.fmt(r.get('num_warps'))} s{c.fmt(r.get('stages'))}"
+    return f"BLOCK {blocks} G{c.fmt(r.get('group_size_m'))} w{c.fmt(r.get('num_warps'))} s{c.fmt(r.get('stages'))}"
 
 
 def _order(r: dict) -> tuple:
@@ -346,8 +360,8 @@ TRITON_REPORT = ReportSpec(
     terminal=(
         Column("kernel", "kernel", field_of("kernel"), show="varies"),
         Column("gemm", "GEMM", field_of("gemm")),
-        Column("batch", "M", _m),
-        Column("config_from", "config from", _from(True), wrap=True),
+        Column("batch", "M", _m_short),
+        Column("config_from", "config from", _from(True), wrap=True, min_width=12),
         Column("block", "BLOCK_M/N/K", _blocks),
         Column("num_warps", "num_warps", field_of("num_warps")),
         Column("stages", "stages", field_of("stages")),
@@ -358,11 +372,11 @@ TRITON_REPORT = ReportSpec(
     terminal_wide=(Column("regs_per_thread", "regs", field_of("regs_per_thread")),
                    Column("spill_bytes", "spills B", field_of("spill_bytes")),
                    Column("evidence", "evidence", lambda r, c: r.get("evidence") or ""),
-                   Column("reason", "reason", lambda r, c: r.get("reason") or "", wrap=True)),
+                   Column("reason", "reason", lambda r, c: r.get("reason") or "", wrap=True, min_width=16)),
     terminal_runtime=(
         Column("gemm", "GEMM", field_of("gemm")),
         Column("batch", "M", field_of("batch")),
-        Column("config_from", "config from", _from(True), width=30, wrap=True),
+        Column("config_from", "config from", _from(True), wrap=True, min_width=12),
         Column("block", "BLOCK_M/N/K", _blocks),
         Column("num_warps", "num_warps", field_of("num_warps")),
         Column("stages", "stages", field_of("stages")),

@@ -290,7 +290,8 @@ def chart_section(rs: ResultSet, folder: Path) -> list[str]:
     if any(r.get("verdict") == "ok" for r in rs.runtime):
         for metric, what in (("gbps", "GB/s"), ("us_median", "µs")):
             name = f"throughput__{metric}.png"
-            plots.throughput_chart(rs.runtime, folder / name, metric)
+            plots.throughput_chart(rs.runtime, folder / name, metric, **({} if spec.chart_xlabel is None else
+                                   {"name": lambda r: spec.label(spec.complete(r), CELLS)}))
             lines += [f"{what} against batch size per workload and GEMM (verified-correct rows only; ★ = best at "
                       "that batch).", "", f"![{what} vs batch size]({name})", ""]
     return lines

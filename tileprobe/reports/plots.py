@@ -7,6 +7,7 @@ cannot be drawn.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from tileprobe.lazy import LazyModule
 from tileprobe.results.resultset import best_by_point, label
@@ -85,8 +86,10 @@ def smem_chart(rows: list[dict], limit: int, title: str, path: Path, xlabel: str
     return path
 
 
-def throughput_chart(rows: list[dict], path: Path, metric: str = "gbps", highlight: int = 10) -> Path:
-    """One panel per (workload, gemm): `metric` (gbps or us_median) against batch size, one line per config.
+def throughput_chart(rows: list[dict], path: Path, metric: str = "gbps", highlight: int = 10,
+                     name: Callable[[dict], str] | None = None) -> Path:
+    """One panel per (workload, gemm): `metric` (gbps or us_median) against batch size, one line per config
+    (`name`: a config's legend label, default resultset.label).
 
     Configs that are best or runner-up at some batch size (up to `highlight` of them) get colors and the legend;
     the rest are drawn thin and grey so the panel stays readable."""
@@ -117,7 +120,7 @@ def throughput_chart(rows: list[dict], path: Path, metric: str = "gbps", highlig
             style = "--" if rs[0].get("epilogue") == "with-c" else "-"
             if cfg in colors:
                 ax.plot(xs, ys, marker="o", markersize=3.5, linewidth=1.6, color=colors[cfg], linestyle=style)
-                labels[cfg] = label(rs[0])
+                labels[cfg] = (name or label)(rs[0])
             else:
                 ax.plot(xs, ys, linewidth=0.7, color="#bdbdbd", zorder=0, linestyle=style)
         for (t, w, g, _routing, b, _epi), rs in ranked.items():

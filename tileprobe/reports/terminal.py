@@ -47,7 +47,7 @@ def _table(title: str, columns, rows: list[dict], cells: TerminalCells, **kw) ->
     t = Table(title=title, **kw)
     cols = visible(tuple(columns), rows, cells)
     for c in cols:
-        t.add_column(c.header, overflow="fold", no_wrap=not c.wrap, max_width=c.width)
+        t.add_column(c.header, overflow="fold", no_wrap=not c.wrap, max_width=c.width, min_width=c.min_width)
     for r in rows:
         t.add_row(*(_verdict(r) if c.key == "verdict" else c.read(r, cells) for c in cols))
     caption = cells.spec.terminal_caption(rows) if cells.spec.terminal_caption else None
