@@ -151,7 +151,7 @@ def _triton_items(rs: ResultSet) -> list[tuple[str, str]]:
     kernel = f"`{_joined(rows, 'kernel')}`"
     files = _joined(rows, "kernel_file")
     sha = meta.get("kernel_sha256") or _joined(rows, "engine_hash")
-    items.append(("kernel", f"{kernel} in `{files}`, sha256 `{sha}`" if files != "–" else f"{kernel}, sha256 `{sha}`"))
+    items.append(("kernel", f"{kernel}{f' in `{files}`' if files != '–' else ''}, sha256 `{sha}`"))
     if meta.get("config_dir"):
         items.append(("user config folder", f"`{meta['config_dir']}`"))
     if meta.get("checked"):
@@ -210,7 +210,9 @@ def throughput_section(rs: ResultSet) -> list[str]:
         return []
     spec = _spec(rs)
     runtime = [spec.complete(r) for r in runtime]
-    lab = lambda r: spec.label(r, CELLS)  # noqa: E731
+
+    def lab(r: dict) -> str:
+        return spec.label(r, CELLS)
     ranked = best_by_point(runtime)
     lines = ["## Throughput", "", spec.throughput_intro.format(tie_rule=spec.tie_rule), ""]
     groups: dict[tuple, list[dict]] = {}

@@ -89,6 +89,10 @@ def summary(rows: list[dict]) -> str:
     spec = report_spec(rows)
     cells = TerminalCells(spec)
     rows = [spec.complete(r) for r in rows]
+
+    def name(r: dict) -> str:  # an engine's tactic by its name, else the family's label
+        return r.get("tactic") or spec.label(r, cells)
+
     static = [r for r in rows if kind_of(r) == "static"]
     runtime = [r for r in rows if kind_of(r) == "runtime" and r.get("gemm")]
     parts = []
@@ -101,12 +105,12 @@ def summary(rows: list[dict]) -> str:
                         if len(static) > len(fits) + len(over) else "") + ".")
         if fits:
             tight = min(fits, key=lambda r: r["headroom_bytes"])
-            parts.append(f"Tightest fit: {tight.get('tactic') or spec.label(tight, cells)} with {tight['headroom_bytes']} B to "
+            parts.append(f"Tightest fit: {name(tight)} with {tight['headroom_bytes']} B to "
                          f"spare ({tight['smem_bytes']} B).")
         if over:
             worst = min(over, key=lambda r: r["headroom_bytes"] if r["headroom_bytes"] is not None else 0)
             if worst["headroom_bytes"] is not None:
-                parts.append(f"Furthest over: {worst.get('tactic') or spec.label(worst, cells)} by {-worst['headroom_bytes']} B.")
+                parts.append(f"Furthest over: {name(worst)} by {-worst['headroom_bytes']} B.")
     if runtime:
         ok = sum(r["verdict"] == "ok" for r in runtime)
         parts.append(f"{ok} of {len(runtime)} launched points verified.")
@@ -116,7 +120,8 @@ def summary(rows: list[dict]) -> str:
             if keys:
                 k = max(keys, key=lambda k: (k[4] or 0))
                 best = ranked[k][0]
-                parts.append(f"Fastest verified {gemm} at batch {k[4]}: {spec.label(best, cells)}, {best['us_median']:.1f} µs "
+                parts.append(f"Fastest verified {gemm} at batch {k[4]}: {spec.label(best, cells)}, "
+                             f"{best['us_median']:.1f} µs "
                              f"({_fmt(best.get('gbps'), 0)} GB/s).")
     return " ".join(parts)
 

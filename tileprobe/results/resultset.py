@@ -73,7 +73,8 @@ class ResultSet:
 
 
 def kind_of(row: dict) -> str:
-    """'static' (no workload), 'foreign' (a not-runnable-here row for a GPU of another arch) or 'runtime'."""
+    """'static' (no workload; or a check-configs row: compiled, not launched), 'foreign' (a not-runnable-here row for a
+    GPU of another arch) or 'runtime'."""
     workload = row.get("workload")
     if not workload or row.get("routing") == "config-file":  # check-configs names the file it read in `workload`
         return "static"
