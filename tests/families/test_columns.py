@@ -116,6 +116,8 @@ def _check_triton_report(text: str, rs, where: str) -> None:
             assert h in head, (where, h, head)
         for gemm in {r["gemm"] for r in rs.runtime}:
             assert f"· {gemm} on" in text, (where, gemm)
+        for dev in {r["device_name"] for r in rs.runtime if r["evidence"] == "verified"}:
+            assert f"`verified` (launched on {dev}, every output element checked" in text, (where, dev)
     if not rs.static:
         return
     head, recs = _md_rows(text)

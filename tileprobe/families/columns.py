@@ -117,6 +117,7 @@ class ReportSpec:
     chart_title: str = ""  # the chart's title ({target}, {tool}, {words})
     chart_tool: Callable[[dict], str] | None = None  # the compiler a row's bytes came from, for the chart title
     throughput_intro: str = ""
+    runtime_evidence: bool = False  # report.md: say under Throughput what was launched and checked (evidence words)
     tie_rule: str = ""
     best_caption: str = "Best tile per batch size and epilogue (evidence: verified correct):"
     best_batch: str = "batch"  # the best-per-point table's batch column
@@ -453,6 +454,7 @@ TRITON_REPORT = ReportSpec(
                      "gaps). GB/s counts the fewest bytes; % peak is against the target's datasheet bandwidth, % copy "
                      "against a measured device-to-device copy (read + write).",
     tie_rule=TRITON_TIE_RULE,
+    runtime_evidence=True,
     best_caption="Best config per M (evidence: verified correct):",
     best_batch="M",
     best_epilogue=False,

@@ -215,6 +215,8 @@ def throughput_section(rs: ResultSet) -> list[str]:
         return spec.label(r, CELLS)
     ranked = best_by_point(runtime)
     lines = ["## Throughput", "", spec.throughput_intro.format(tie_rule=spec.tie_rule), ""]
+    if spec.runtime_evidence:
+        lines += [f"Evidence of these rows: {evidence_text(runtime, spec.evidence)}.", ""]
     groups: dict[tuple, list[dict]] = {}
     for r in runtime:
         groups.setdefault((r.get("target"), r.get("workload"), r.get("gemm"), r.get("routing")), []).append(r)
