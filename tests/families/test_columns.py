@@ -224,11 +224,11 @@ def test_triton_predict_only_sweep_speaks_triton(tmp_path, rng, no_charts):
 
 
 def test_triton_check_configs_run_speaks_triton(tmp_path, rng, no_charts):
-    """check-configs on a small synthetic vLLM file (one or two entries, compiled with Triton for its GPU)."""
+    """check-configs on a small synthetic vLLM file (one entry: both GEMMs compiled with Triton for its GPU)."""
     _engine("vllm")
     folder = tmp_path / "configs"
     folder.mkdir()
-    keys = rng.sample([1, 2, 4, 8, 16, 64], rng.choice([1, 2]))
+    keys = [rng.choice([1, 2, 4, 8, 16, 64])]
     entries = {str(k): {"BLOCK_SIZE_M": rng.choice([16, 32]), "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": rng.choice([64, 128]),
                         "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": rng.choice([2, 3])} for k in keys}
     name = "E=128,N=768,device_name=NVIDIA_GeForce_RTX_5090.json"
