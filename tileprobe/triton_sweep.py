@@ -129,6 +129,7 @@ def plan(shape: Shape, engine: str, quant: str, source: KernelSource, src: tc.En
                     f" ep{shape.ep}" if shape.ep > 1 else "")
                 # static rows (no `workload`: nothing is launched); the batch M and the pick's range are the point
                 point = {"gemm": gemm, "batch": m, "routing": "engine-pick", "device_name": name,
+                         "batch_range": p.m_text().removeprefix("M").removeprefix("="),
                          "problem": f"{model_text} {p.m_text()} E={shape.experts_local} N={n} K={k} ({where})",
                          "problems_hash": hashlib.sha256(ident.encode()).hexdigest()[:12]}
                 out.append(Planned(cfg, job, point, p))

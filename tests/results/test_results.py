@@ -5,7 +5,8 @@ import json
 import pytest
 
 from tileprobe.errors import UsageError
-from tileprobe.results.writer import COLUMNS, ResultsWriter, check_csv, csv_row, load_rows, row_key
+from tileprobe.families.columns import TRITON_FIELDS
+from tileprobe.results.writer import COLUMNS, ResultsWriter, check_csv, csv_columns, csv_row, load_rows, row_key
 
 
 def _row(rng, i):
@@ -35,8 +36,37 @@ def test_rows_are_flushed_one_by_one_and_resume_skips_them(tmp_path, rng):
     assert len(got) == len(rows) + 1
     with open(tmp_path / "results.csv") as f:
         table = list(csv.DictReader(f))
-    assert len(table) == len(got) and list(table[0].keys()) == COLUMNS
+    # a CUTLASS family's CSV: every row column as before Triton's own existed
+    assert len(table) == len(got) and list(table[0].keys()) == [c for c in COLUMNS if c not in TRITON_FIELDS]
+    assert list(table[0].keys()) == csv_columns(got)
     assert table[-1]["config"] == "cfg100" and table[0]["reason"] == rows[0]["reason"]
+
+
+def test_a_triton_familys_csv_has_its_columns_and_resume_keeps_them(tmp_path, rng):
+    """results.csv of triton-moe rows: Triton's columns first (GEMM, M, where the config came from, BLOCK_*,
+    num_warps), none of CUTLASS's; a resumed writer appends under the header the file has."""
+    def row(i):
+        bm, bn, bk = rng.choice([16, 32, 64]), rng.choice([64, 128]), rng.choice([64, 128])
+        return {"family": "triton-moe", "config": f"t{i}", "target": "rtx-5090", "tile": f"{bm}x{bn}x{bk}",
+                "schedule": "triton", "epilogue": "bf16-out", "swap_ab": False, "stages": rng.randint(2, 5),
+                "gemm": rng.choice(["gate_up", "down"]), "batch": i + 1, "verdict": "fits", "evidence": "compiled",
+                "block_m": bm, "block_n": bn, "block_k": bk, "num_warps": "4", "config_origin": "default",
+                "config_source": "default", "smem_bytes": rng.randint(1, 99) * 1024, "cutlass_version": None}
+    rows = [row(i) for i in range(rng.randint(2, 5))]
+    with ResultsWriter(tmp_path) as w:
+        for r in rows[:-1]:
+            w.write(r)
+    with ResultsWriter(tmp_path, resume=True) as w:
+        w.write(rows[-1])
+    with open(tmp_path / "results.csv") as f:
+        table = list(csv.DictReader(f))
+    header = list(table[0].keys())
+    assert header == csv_columns(rows) and len(table) == len(rows)
+    assert not [h for h in header if h in ("schedule", "tile_bytes_k") or "cutlass" in h or "nvcc" in h]
+    for h in ("gemm", "batch", "config_origin", "config_source", "block_m", "block_n", "block_k", "num_warps"):
+        assert h in header, h
+    assert [int(t["block_m"]) for t in table] == [r["block_m"] for r in rows]
+    check_csv(tmp_path, load_rows(tmp_path))  # the mirror check reads the family's columns
 
 
 def test_a_new_sweep_moves_old_results_aside(tmp_path, rng):

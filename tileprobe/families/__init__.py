@@ -12,12 +12,14 @@ from tileprobe.errors import UnsupportedConfig, UsageError
 from tileprobe.families import flashinfer_moe, sm90_fp8, sm120_nvfp4, triton_moe, vllm_moe
 from tileprobe.families.base import (EPILOGUES, SCHEDULE_IDS, SCHEDULE_SHORT, Config, Family, Tile, expand_tile_specs,
                                      parse_tile)
+from tileprobe.families.columns import CUTLASS_REPORT, ReportSpec
 
 FAMILIES: dict[str, Family] = {m.FAMILY.name: m.FAMILY for m in (sm120_nvfp4, sm90_fp8, flashinfer_moe, vllm_moe,
                                                                   triton_moe)}
 
 __all__ = ["EPILOGUES", "FAMILIES", "SCHEDULE_IDS", "SCHEDULE_SHORT", "Config", "Family", "Tile", "arch_for",
-           "expand_configs", "expand_tile_specs", "family", "family_for_cc", "parse_cluster", "parse_tile"]
+           "expand_configs", "expand_tile_specs", "family", "family_for_cc", "parse_cluster", "parse_tile",
+           "report_spec"]
 
 
 def family(name: str) -> Family:
@@ -25,6 +27,13 @@ def family(name: str) -> Family:
         return FAMILIES[name]
     except KeyError:
         raise UsageError(f"unknown family {name!r}; known: {', '.join(FAMILIES)}") from None
+
+
+def report_spec(rows: list[dict]) -> ReportSpec:
+    """The columns and words for these rows: their families' one ReportSpec; CUTLASS's when the rows' families
+    disagree (a merged set) or none is known."""
+    specs = {id(FAMILIES[f].report): FAMILIES[f].report for f in {r.get("family") for r in rows} if f in FAMILIES}
+    return next(iter(specs.values())) if len(specs) == 1 else CUTLASS_REPORT
 
 
 def family_for_cc(cc: str) -> Family:

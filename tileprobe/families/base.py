@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tileprobe.errors import UnsupportedConfig, UsageError
+from tileprobe.families.columns import CUTLASS_REPORT, ReportSpec
 
 SCHEDULE_IDS = {"auto": 0, "cooperative": 1, "pingpong": 2}
 SCHEDULE_SHORT = {"auto": "auto", "cooperative": "coop", "pingpong": "pp", "triton": "triton"}  # triton: Triton families
@@ -191,6 +192,8 @@ class Family:
     backend: str = "cutlass"  # how a config becomes bytes and a launch: "cutlass" (nvcc) or "triton"
     # How a config accumulates on a device of compute capability cc (None: its arch's); None: fp32 accumulation
     accumulation: Callable[[Config, int | None], Accumulation] | None = None
+    report: ReportSpec = CUTLASS_REPORT  # the columns and words its tables and report use (families.columns)
+    row_fields: Callable[[Config], dict] | None = None  # more row fields a config fills (Triton: BLOCK_*, kernel)
 
     def bits(self, cfg: Config) -> int:
         """Width of the activation elements (operand A before any swap): tile K bytes are spelled in it."""

@@ -32,12 +32,14 @@ B scale (E, N/128, K/128) (`per_token_group_quant_fp8` with column_major_scales=
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 from tileprobe.backends.triton.compile import KernelJob
 from tileprobe.backends.triton.source import KernelSource
 from tileprobe.errors import UsageError
 from tileprobe.families.base import Accumulation, Config, Family, Tile
+from tileprobe.families.columns import TRITON_REPORT, batch_range_of, source_fields
 
 NAME = "triton-moe"
 QUANTS = ("bf16", "fp8", "fp8-block")
@@ -56,6 +58,7 @@ class EngineKernel:
     engine: str  # "vllm" / "sglang"
     release: str  # the release whose launcher is reproduced
     path: str  # the kernel file inside the package
+    default_rule: str  # the engine function that makes a config where no file has one
     function: str = "fused_moe_kernel"
 
     @property
@@ -64,8 +67,11 @@ class EngineKernel:
 
 
 ENGINES = {
-    "vllm": EngineKernel("vllm", "0.33.0", "vllm/model_executor/layers/fused_moe/fused_moe.py"),
-    "sglang": EngineKernel("sglang", "0.5.23", "sglang/kernels/ops/moe/fused_moe_triton_kernels.py"),
+    "vllm": EngineKernel("vllm", "0.33.0", "vllm/model_executor/layers/fused_moe/fused_moe.py",
+                         "vllm/model_executor/layers/fused_moe/fused_moe.py::get_default_config"),
+    "sglang": EngineKernel("sglang", "0.5.23", "sglang/kernels/ops/moe/fused_moe_triton_kernels.py",
+                           "sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe_triton_config.py::"
+                           "get_default_config"),
 }
 
 
@@ -280,6 +286,48 @@ def _rules(tile: Tile, schedule: str, cutlass_version: str | None) -> None:
     """Configs come from the engines' entries; Triton decides what compiles."""
 
 
+def _kernel_fields(engine_label, origin) -> dict:
+    """kernel, kernel_file and (for an engine default) config_rule of a launch by `engine_label` ('vllm 0.33.0'):
+    the file and rule are those of the release tileprobe reproduces, None for another release."""
+    ek = ENGINES.get(str(engine_label or "").split(" ")[0])
+    mine = ek is not None and ek.label == engine_label
+    return {"kernel": ek.function if ek else "fused_moe_kernel", "kernel_file": ek.path if mine else None,
+            "config_rule": ek.default_rule if mine and origin == "default" else None}
+
+
+def row_fields(cfg: Config) -> dict:
+    """The row fields a config fills beyond its own (rows.make_row): the kernel, BLOCK_SIZE_M/N/K, and where its
+    entry came from (families.columns.source_fields of the config_source this module's callers compose)."""
+    where = source_fields(cfg.get("config_source"))
+    return {**_kernel_fields(cfg.get("engine"), where["config_origin"]), "block_m": cfg.tile.m,
+            "block_n": cfg.tile.n, "block_k": cfg.tile.k, **where}
+
+
+_TILE = re.compile(r"^(\d+)x(\d+)x(\d+)$")
+
+
+def fill_row(row: dict) -> dict:
+    """A row written before rows carried row_fields' columns, with them filled from its own fields where they follow
+    exactly (the tile is BLOCK_SIZE_M x N x K as make_config stores it; config_source and problem as the sweep
+    wrote them); what does not follow stays None (shown '–')."""
+    missing = [k for k in ("kernel", "block_m", "batch_range", "config_origin") if row.get(k) in (None, "")]
+    if not missing:
+        return row
+    out = dict(row)
+    where = source_fields(row.get("config_source"))
+    m = _TILE.match(str(row.get("tile") or ""))
+    derived = {**_kernel_fields(row.get("engine"), where["config_origin"]), **where,
+               "batch_range": batch_range_of(row.get("problem")) if row.get("routing") == "engine-pick" else None}
+    if m:
+        derived.update(block_m=int(m[1]), block_n=int(m[2]), block_k=int(m[3]))
+    for k, v in derived.items():
+        if out.get(k) in (None, ""):
+            out[k] = v
+    return out
+
+
+REPORT = replace(TRITON_REPORT, fill=fill_row)
+
 FAMILY = Family(
     name=NAME,
     kernel_template="fused_moe_kernel",
@@ -306,6 +354,8 @@ FAMILY = Family(
     expand=_expand,
     backend="triton",
     accumulation=_accumulation,
+    report=REPORT,
+    row_fields=row_fields,
 )
 
 

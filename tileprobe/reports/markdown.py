@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tileprobe.families import report_spec
+from tileprobe.families.columns import Column, ReportSpec, evidence_text, visible
 from tileprobe.reports import plots
 from tileprobe.lazy import LazyModule
 from tileprobe.reports.tactics_report import tactics_section
-from tileprobe.results.resultset import (TIE_RULE, ResultSet, best_by_point, evidence_statement, evidence_words, label, load,
+from tileprobe.results.resultset import (ResultSet, best_by_point, evidence_statement, evidence_words, label, load,
                                 stages_text)
 
 pd = LazyModule("pandas")  # loaded at first use: --help and bad-input errors never wait for it
@@ -26,6 +28,34 @@ def _cell(v, nd: int | None = None) -> str:
     if nd is not None and isinstance(v, (int, float)):
         return f"{float(v):.{nd}f}"
     return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+class MarkdownCells:
+    """How report.md writes a cell ('–' for none, pipes escaped), for families.columns readers."""
+
+    @staticmethod
+    def fmt(value, nd: int | None = None) -> str:
+        return _cell(value, nd)
+
+    @staticmethod
+    def stages(row: dict) -> str:
+        return stages_text(row)
+
+    @staticmethod
+    def label(row: dict) -> str:
+        return label(row)
+
+
+CELLS = MarkdownCells()
+
+
+def _records(columns: tuple[Column, ...], rows: list[dict]) -> list[dict]:
+    cols = visible(columns, rows, CELLS)
+    return [{c.header: c.read(r, CELLS) for c in cols} for r in rows]
+
+
+def _spec(rs: ResultSet) -> ReportSpec:
+    return report_spec(rs.rows)
 
 
 def _table(records: list[dict]) -> str:
@@ -70,8 +100,27 @@ def header(rs: ResultSet) -> list[str]:
         items.append((f"GPU {d.get('gpu_index')}", f"{_cell(d.get('device_name'))}, sm_{_cell(d.get('cc'))}, "
                                                    f"opt-in {_cell(d.get('smem_optin'))} B, driver "
                                                    f"{_cell(d.get('driver'))}"))
+    spec = _spec(rs)
+    if "cutlass" in spec.header:
+        items += _cutlass_items(rs)
+    if "triton" in spec.header:
+        items += _triton_items(rs)
+    if meta.get("command"):
+        items.append(("command", f"`{meta['command']}`"))
+    if meta.get("seed") is not None and rs.runtime:
+        items.append(("seed (routing and data)", _cell(meta["seed"])))
+    for src in meta.get("merged_from") or []:
+        items.append(("merged from", f"`{_cell(src.get('folder'))}`: `{_cell(src.get('command'))}`"))
+    items.append(("date", _cell(meta.get("date") or max((r.get("timestamp") or "" for r in rs.rows), default=""))))
+    lines += ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in items] + [""]
+    return lines
+
+
+def _cutlass_items(rs: ResultSet) -> list[tuple[str, str]]:
+    """nvcc and CUTLASS (version, where from, header tree) of the rows."""
+    items = []
     tcs = rs.toolchains()
-    mtc = meta.get("toolchain") or {}
+    mtc = rs.meta.get("toolchain") or {}
     sources = sorted({str(r.get("cutlass_source")) for r in rs.rows if r.get("cutlass_source")})
     for tc in tcs:
         src = mtc.get("cutlass_source") if mtc.get("cutlass_hash") == tc["cutlass_hash"] else ", ".join(sources)
@@ -82,15 +131,32 @@ def header(rs: ResultSet) -> list[str]:
         items.append(("warning", f"{len(tcs)} different toolchains in one set (merged with --force)"))
     if mtc.get("cutlass_dir"):
         items.append(("CUTLASS include dir", f"`{mtc['cutlass_dir']}`"))
-    if meta.get("command"):
-        items.append(("command", f"`{meta['command']}`"))
-    if meta.get("seed") is not None and rs.runtime:
-        items.append(("seed (routing and data)", _cell(meta["seed"])))
-    for src in meta.get("merged_from") or []:
-        items.append(("merged from", f"`{_cell(src.get('folder'))}`: `{_cell(src.get('command'))}`"))
-    items.append(("date", _cell(meta.get("date") or max((r.get("timestamp") or "" for r in rs.rows), default=""))))
-    lines += ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in items] + [""]
-    return lines
+    return items
+
+
+def _joined(rows: list[dict], key: str) -> str:
+    return ", ".join(sorted({str(r[key]) for r in rows if r.get(key) not in (None, "")})) or "–"
+
+
+def _triton_items(rs: ResultSet) -> list[tuple[str, str]]:
+    """The Triton release, the engine and its version (where read from), and the kernel (function, file, hash)."""
+    meta, spec = rs.meta, _spec(rs)
+    rows = [spec.complete(r) for r in rs.rows]
+    triton = _joined(rows, "triton_version")
+    predicted = meta.get("predict_only") or (rows and all(r.get("evidence") == "predicted" for r in rows))
+    items = [("Triton", f"{triton} (the predictor's release; nothing compiled)" if predicted else triton)]
+    engine = meta.get("engine") or _joined(rows, "engine")
+    origin = meta.get("engine_origin")
+    items.append(("engine", f"{_cell(engine)}" + (f" (read from `{origin}`)" if origin else "")))
+    kernel = f"`{_joined(rows, 'kernel')}`"
+    files = _joined(rows, "kernel_file")
+    sha = meta.get("kernel_sha256") or _joined(rows, "engine_hash")
+    items.append(("kernel", f"{kernel}{f' in `{files}`' if files != '–' else ''}, sha256 `{sha}`"))
+    if meta.get("config_dir"):
+        items.append(("user config folder", f"`{meta['config_dir']}`"))
+    if meta.get("checked"):
+        items.append(("config files checked", f"`{meta['checked']}`"))
+    return items
 
 
 def _runtime_summary(rs: ResultSet) -> dict[tuple, str]:
@@ -108,22 +174,17 @@ def _runtime_summary(rs: ResultSet) -> dict[tuple, str]:
 
 
 def verdict_section(rs: ResultSet, target: str | None) -> list[str]:
-    rows = [r for r in rs.static if r.get("target") == target or target is None]
+    spec = _spec(rs)
+    rows = [spec.complete(r) for r in rs.static if r.get("target") == target or target is None]
     if not rows:
         return []
+    if spec.order:
+        rows.sort(key=spec.order)
     runtime = _runtime_summary(rs)
-    recs = []
-    for r in rows:
-        rec = {"tile": _cell(r.get("tile")), "K bytes": _cell(r.get("tile_bytes_k")),
-               "schedule": _cell(r.get("schedule")), "epilogue": _cell(r.get("epilogue")),
-               "swap": "on" if r.get("swap_ab") else "off", "stages": stages_text(r),
-               "SharedStorage B": _cell(r.get("smem_bytes")), "limit B": _cell(r.get("smem_limit_bytes")),
-               "headroom B": _cell(r.get("headroom_bytes")), "regs": _cell(r.get("regs_per_thread")),
-               "CTAs/SM": _cell(r.get("ctas_per_sm")), "verdict": _cell(r.get("verdict")),
-               "evidence": _cell(r.get("evidence")), "reason": _cell(r.get("reason"))}
-        if runtime:
+    recs = _records(spec.table, rows)
+    if runtime:
+        for rec, r in zip(recs, rows):
             rec["runtime"] = runtime.get((r.get("target"), r.get("config")), "–")
-        recs.append(rec)
     fits = [r for r in rows if r.get("verdict") in ("fits", "ok")]
     over = [r for r in rows if r.get("verdict") == "smem-over-limit"]
     other = len(rows) - len(fits) - len(over)
@@ -134,27 +195,28 @@ def verdict_section(rs: ResultSet, target: str | None) -> list[str]:
     summary += f", {len(over)} over the opt-in limit"
     if over:
         worst = max(over, key=lambda r: -(r.get("headroom_bytes") or 0))
-        summary += f" (worst: {label(worst)}, {worst.get('reason')})"
+        summary += f" (worst: {spec.label(worst, CELLS)}, {worst.get('reason')})"
     summary += f", {other} other (compile error, unsupported)." if other else "."
     limit = rows[0].get("smem_limit_bytes")
     return [f"## Verdicts{f' on {target}' if target else ''} (opt-in limit {limit} B)", "",
             f"{summary} Evidence of `fits`/`smem-over-limit`: "
-            f"{evidence_words([r for r in rows if r.get('verdict') in ('fits', 'smem-over-limit')])}; not launched. "
-            "`stages`: `auto→N` is the carveout's resolved count, a bare number an explicit one.", "", _table(recs),
-            ""]
+            f"{evidence_text([r for r in rows if r.get('verdict') in ('fits', 'smem-over-limit')], spec.evidence)}"
+            f"{spec.not_launched}{spec.verdict_after}", "", _table(recs), ""]
 
 
 def throughput_section(rs: ResultSet) -> list[str]:
     runtime = rs.runtime
     if not runtime:
         return []
+    spec = _spec(rs)
+    runtime = [spec.complete(r) for r in runtime]
+
+    def lab(r: dict) -> str:
+        return spec.label(r, CELLS)
     ranked = best_by_point(runtime)
-    lines = ["## Throughput", "",
-             "Timed rows only; `best` = lowest median µs among rows whose verdict is `ok` (launched and every "
-             "output element verified against the reference), per batch size and epilogue (a C source is extra "
-             f"work). Ties: {TIE_RULE}. µs is plain back-to-back launches; µs (graph) the same launches replayed "
-             "from a CUDA graph (no CPU launch gaps). GB/s counts the fewest bytes; % peak is against the target's "
-             "datasheet bandwidth, % copy against a measured device-to-device copy (read + write).", ""]
+    lines = ["## Throughput", "", spec.throughput_intro.format(tie_rule=spec.tie_rule), ""]
+    if spec.runtime_evidence:
+        lines += [f"Evidence of these rows: {evidence_text(runtime, spec.evidence)}.", ""]
     groups: dict[tuple, list[dict]] = {}
     for r in runtime:
         groups.setdefault((r.get("target"), r.get("workload"), r.get("gemm"), r.get("routing")), []).append(r)
@@ -167,35 +229,28 @@ def throughput_section(rs: ResultSet) -> list[str]:
             problem = next((r.get("problem") for r in rows if r.get("batch") == b), None)
             for e in epis:
                 rk = ranked.get((tgt, wl, gemm, routing, b, e), [])
-                rec = {"batch": b, "epilogue": e, "problem": _cell(problem)}
+                rec = {spec.best_batch: b, "epilogue": e, "problem": _cell(problem)}
+                if not spec.best_epilogue:
+                    del rec["epilogue"]
                 for tag, r in (("best", rk[0] if rk else None), ("runner-up", rk[1] if len(rk) > 1 else None)):
-                    rec[tag] = label(r) if r else "– (no verified-correct tile)" if tag == "best" else "–"
+                    rec[tag] = lab(r) if r else f"– (no verified-correct {spec.unit})" if tag == "best" else "–"
                     rec[f"{tag} µs"] = _cell(r.get("us_median") if r else None, 2)
-                rec["tie"] = ("tied with " + ", ".join(label(x) for x in rk[1:1 + len(rk[0].get("tie_with") or [])])
+                rec["tie"] = ("tied with " + ", ".join(lab(x) for x in rk[1:1 + len(rk[0].get("tie_with") or [])])
                               if rk and rk[0].get("tie_with") else "")
                 rec["best µs (graph)"] = _cell(rk[0].get("us_graph_median") if rk else None, 2)
                 rec["best GB/s"] = _cell(rk[0].get("gbps") if rk else None, 0)
                 rec["best % copy"] = _cell(rk[0].get("pct_copy_bw") if rk else None, 1)
                 best_recs.append(rec)
-        lines += ["Best tile per batch size and epilogue (evidence: verified correct):", "", _table(best_recs), ""]
-        recs = []
+        lines += [spec.best_caption, "", _table(best_recs), ""]
+        marked = []
         best_cfg = {(b, e): (ranked.get((tgt, wl, gemm, routing, b, e)) or [{}])[0].get("config")
                     for b in batches for e in epis}
         for r in sorted(rows, key=lambda r: (int(r.get("batch") or 0), r.get("epilogue") or "",
                                              r.get("verdict") != "ok", float(r.get("us_median") or 1e30))):
             mark = "**★ best**" if r.get("verdict") == "ok" and \
                 best_cfg.get((r.get("batch"), r.get("epilogue"))) == r.get("config") else ""
-            recs.append({"batch": _cell(r.get("batch")), "tile": _cell(r.get("tile")),
-                         "K bytes": _cell(r.get("tile_bytes_k")), "schedule": _cell(r.get("schedule")),
-                         "stages": stages_text(r), "epilogue": _cell(r.get("epilogue")),
-                         "swap": "on" if r.get("swap_ab") else "off", "µs": _cell(r.get("us_median"), 2),
-                         "µs (graph)": _cell(r.get("us_graph_median"), 2),
-                         "± µs": _cell(r.get("us_spread"), 2), "TFLOP/s": _cell(r.get("tflops"), 2),
-                         "GB/s": _cell(r.get("gbps"), 0), "% peak": _cell(r.get("pct_peak_bw"), 1),
-                         "% copy": _cell(r.get("pct_copy_bw"), 1), "verdict": _cell(r.get("verdict")),
-                         "evidence": _cell(r.get("evidence")), "best": mark,
-                         "reason": "" if r.get("verdict") == "ok" else _cell(r.get("launch_reason") or
-                                                                             r.get("reason"))})
+            marked.append(dict(r, _best=mark))
+        recs = _records(spec.runtime_table, marked)
         lines += ["<details><summary>all rows</summary>", "", _table(recs), "", "</details>", ""]
     return lines
 
@@ -220,23 +275,27 @@ def chart_section(rs: ResultSet, folder: Path) -> list[str]:
         return ["## Charts", "", f"_Charts skipped: {why}. Install matplotlib and run `tileprobe report "
                                  f"{folder}` to draw them._", ""]
     lines = ["## Charts", ""]
+    spec = _spec(rs)
     for target in rs.targets():
-        rows = [r for r in rs.static if r.get("target") == target]
+        rows = [spec.complete(r) for r in rs.static if r.get("target") == target]
+        if spec.order:
+            rows.sort(key=spec.order)
         if not rows:
             continue
         limit = int(rs.target_info(target).get("smem_optin") or rows[0]["smem_limit_bytes"])
         name = f"smem__{_slug(target)}.png"
-        cutlass = ", ".join(sorted({f"CUTLASS {r.get('cutlass_version')}" for r in rows}))
+        tool = ", ".join(sorted({spec.chart_tool(r) for r in rows})) if spec.chart_tool else ""
         words = evidence_words([r for r in rows if r.get("smem_bytes") is not None], with_meaning=False)
-        plots.smem_chart(rows, limit, f"SharedStorage vs opt-in limit on {target}, {cutlass} — evidence: {words}; "
-                                      "not launched", folder / name)
-        lines += [f"SharedStorage per config against {target}'s opt-in limit ({limit} B); bar color = verdict, "
-                  f"shades = mainloop / epilogue / the rest. Evidence: {words}.", "", f"![SharedStorage vs limit on "
-                                                                                  f"{target}]({name})", ""]
+        plots.smem_chart(rows, limit, spec.chart_title.format(target=target, tool=tool, words=words), folder / name,
+                         **({} if spec.chart_xlabel is None else
+                            {"xlabel": spec.chart_xlabel, "names": [spec.label(r, CELLS) for r in rows]}))
+        lines += [spec.chart_caption.format(target=target, limit=limit, words=words), "",
+                  f"![{spec.smem} vs limit on {target}]({name})", ""]
     if any(r.get("verdict") == "ok" for r in rs.runtime):
         for metric, what in (("gbps", "GB/s"), ("us_median", "µs")):
             name = f"throughput__{metric}.png"
-            plots.throughput_chart(rs.runtime, folder / name, metric)
+            plots.throughput_chart(rs.runtime, folder / name, metric, **({} if spec.chart_xlabel is None else
+                                   {"name": lambda r: spec.label(spec.complete(r), CELLS)}))
             lines += [f"{what} against batch size per workload and GEMM (verified-correct rows only; ★ = best at "
                       "that batch).", "", f"![{what} vs batch size]({name})", ""]
     return lines

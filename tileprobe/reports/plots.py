@@ -7,6 +7,7 @@ cannot be drawn.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from tileprobe.lazy import LazyModule
 from tileprobe.results.resultset import best_by_point, label
@@ -33,9 +34,11 @@ def _plt():
     return plt
 
 
-def smem_chart(rows: list[dict], limit: int, title: str, path: Path) -> Path:
+def smem_chart(rows: list[dict], limit: int, title: str, path: Path, xlabel: str | None = None,
+               names: list[str] | None = None) -> Path:
     """Horizontal bars of SharedStorage per config (mainloop / epilogue / rest stacked), colored by verdict, with the
-    opt-in limit as a vertical line and the headroom or overflow written at each bar's end."""
+    opt-in limit as a vertical line and the headroom or overflow written at each bar's end. `xlabel` and `names`
+    (the bars' labels) for a family whose bytes are not CUTLASS's SharedStorage (its total only, no parts)."""
     plt = _plt()
     rows = list(rows)
     n = max(1, len(rows))
@@ -63,17 +66,18 @@ def smem_chart(rows: list[dict], limit: int, title: str, path: Path) -> Path:
         ax.text(max(total, limit) + 0.012 * top, y, note, va="center", fontsize=7)
     ax.axvline(limit, color="black", linewidth=1.4, linestyle="--")
     ax.text(limit, n - 0.35, f"opt-in limit {limit} B ", fontsize=8, va="bottom", ha="right", fontweight="bold")
-    ax.set_yticks([n - 1 - i for i in range(len(rows))], [label(r) for r in rows], fontsize=7)
+    ax.set_yticks([n - 1 - i for i in range(len(rows))], names or [label(r) for r in rows], fontsize=7)
     ax.set_ylim(-0.7, n + 0.3)
     ax.set_xlim(0, top * 1.32)
-    ax.set_xlabel("SharedStorage bytes per CTA (sizeof(GemmKernel::SharedStorage))")
+    ax.set_xlabel(xlabel or "SharedStorage bytes per CTA (sizeof(GemmKernel::SharedStorage))")
     ax.set_title(title, fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     verdicts = list(dict.fromkeys(r.get("verdict") for r in rows))
     handles = [mpatches.Patch(color=VERDICT_COLOR.get(v, "#607d8b"), label=v) for v in verdicts]
-    handles += [mpatches.Patch(color="#555555", label="mainloop (stages)"), mpatches.Patch(color="#555555", alpha=0.55,
-                                                                         label="epilogue"),
-                mpatches.Patch(color="#555555", alpha=0.25, label="pipelines, tensor maps, padding")]
+    if xlabel is None:
+        handles += [mpatches.Patch(color="#555555", label="mainloop (stages)"),
+                    mpatches.Patch(color="#555555", alpha=0.55, label="epilogue"),
+                    mpatches.Patch(color="#555555", alpha=0.25, label="pipelines, tensor maps, padding")]
     ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.9 / (1.2 + 0.3 * n)),
               ncol=min(len(handles), 6), frameon=False)
     fig.tight_layout()
@@ -82,8 +86,10 @@ def smem_chart(rows: list[dict], limit: int, title: str, path: Path) -> Path:
     return path
 
 
-def throughput_chart(rows: list[dict], path: Path, metric: str = "gbps", highlight: int = 10) -> Path:
-    """One panel per (workload, gemm): `metric` (gbps or us_median) against batch size, one line per config.
+def throughput_chart(rows: list[dict], path: Path, metric: str = "gbps", highlight: int = 10,
+                     name: Callable[[dict], str] | None = None) -> Path:
+    """One panel per (workload, gemm): `metric` (gbps or us_median) against batch size, one line per config
+    (`name`: a config's legend label, default resultset.label).
 
     Configs that are best or runner-up at some batch size (up to `highlight` of them) get colors and the legend;
     the rest are drawn thin and grey so the panel stays readable."""
@@ -114,7 +120,7 @@ def throughput_chart(rows: list[dict], path: Path, metric: str = "gbps", highlig
             style = "--" if rs[0].get("epilogue") == "with-c" else "-"
             if cfg in colors:
                 ax.plot(xs, ys, marker="o", markersize=3.5, linewidth=1.6, color=colors[cfg], linestyle=style)
-                labels[cfg] = label(rs[0])
+                labels[cfg] = (name or label)(rs[0])
             else:
                 ax.plot(xs, ys, linewidth=0.7, color="#bdbdbd", zorder=0, linestyle=style)
         for (t, w, g, _routing, b, _epi), rs in ranked.items():

@@ -10,8 +10,9 @@ from pathlib import Path
 from rich.table import Table
 
 from tileprobe.errors import UsageError
+from tileprobe.families import report_spec
 from tileprobe.reports.markdown import render_report
-from tileprobe.results.writer import COLUMNS, csv_row
+from tileprobe.results.writer import csv_columns, csv_row
 from tileprobe.results.resultset import load
 
 from tileprobe.targets import PROFILES, NoDevice, query_devices
@@ -43,7 +44,8 @@ FORMATS = ("md", "csv", "json")
 
 
 def export(folder: Path, fmt: str, out: Path | None = None) -> str:
-    """The rows of a results folder as csv (results.COLUMNS, written as results.csv is: booleans off/on) or json (a
+    """The rows of a results folder as csv (the family's columns, writer.csv_columns, written as results.csv is:
+    booleans off/on) or json (a
     list of row dicts), or the markdown report. A row that breaks the row schema stops it (resultset.load).
 
     md writes report.md and its charts into the folder and returns the report's path; csv and json return the text,
@@ -57,11 +59,13 @@ def export(folder: Path, fmt: str, out: Path | None = None) -> str:
                              "next to the charts it embeds")
         return str(render_report(folder))
     rows = load(folder).rows
+    if fmt == "csv":  # older rows with the fields their family's columns show, where they follow exactly
+        rows = [report_spec(rows).complete(r) for r in rows]
     if fmt == "json":
         text = json.dumps(rows, indent=1) + "\n"
     else:
         buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
+        w = csv.DictWriter(buf, fieldnames=csv_columns(rows), extrasaction="ignore", lineterminator="\n")
         w.writeheader()
         w.writerows(csv_row(r) for r in rows)
         text = buf.getvalue()

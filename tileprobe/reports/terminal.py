@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from tileprobe.results.resultset import best_by_point, label, stages_text
+from tileprobe.families import report_spec
+from tileprobe.families.columns import ReportSpec, visible
+from tileprobe.results.resultset import best_by_point, kind_of, label, stages_text
 
 WIDTH = 120
 VERDICT_STYLE = {"fits": "green", "ok": "bold green", "smem-over-limit": "red", "compile-error": "magenta",
@@ -25,51 +27,74 @@ def _verdict(r: dict) -> str:
     return f"[{VERDICT_STYLE.get(r['verdict'], '')}]{r['verdict']}[/]"
 
 
-def static_table(rows: list[dict], wide: bool = False) -> Table:
-    t = Table(title="static probe", show_lines=False)
-    if any(r.get("tactic") for r in rows):
-        # An engine's tactics: the tactic names the tile (K in bytes) and fixes the schedule; the dtype pair and the
-        # cluster tell variants of one tactic apart. Chosen so that nothing is cut at 120 columns.
-        cols = ["tactic", "dtypes", "epilogue", "cluster", "stages", "smem B", "headroom B", "verdict"]
-    else:
-        cols = ["tile", "K bytes", "schedule", "epilogue", "stages", "SharedStorage B", "headroom B", "verdict"]
-    if wide:
-        cols += ["evidence", "reason"]
+class TerminalCells:
+    """How the terminal writes a cell ('-' for none, one decimal unless told), for families.columns readers."""
+
+    def __init__(self, spec: ReportSpec) -> None:
+        self.spec = spec
+
+    def fmt(self, value, nd: int | None = None) -> str:
+        return _fmt(value) if nd is None else _fmt(value, nd)
+
+    def stages(self, row: dict) -> str:
+        return stages_text(row)
+
+    def label(self, row: dict) -> str:
+        return label(row)
+
+
+def _table(title: str, columns, rows: list[dict], cells: TerminalCells, **kw) -> Table:
+    t = Table(title=title, **kw)
+    cols = visible(tuple(columns), rows, cells)
     for c in cols:
-        t.add_column(c, overflow="fold", no_wrap=c != "reason")
+        t.add_column(c.header, overflow="fold", no_wrap=not c.wrap, max_width=c.width, min_width=c.min_width)
     for r in rows:
-        cells = {"tactic": r.get("tactic") or "", "tile": r["tile"], "K bytes": r["tile_bytes_k"],
-                 "schedule": r["schedule"], "epilogue": r["epilogue"] + (" swap" if r["swap_ab"] else ""),
-                 "stages": stages_text(r), "SharedStorage B": _fmt(r["smem_bytes"]), "smem B": _fmt(r["smem_bytes"]),
-                 "dtypes": r.get("dtypes") or "", "cluster": r.get("cluster") or "",
-                 "headroom B": _fmt(r["headroom_bytes"]), "verdict": _verdict(r), "evidence": r.get("evidence") or "",
-                 "reason": r.get("reason") or ""}
-        t.add_row(*(cells[c] for c in cols))
+        t.add_row(*(_verdict(r) if c.key == "verdict" else c.read(r, cells) for c in cols))
+    caption = cells.spec.terminal_caption(rows) if cells.spec.terminal_caption else None
+    if caption:
+        t.caption = caption
     return t
+
+
+def static_table(rows: list[dict], wide: bool = False, title: str = "static probe") -> Table:
+    spec = report_spec(rows)
+    rows = [spec.complete(r) for r in rows]
+    if spec.order:
+        rows = sorted(rows, key=spec.order)
+    cols = spec.terminal_tactic if spec.terminal_tactic and any(r.get("tactic") for r in rows) else spec.terminal
+    return _table(title, cols + (spec.terminal_wide if wide else ()), rows, TerminalCells(spec), show_lines=False)
+
+
+def static_tables(rows: list[dict], wide: bool = False) -> list[Table]:
+    """The static table; one per value of the family's terminal_split field where the rows hold several (a Triton
+    sweep answers per GPU name the engine keys its files by)."""
+    split = report_spec(rows).terminal_split
+    values = list(dict.fromkeys(r.get(split) for r in rows)) if split else []
+    if len(values) < 2:
+        return [static_table(rows, wide)]
+    return [static_table([r for r in rows if r.get(split) == v], wide, f"static probe: {v}") for v in values]
 
 
 def runtime_table(rows: list[dict], wide: bool = False) -> Table:
-    t = Table(title="runtime probe")
-    cols = ["workload", "gemm", "batch", "tile", "schedule", "verdict", "µs", "µs graph", "GB/s", "% read BW"]
-    if wide:
-        cols += ["rel_err", "reason"]
-    for c in cols:
-        t.add_column(c, overflow="fold", no_wrap=c != "reason")
-    for r in rows:
-        cells = {"workload": r["workload"], "gemm": r["gemm"], "batch": _fmt(r["batch"]), "tile": r["tile"],
-                 "schedule": r["schedule"], "verdict": _verdict(r), "µs": _fmt(r["us_median"]),
-                 "µs graph": _fmt(r.get("us_graph_median")), "GB/s": _fmt(r["gbps"], 0),
-                 "% read BW": _fmt(r.get("pct_read_bw")),
-                 "rel_err": _fmt(r["rel_err"], 4) if r.get("rel_err") is not None else "-",
-                 "reason": (r.get("reason") or "") if r["verdict"] != "ok" else ""}
-        t.add_row(*(cells[c] for c in cols))
-    return t
+    spec = report_spec(rows)
+    rows = [spec.complete(r) for r in rows]
+    if spec.order:
+        rows = sorted(rows, key=spec.order)
+    return _table("runtime probe", spec.terminal_runtime + (spec.terminal_runtime_wide if wide else ()), rows,
+                  TerminalCells(spec))
 
 
 def summary(rows: list[dict]) -> str:
     """One paragraph: fits and over-limit counts, the tightest fit, the fastest verified tile per GEMM."""
-    static = [r for r in rows if not r.get("workload")]
-    runtime = [r for r in rows if r.get("workload") and r.get("gemm")]
+    spec = report_spec(rows)
+    cells = TerminalCells(spec)
+    rows = [spec.complete(r) for r in rows]
+
+    def name(r: dict) -> str:  # an engine's tactic by its name, else the family's label
+        return r.get("tactic") or spec.label(r, cells)
+
+    static = [r for r in rows if kind_of(r) == "static"]
+    runtime = [r for r in rows if kind_of(r) == "runtime" and r.get("gemm")]
     parts = []
     if static:
         fits = [r for r in static if r["verdict"] == "fits"]
@@ -80,12 +105,12 @@ def summary(rows: list[dict]) -> str:
                         if len(static) > len(fits) + len(over) else "") + ".")
         if fits:
             tight = min(fits, key=lambda r: r["headroom_bytes"])
-            parts.append(f"Tightest fit: {tight.get('tactic') or label(tight)} with {tight['headroom_bytes']} B to "
+            parts.append(f"Tightest fit: {name(tight)} with {tight['headroom_bytes']} B to "
                          f"spare ({tight['smem_bytes']} B).")
         if over:
             worst = min(over, key=lambda r: r["headroom_bytes"] if r["headroom_bytes"] is not None else 0)
             if worst["headroom_bytes"] is not None:
-                parts.append(f"Furthest over: {worst.get('tactic') or label(worst)} by {-worst['headroom_bytes']} B.")
+                parts.append(f"Furthest over: {name(worst)} by {-worst['headroom_bytes']} B.")
     if runtime:
         ok = sum(r["verdict"] == "ok" for r in runtime)
         parts.append(f"{ok} of {len(runtime)} launched points verified.")
@@ -95,16 +120,17 @@ def summary(rows: list[dict]) -> str:
             if keys:
                 k = max(keys, key=lambda k: (k[4] or 0))
                 best = ranked[k][0]
-                parts.append(f"Fastest verified {gemm} at batch {k[4]}: {label(best)}, {best['us_median']:.1f} µs "
+                parts.append(f"Fastest verified {gemm} at batch {k[4]}: {spec.label(best, cells)}, "
+                             f"{best['us_median']:.1f} µs "
                              f"({_fmt(best.get('gbps'), 0)} GB/s).")
     return " ".join(parts)
 
 
 def print_rows(rows: list[dict], console, wide: bool = False) -> None:
-    static = [r for r in rows if not r.get("workload")]
-    runtime = [r for r in rows if r.get("workload") and r.get("gemm")]
-    if static:
-        console.print(static_table(static, wide))
+    static = [r for r in rows if kind_of(r) == "static"]
+    runtime = [r for r in rows if kind_of(r) == "runtime" and r.get("gemm")]
+    for table in static_tables(static, wide) if static else ():
+        console.print(table)
     if runtime:
         console.print(runtime_table(runtime, wide))
     text = summary(rows)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tileprobe.errors import UnsupportedConfig, UsageError
 from tileprobe.families import EPILOGUES, FAMILIES, SCHEDULE_SHORT, Config, parse_cluster, parse_tile
+from tileprobe.families.columns import CUTLASS_EVIDENCE, CUTLASS_TIE_RULE, evidence_text
 from tileprobe.results.writer import JSONL_NAME, TOOLCHAIN_COLUMNS, check_csv, jsonl_path, read_rows, settled
 from tileprobe.targets import PROFILES, Target
 
@@ -72,9 +73,10 @@ class ResultSet:
 
 
 def kind_of(row: dict) -> str:
-    """'static' (no workload), 'foreign' (a not-runnable-here row for a GPU of another arch) or 'runtime'."""
+    """'static' (no workload; or a check-configs row: compiled, not launched), 'foreign' (a not-runnable-here row for a
+    GPU of another arch) or 'runtime'."""
     workload = row.get("workload")
-    if not workload:
+    if not workload or row.get("routing") == "config-file":  # check-configs names the file it read in `workload`
         return "static"
     if row.get("verdict") == "not-runnable-here" and not row.get("gemm"):
         return "foreign"
@@ -203,9 +205,7 @@ def stages_text(row: dict) -> str:
     return str(resolved if resolved not in (None, "") else st)
 
 
-TIE_RULE = ("two tiles tie when their medians differ by no more than the larger of their spreads (max - min over "
-            "the repeats); among tiles tied with the fastest, the one with the smaller SharedStorage wins (more "
-            "headroom), then the lower config name")
+TIE_RULE = CUTLASS_TIE_RULE
 
 
 def tied(a: dict, b: dict) -> bool:
@@ -242,31 +242,13 @@ def point_key(r: dict) -> tuple:
     return (r.get("target"), r.get("workload"), r.get("gemm"), r.get("routing"), r.get("batch"), r.get("epilogue"))
 
 
-EVIDENCE_MEANING = {
-    "none": "not built (unsupported) or the build failed",
-    "predicted": "sizes from tileprobe's model of the CUTLASS builders; nothing compiled",
-    "sized": "kernel types instantiated on the host, sizeof(SharedStorage) read; no device code built",
-    "compiled": "device code built by ptxas, sizeof(SharedStorage) read",
-    "launched": "launched on a GPU; what it showed is in the verdict",
-    "verified": "launched, every output element checked against the reference",
-    # older files' words (still read): what they meant then
-    "static": "older files' word for `sized`: kernel types instantiated, sizeof(SharedStorage) read",
-    "launch-attempted": "older files' word for `launched`",
-    "verified-correct": "older files' word for `verified`",
-}
+EVIDENCE_MEANING = CUTLASS_EVIDENCE
 
 
 def evidence_words(rows: list[dict], with_meaning: bool = True) -> str:
     """The evidence words of `rows` as the rows say them, weakest first: '`sized` (kernel types instantiated ...)'
     ("none" when there are no rows). Reports and chart titles use this, never a word the rows do not hold."""
-    order = list(EVIDENCE_MEANING)
-    words = sorted({str(r.get("evidence")) for r in rows if r.get("evidence")},
-                   key=lambda w: (order.index(w) if w in order else len(order), w))
-    if not words:
-        return "none"
-    if not with_meaning:
-        return ", ".join(words)
-    return "; ".join(f"`{w}` ({EVIDENCE_MEANING[w]})" if w in EVIDENCE_MEANING else f"`{w}`" for w in words)
+    return evidence_text(rows, EVIDENCE_MEANING, with_meaning)
 
 
 def evidence_statement(rs: ResultSet) -> str:

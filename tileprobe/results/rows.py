@@ -31,6 +31,11 @@ COLUMNS = [
     # Triton families (triton-moe): the engine config entry's other fields, where it came from, and the compiler
     "quant", "experts", "ep", "gemm_n", "gemm_k", "top_k", "num_warps", "group_size_m", "config_source",
     "triton_version",
+    # Triton families, for their tables (families.columns.TRITON_REPORT): the kernel and its file, the config's
+    # BLOCK_SIZE_M/N/K, the range of M the engine gives it, and where it came from (origin user/shipped/default, the
+    # file and its entry key, or the engine's default rule); for an autotuned launch, the configs the autotuner drops
+    "kernel", "kernel_file", "block_m", "block_n", "block_k", "batch_range", "config_origin", "config_file",
+    "config_key", "config_rule", "autotune_dropped",
 ]
 TOOLCHAIN_COLUMNS = ["cutlass_version", "cutlass_hash", "nvcc_version"]
 # What identifies a row: the config, where it was judged, and the workload point (problem list hash and seed
@@ -129,6 +134,8 @@ def make_row(config: Config, target: Target, toolchain: dict, outcome: Outcome, 
     }
     if fam.engine is not None:
         row["engine"], row["engine_hash"] = fam.engine()
+    if fam.row_fields is not None:
+        row.update(fam.row_fields(config))
     for more in (runtime, point, extra):
         if more:
             row.update(more)

@@ -12,13 +12,14 @@ import zlib
 from pathlib import Path
 
 from tileprobe.errors import UsageError
+from tileprobe.families import report_spec
 from tileprobe.results import provenance
 from tileprobe.results.rows import COLUMNS, TOOLCHAIN_COLUMNS, now, row_key
 from tileprobe.results.schema import row_problems
 from tileprobe.verdict import Verdict
 
 __all__ = ["COLUMNS", "CSV_NAME", "JSONL_NAME", "jsonl_path", "TOOLCHAIN_COLUMNS", "ResultsWriter", "check_csv", "csv_row",
-           "load_rows", "now", "read_rows", "row_key", "settled"]
+           "csv_columns", "load_rows", "now", "read_rows", "row_key", "settled"]
 
 CSV_NAME = "results.csv"
 JSONL_NAME = "results.jsonl"
@@ -73,10 +74,9 @@ class ResultsWriter:
         new_csv = not self.csv_path.exists() or self.csv_path.stat().st_size == 0
         self._csv = open(self.csv_path, "a", newline="")
         self._jsonl = open(self.jsonl_path, "a")
-        self._writer = csv.DictWriter(self._csv, fieldnames=COLUMNS, extrasaction="ignore")
-        if new_csv:
-            self._writer.writeheader()
-            self._csv.flush()
+        # The CSV's columns are the family's (csv_columns), chosen at the first row; a resumed CSV keeps its header.
+        self._writer = None if new_csv else csv.DictWriter(self._csv, fieldnames=_csv_header(self.csv_path),
+                                                           extrasaction="ignore")
 
     def _rewrite(self, rows: list[dict]) -> None:
         """Both files again from `rows` (the JSON file's complete lines), through temporary files."""
@@ -94,6 +94,9 @@ class ResultsWriter:
         key = row_key(row)
         if key in self.done:
             return
+        if self._writer is None:
+            self._writer = csv.DictWriter(self._csv, fieldnames=csv_columns([row]), extrasaction="ignore")
+            self._writer.writeheader()
         self._writer.writerow(csv_row(row))
         self._jsonl.write(json.dumps(row) + "\n")
         for f in (self._csv, self._jsonl):
@@ -176,6 +179,17 @@ def csv_text(value) -> str:
     return str(value)
 
 
+def csv_columns(rows: list[dict]) -> list[str]:
+    """The CSV columns for these rows: their family's (families.columns.ReportSpec.csv_columns of COLUMNS)."""
+    return report_spec(rows).csv_columns(COLUMNS)
+
+
+def _csv_header(path: Path) -> list[str]:
+    with open(path, newline="") as f:
+        header = next(csv.reader(f), None)
+    return header if header and all(h in COLUMNS for h in header) else COLUMNS
+
+
 def csv_row(row: dict) -> dict:
     return {k: csv_text(_clean(row.get(k))) for k in COLUMNS}
 
@@ -231,7 +245,7 @@ def _csv_records(path: Path) -> int:
 
 def _csv_text(rows: list[dict]) -> str:
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
+    w = csv.DictWriter(buf, fieldnames=csv_columns(rows), extrasaction="ignore")
     w.writeheader()
     w.writerows(csv_row(r) for r in rows)
     return buf.getvalue()

@@ -227,7 +227,8 @@ def run(path: Path | None, engine: str | None, wheel: str | None, target_name: s
         point = {"workload": c.file.rel, "gemm": c.gemm, "batch": c.key, "routing": "config-file",
                  "device_name": c.file.name.device_name,
                  "problem": f"M={c.key} E={c.file.name.E} N={c.config.get('gemm_n')} K={c.config.get('gemm_k')} ({c.problem.how})",
-                 "problems_hash": f"{c.file.rel}#{c.key}#{c.gemm}"}
+                 "problems_hash": f"{c.file.rel}#{c.key}#{c.gemm}",
+                 "config_origin": "shipped" if path is None else "user"}
         row = make_row(c.config, c.target, cols, o, point=point,
                        extra={"engine": src.label(), "engine_hash": source.sha256[:16]})
         rows.append(row)
