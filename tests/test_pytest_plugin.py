@@ -155,7 +155,7 @@ def test_triton_tiles_are_compiled_again_with_triton(pytester, tmp_path):
     import sys
 
     from tileprobe.errors import UsageError
-    from tileprobe.triton_sweep import engine_kernel_source
+    from tileprobe.triton.sweep import engine_kernel_source
 
     try:
         engine_kernel_source("vllm", None)
@@ -199,7 +199,7 @@ def test_engine_config_files_per_entry_against_the_device_they_name(pytester, mo
     PRO 6000 with Triton's own text; a small entry passes there; ids and markers select as usual."""
     pytest.importorskip("triton")
     from tileprobe.errors import UsageError
-    from tileprobe.triton_sweep import engine_kernel_source
+    from tileprobe.triton.sweep import engine_kernel_source
 
     try:
         engine_kernel_source("vllm", None)

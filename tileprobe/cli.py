@@ -12,7 +12,8 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from tileprobe import families, ray_sweep, triton_sweep
+from tileprobe import families, ray_sweep
+from tileprobe.triton import sweep as triton_sweep
 from tileprobe.triton import audit as triton_audit
 from tileprobe.triton import export as triton_export
 from tileprobe.triton import tune as triton_tune

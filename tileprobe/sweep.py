@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tileprobe import triton_sweep
+from tileprobe.triton import sweep as triton_sweep
 from tileprobe.predict import modeled
 from tileprobe.backends.cutlass import peer
 from tileprobe.backends.cutlass.build import cache_root

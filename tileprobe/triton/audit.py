@@ -30,7 +30,7 @@ from tileprobe.families import triton_moe as tm
 from tileprobe.results.rows import make_row, now
 from tileprobe.results.writer import ResultsWriter, row_key
 from tileprobe.targets import Target, profile
-from tileprobe.triton_sweep import engine_kernel_source, outcome, toolchain_columns
+from tileprobe.triton.sweep import engine_kernel_source, outcome, toolchain_columns
 from tileprobe.workloads import PRESETS
 
 ASSUMED_HIDDEN = 4096

@@ -30,7 +30,7 @@ from tileprobe.errors import UsageError
 from tileprobe.families import triton_moe as tm
 from tileprobe.targets import profile
 from tileprobe.triton.audit import _entry, arch_of, canonical, constexpr_positions, guess_engine, problem_for
-from tileprobe.triton_sweep import engine_kernel_source
+from tileprobe.triton.sweep import engine_kernel_source
 
 PROVENANCE = "tileprobe-provenance.json"
 

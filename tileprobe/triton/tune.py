@@ -68,7 +68,7 @@ from tileprobe.results.writer import ResultsWriter, row_key
 from tileprobe.targets import Target, resolve_target
 from tileprobe.triton.audit import _entry, canonical, constexpr_positions, problem_for
 from tileprobe.triton.export import PROVENANCE, output_path, read_inputs
-from tileprobe.triton_sweep import engine_kernel_source, toolchain_columns
+from tileprobe.triton.sweep import engine_kernel_source, toolchain_columns
 from tileprobe.verdict import Verdict
 from tileprobe.workloads import PRESETS
 

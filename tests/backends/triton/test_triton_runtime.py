@@ -28,7 +28,7 @@ from tileprobe.backends.triton import runtime as rt
 from tileprobe.backends.triton.source import load
 from tileprobe.backends.triton.toolchain import cache_root
 from tileprobe.families import triton_moe as tm
-from tileprobe.triton_sweep import engine_kernel_source
+from tileprobe.triton.sweep import engine_kernel_source
 engine, gemm, m, bm, seed, cache = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 quant = sys.argv[7]
 _, src = engine_kernel_source(engine, None)
