@@ -520,17 +520,24 @@ def export_triton_configs(
     cache_dir: CacheOpt = None,
     tune: Annotated[bool, typer.Option("--tune", help="on a GPU of the target's arch: each entry becomes the fastest verified config of the engine tuner's own search space that fits (pruned by compiled bytes, screened, confirmed)")] = False,
     batches: Annotated[Optional[str], typer.Option("--batches", help="--tune: only these M keys of the input file(s), e.g. 1,16,64")] = None,
-    confirm_top: Annotated[int, typer.Option("--confirm-top", help="--tune: how many of the screen's fastest get the element-wise check and full timing")] = 8,
-    screen_reps: Annotated[int, typer.Option("--screen-reps", help="--tune: timed graph replays per config in the screen")] = 3,
+    confirm_top: Annotated[Optional[int], typer.Option("--confirm-top", help="--tune: how many of the screen's fastest get the element-wise check and full timing", show_default="8")] = None,
+    screen_reps: Annotated[Optional[int], typer.Option("--screen-reps", help="--tune: timed graph replays per config in the screen", show_default="3")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="--tune: the inputs' seed (default: random, recorded)")] = None,
     prune_only: Annotated[bool, typer.Option("--prune-only", help="--tune: compile and prune the space only (no GPU needed; nothing launched; fills the caches a later --tune reuses)")] = False,
 ) -> None:
     """Engine config files for TARGET in the engine's names and layout, every entry fitting (an over-limit entry
     becomes the nearest fitting config by a stated rule; compiled, not timed; provenance beside them). With --tune,
     on a GPU of TARGET's arch, every entry is the fastest verified config of the engine's tuning space instead."""
+    tune_only = [o for o, v in (("--batches", batches), ("--confirm-top", confirm_top), ("--screen-reps", screen_reps),
+                                ("--seed", seed), ("--prune-only", prune_only or None)) if v is not None]
+    if tune_only and not tune:
+        raise UsageError(f"{', '.join(tune_only)} apply with --tune only")
     if tune:
-        opts = triton_tune.TuneOptions(batches=_ints([batches] if batches else None, "--batches"), confirm_top=confirm_top,
-                                       screen_reps=screen_reps, jobs=max(1, jobs), cache_dir=cache_dir,
+        d = triton_tune.TuneOptions()
+        opts = triton_tune.TuneOptions(batches=_ints([batches] if batches else None, "--batches"),
+                                       confirm_top=d.confirm_top if confirm_top is None else confirm_top,
+                                       screen_reps=d.screen_reps if screen_reps is None else screen_reps,
+                                       jobs=max(1, jobs), cache_dir=cache_dir,
                                        any_triton=any_triton, seed=seed, prune_only=prune_only)
         tuned, prov = triton_tune.run(inputs, engine, engine_wheel, target, out, _split_csv(device_name), hidden,
                                       opts)

@@ -35,8 +35,6 @@ from tileprobe.workloads import PRESETS
 
 ASSUMED_HIDDEN = 4096
 ASSUMED_TOP_K = 8
-# Triton 3.8's CUDAOptions defaults (triton/backends/nvidia/compiler.py): what an entry without them launches with.
-TRITON_DEFAULT_WARPS, TRITON_DEFAULT_STAGES = 4, 3
 
 
 @dataclass(frozen=True)
@@ -113,18 +111,6 @@ class Check:
     why_not: str = ""  # the entry is not compiled: why
 
 
-def _entry(raw: dict) -> tuple[dict | None, str]:
-    why = tc.triton_entry_problem(raw)
-    if why:
-        return None, why
-    e = {k: raw[k] for k in tm.ENTRY_KEYS if k in raw}
-    e.setdefault("num_warps", TRITON_DEFAULT_WARPS)
-    e.setdefault("num_stages", TRITON_DEFAULT_STAGES)
-    if raw.get("USE_TMA"):
-        return None, "USE_TMA: the TMA-descriptor launch is not reproduced"
-    return e, ""
-
-
 def plan(files: list[tc.ConfigFile], engine: str, source: KernelSource, target: Target | None, hidden: int | None
          ) -> tuple[list[Check], list[str]]:
     """Every (file, entry, GEMM) to compile, and notes for files skipped (scheme not sized, device unknown)."""
@@ -156,7 +142,7 @@ def plan(files: list[tc.ConfigFile], engine: str, source: KernelSource, target: 
         else:
             gemms = ("gate_up",) if (f.triton_dir, f.name) in downs else tm.GEMMS
         for key, raw in f.entries.items():
-            e, why = _entry(raw)
+            e, why = tm.check_entry(raw)
             for gemm in gemms:
                 if e is None:
                     checks.append(Check(f, key, gemm, t, None, None, prob, why))

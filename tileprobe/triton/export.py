@@ -29,7 +29,7 @@ from tileprobe.engines import triton_lookup
 from tileprobe.errors import UsageError
 from tileprobe.families import triton_moe as tm
 from tileprobe.targets import profile
-from tileprobe.triton.audit import _entry, arch_of, canonical, constexpr_positions, guess_engine, problem_for
+from tileprobe.triton.audit import arch_of, canonical, constexpr_positions, guess_engine, problem_for
 from tileprobe.triton.sweep import engine_kernel_source
 
 PROVENANCE = "tileprobe-provenance.json"
@@ -131,7 +131,7 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
         entries: dict[int, dict] = {}
         raw_keep: dict[int, dict] = {}
         for key, raw in f.entries.items():
-            e, why = _entry(raw)
+            e, why = tm.check_entry(raw)
             if e is None:
                 raise UsageError(f"{f.rel} [{key}]: cannot size this entry ({why})")
             entries[key], raw_keep[key] = e, raw

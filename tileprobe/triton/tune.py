@@ -66,7 +66,7 @@ from tileprobe.lazy import LazyModule
 from tileprobe.results.rows import Outcome, StaticInfo, make_row
 from tileprobe.results.writer import ResultsWriter, row_key
 from tileprobe.targets import Target, resolve_target
-from tileprobe.triton.audit import _entry, canonical, constexpr_positions, problem_for
+from tileprobe.triton.audit import canonical, constexpr_positions, problem_for
 from tileprobe.triton.export import PROVENANCE, output_path, read_inputs
 from tileprobe.triton.sweep import engine_kernel_source, toolchain_columns
 from tileprobe.verdict import Verdict
@@ -364,7 +364,7 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
             keys = sorted(set(opts.batches))
         space = opts.space if opts.space is not None else search_space(engine, scheme)
         for c in space:
-            if _entry({**c})[0] is None:
+            if tm.check_entry(c)[0] is None:
                 raise UsageError(f"search space entry {c}: not a fused_moe_kernel config")
 
         def job(c: dict, m: int, g: str, scheme=scheme, prob=prob, f=f) -> KernelJob:
