@@ -29,7 +29,7 @@ from tileprobe.engines import fetch, triton_configs
 from tileprobe.errors import UsageError
 from tileprobe.reports.explain import explain as run_explain
 from tileprobe.results.merge import merge as run_merge
-from tileprobe.reports.report import _write, devices_table, export, write_reports
+from tileprobe.reports.report import write_text, devices_table, export, write_reports
 from tileprobe.reports.terminal import WIDTH, print_rows
 from tileprobe.backends.cutlass.toolchain import find_nvcc
 from tileprobe.binary import inspect as binary_inspect
@@ -350,7 +350,7 @@ def diff(
 
     text = compare.render(compare.diff(resultset.load(a), resultset.load(b)))
     if out is not None:
-        _write(out, text)
+        write_text(out, text)
     sys.stdout.write(text)
 
 

@@ -58,7 +58,7 @@ def test_unknown_device_name_and_scheme_are_one_line(tmp_path):
 
 
 def test_no_engine_and_no_wheel_is_one_line(tmp_path):
-    if tc._package_dir("vllm") is not None:
+    if tc.package_dir("vllm") is not None:
         pytest.skip("vllm is installed here")
     line = _one_line_exit_2(_cli("check-configs", "--engine", "vllm",
                                  env={tc.WHEELS_ENV: str(tmp_path), "XDG_CACHE_HOME": str(tmp_path)}))

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import platformdirs
 
-from tileprobe.backends.cutlass.toolchain import _package_dir
+from tileprobe.backends.cutlass.toolchain import package_dir
 from tileprobe.errors import UsageError
 
 ENGINES = ("vllm", "sglang")
@@ -151,7 +151,7 @@ def find_engine(engine: str, wheel: str | Path | None = None) -> EngineSource:
         if not path.is_file():
             raise UsageError(f"--engine-wheel {wheel}: no such file")
         return EngineSource(engine, _wheel_version(path, engine), str(path), "wheel")
-    pkg = _package_dir(engine)
+    pkg = package_dir(engine)
     if pkg is not None and (pkg / "__init__.py").is_file():
         try:
             version = importlib.metadata.version(engine)
