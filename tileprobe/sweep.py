@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from tileprobe.triton import sweep as triton_sweep
@@ -200,8 +200,8 @@ def static_rows(opts: SweepOptions, tc: Toolchain, target: Target, configs: list
 def gpu_rows(opts: SweepOptions, plan_: Plan, tc: Toolchain, points: list[Point], seed: int, rec: Recorder,
              console) -> tuple[list[Outcome], RuntimeJob]:
     """With a GPU of the family's arch: one harness build per config gives its static row and its launches, and
-    builds overlap launches (tileprobe.backends.cutlass.pipeline; its launches' rows go into rec.writer). Configs the
-    model skips are neither built nor launched: their static row (evidence `predicted`) is all they get."""
+    builds overlap launches (tileprobe.backends.cutlass.pipeline; its launches' rows go through rec.write too).
+    Configs the model skips are neither built nor launched: their static row (evidence `predicted`) is all they get."""
     fam, configs = plan_.family, plan_.configs
     modeled_out = model_skips(opts, tc, plan_.target, configs)
     write = static_writer(tc, plan_.target, rec)
@@ -214,8 +214,7 @@ def gpu_rows(opts: SweepOptions, plan_: Plan, tc: Toolchain, points: list[Point]
         console.print(f"[yellow]--peer {opts.peer}: torch._scaled_grouped_mm is FP8 x FP8; {fam.name} "
                       "operands here are not, so rows carry no peer[/]")
     todo = [c for c in configs if c.key not in modeled_out]
-    probed, launched = probe_and_launch(todo, plan_.target, job, rec.writer, console, write) if todo else ([], [])
-    rec.rows += launched
+    probed, _ = probe_and_launch(todo, plan_.target, job, rec, console, write) if todo else ([], [])
     by_key = {o.config.key: o for o in probed}
     for c in configs:
         if c.key in modeled_out:
@@ -292,26 +291,20 @@ def fp8_peer_applies(fam: Family, configs: list[Config]) -> bool:
     return bool(configs) and all(fam.bits(c) == 8 and fam.wbits(c) == 8 for c in configs)
 
 
-# The SweepOptions fields, workload keys and TritonOptions fields as the command line spells them, for
-# check_options (a value other than the default is an option given).
-FLAGS = {"tiles": "--tiles", "schedules": "--schedules", "stages": "--stages", "epilogues": "--epilogue",
-         "swap_ab": "--swap-ab", "dtypes": "--dtypes", "cluster": "--cluster", "compile": "--compile",
-         "peer": "--peer", "predict_only": "--predict-only", "model_skip": "--model-skip", "rebuild": "--rebuild",
-         "static_only": "--static-only", "resume": "--resume", "shard": "--shard", "gpus": "--gpus",
-         "compile_timeout_s": "--compile-timeout", "run_timeout_s": "--run-timeout", "cutlass_dir": "--cutlass-dir",
-         "nvcc": "--nvcc", "cache_dir": "--cache-dir"}
-WORKLOAD_FLAGS = {"presets": ("--workload", None), "shapes": ("--shape", None), "batches": ("--batch", None),
-                  "routing": ("--routing", "uniform"), "tp": ("--tp", 1), "ep": ("--ep", 1), "seed": ("--seed", -1)}
-TRITON_FLAGS = {"engine": "--engine", "quant": "--quant", "engine_wheel": "--engine-wheel",
-                "config_dir": "--config-dir", "device_names": "--device-name", "any_triton": "--any-triton"}
+# Options whose flag is not their field's name spelled --like-this (check_options); a workload key's default.
+SPELLED = {"epilogues": "--epilogue", "compile_timeout_s": "--compile-timeout", "run_timeout_s": "--run-timeout",
+           "presets": "--workload", "shapes": "--shape", "batches": "--batch", "device_names": "--device-name"}
+WORKLOAD_DEFAULTS = {"presets": None, "shapes": None, "batches": None, "routing": "uniform", "tp": 1, "ep": 1,
+                     "seed": -1}
 
 
 def given_options(opts: SweepOptions) -> list[str]:
     """The options of `opts` given a value other than their default, as the command line spells them."""
-    d, t = SweepOptions(), triton_sweep.TritonOptions()
-    return ([flag for name, flag in FLAGS.items() if getattr(opts, name) != getattr(d, name)]
-            + [flag for k, (flag, default) in WORKLOAD_FLAGS.items() if opts.workload.get(k, default) != default]
-            + [flag for name, flag in TRITON_FLAGS.items() if getattr(opts.triton, name) != getattr(t, name)])
+    given = [(f.name, getattr(o, f.name) != getattr(d, f.name))
+             for o, d in ((opts, SweepOptions()), (opts.triton, triton_sweep.TritonOptions()))
+             for f in fields(d) if f.name not in ("family", "workload", "triton", "max_m", "extra")]
+    given += [(k, opts.workload.get(k, v) != v) for k, v in WORKLOAD_DEFAULTS.items()]
+    return [SPELLED.get(name, "--" + name.replace("_", "-")) for name, yes in given if yes]
 
 
 def check_options(opts: SweepOptions, fam: Family | None) -> None:
@@ -341,11 +334,14 @@ def resolve_seed(opts: SweepOptions) -> int:
 
 @dataclass
 class Recorder:
-    """One sweep's results folder while it runs: `write` is the one path every row of this run takes (kept --resume
-    rows are not written again); `meta` is run.json, written again by `save`."""
+    """One sweep's results folder while it runs: `write` is the one path every row of this run takes, static or
+    launched, CUTLASS or Triton (kept --resume rows are not written again); `meta` is run.json, written by `save`."""
     writer: ResultsWriter
     meta: dict
     rows: list[dict] = field(default_factory=list)
+
+    def has(self, key: str) -> bool:
+        return self.writer.has(key)
 
     def write(self, row: dict) -> None:
         if not self.writer.has(row_key(row)):

@@ -15,14 +15,13 @@ Triton, torch or a GPU.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import importlib.metadata
 import json
 import os
 import re
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 

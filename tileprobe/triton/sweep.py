@@ -214,8 +214,7 @@ class Prepared:
         return {"family": tm.NAME, "target": self.target.as_dict(), "devices": [d.as_dict() for d in self.devices[:1]],
                 "configs": len(self.planned), "toolchain": self.columns | where | {
                     "engine": self.src.label(), "kernel_sha256": self.source.sha256},
-                "engine": self.src.label(), "engine_origin": self.src.origin, "kernel_sha256": self.source.sha256,
-                "quant": self.opts.triton.quant, "device_names": list(self.names), "config_dir": self.user_dir,
+                "engine_origin": self.src.origin, "quant": self.opts.triton.quant, "device_names": list(self.names), "config_dir": self.user_dir,
                 **({"predict_only": True} if self.triton is None else {})}
 
     def summary(self) -> str:
