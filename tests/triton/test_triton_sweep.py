@@ -59,7 +59,7 @@ UNUSED = {
     "--schedules": lambda r: r.choice(["auto", "cooperative", "pingpong"]),
     "--epilogue": lambda r: r.choice(["no-c", "with-c"]),
     "--swap-ab": lambda r: r.choice(["on", "off"]),
-    "--cluster": lambda r: f"{r.choice([1, 2])}x1x1",
+    "--cluster": lambda r: f"{r.choice([2, 4])}x1x1",  # 1x1x1 is the default: not an option given
     "--dtypes": lambda r: r.choice(["nvfp4xnvfp4", "mxfp8xmxfp4"]),
     "--routing": lambda r: r.choice(["balanced", "skewed"]),
     "--peer": lambda r: "torch",
