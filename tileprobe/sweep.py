@@ -9,8 +9,6 @@ import random
 import shlex
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -22,8 +20,8 @@ from tileprobe.errors import UsageError
 from tileprobe.families import Config, Family, arch_for, expand_configs, family, family_for_cc
 from tileprobe.families.base import CUTLASS_OPTIONS
 from tileprobe.results import provenance
-from tileprobe.results.writer import JSONL_NAME, ResultsWriter, read_rows, row_key
-from tileprobe.results.rows import Outcome, make_row, now
+from tileprobe.results.writer import Recorder, recording
+from tileprobe.results.rows import Outcome, make_row
 from tileprobe.backends.cutlass.pipeline import probe_and_launch
 from tileprobe.backends.cutlass.runtime import RuntimeJob
 from tileprobe.backends.cutlass.static_probe import probe_static
@@ -268,17 +266,13 @@ def predict_only(opts: SweepOptions, console) -> list[dict]:
     meta = {"family": p.family.name, "target": p.target.as_dict(), "devices": [], "configs": len(p.configs),
             "toolchain": tc_cols | {"cutlass_dir": str(cutlass.root), "nvcc": None} | engine_meta(p.family),
             "predict_only": True}
-    with recording(opts, meta, "predicted", None) as rec:
+    with recording(opts.out, meta, "predicted", command_line(), opts.resume, None, opts.shard) as rec:
         console.print(f"[bold]{p.family.name}[/] on [bold]{p.target.name}[/]: {len(p.configs)} configs predicted "
                       f"by tileprobe's model of CUTLASS {cutlass.version} ({cutlass.source}, tree {cutlass.tree_hash}; "
                       "nothing compiled)")
         for o in outs:
             rec.write(make_row(o.config, p.target, tc_cols, o, extra=modeled.columns(o.config, cutlass, o.info)))
     return rec.rows
-
-
-def _rows_in(out: Path) -> list[dict]:
-    return read_rows(out)[0] if (Path(out) / JSONL_NAME).is_file() else []
 
 
 def command_line() -> str:
@@ -332,46 +326,11 @@ def resolve_seed(opts: SweepOptions) -> int:
     return seed
 
 
-@dataclass
-class Recorder:
-    """One sweep's results folder while it runs: `write` is the one path every row of this run takes, static or
-    launched, CUTLASS or Triton (kept --resume rows are not written again); `meta` is run.json, written by `save`."""
-    writer: ResultsWriter
-    meta: dict
-    rows: list[dict] = field(default_factory=list)
-
-    def has(self, key: str) -> bool:
-        return self.writer.has(key)
-
-    def write(self, row: dict) -> None:
-        if not self.writer.has(row_key(row)):
-            self.writer.write(row)
-            self.rows.append(row)
-
-    def save(self) -> None:
-        (self.writer.out / provenance.RUN_JSON).write_text(json.dumps(self.meta, indent=1))
-
-
-@contextmanager
-def recording(opts: SweepOptions, meta: dict, mode: str, seed: int | None) -> Iterator[Recorder]:
-    """Check --resume against the folder's run.json (family, toolchain, evidence mode: provenance.check_resume),
-    open the folder, write run.json (meta, with the command, date, seed, shard and evidence mode), and yield the
-    Recorder; run.json is written again at the end (phases and whatever the run added to rec.meta)."""
-    if opts.resume:
-        provenance.check_resume(opts.out, meta["family"], meta["toolchain"], mode, _rows_in(opts.out))
-    with ResultsWriter(opts.out, resume=opts.resume) as writer:
-        rec = Recorder(writer, {"command": command_line(), "date": now(), "seed": seed, **meta, "shard": opts.shard,
-                                "evidence_mode": mode})
-        rec.save()
-        yield rec
-        rec.save()
-
-
 def run_triton(opts: SweepOptions, console) -> list[dict]:
     """A triton-moe sweep: the Triton backend plans and answers (tileprobe.triton.sweep), the driver records."""
     s = triton_sweep.prepare(opts)
     seed = resolve_seed(opts) if s.devices else None
-    with recording(opts, s.run_json(), s.mode, seed) as rec:
+    with recording(opts.out, s.run_json(), s.mode, command_line(), opts.resume, seed, opts.shard) as rec:
         console.print(s.summary())
         for row in triton_sweep.rows(s, seed, console):
             rec.write(row)
@@ -404,7 +363,8 @@ def run(opts: SweepOptions, console) -> list[dict]:
     meta = {"family": fam.name, "target": target.as_dict(), "devices": [d.as_dict() for d in devices + p.foreign],
             "configs": len(configs), "toolchain": tc.columns() | {"cutlass_dir": str(tc.cutlass.root),
                                                                   "nvcc": str(tc.nvcc.path)} | engine_meta(fam)}
-    with recording(opts, meta, provenance.evidence_mode(False, opts.compile), seed) as rec:
+    mode = provenance.evidence_mode(False, opts.compile)
+    with recording(opts.out, meta, mode, command_line(), opts.resume, seed, opts.shard) as rec:
         where = f"{len(devices)} GPU(s)" if devices else "static only (no GPU of this arch here)"
         console.print(f"[bold]{fam.name}[/] on [bold]{target.name}[/] ({target.device_name}, sm_{target.cc_int}, "
                       f"opt-in {target.smem_optin} B): {len(configs)} configs, {where}; CUTLASS "

@@ -14,7 +14,6 @@ Compiles are shared across files: ints the kernel does not take as constexprs en
 from __future__ import annotations
 
 import ast
-import json
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,8 +26,8 @@ from tileprobe.engines import triton_lookup
 from tileprobe.errors import UsageError
 from tileprobe.families import arch_for, family
 from tileprobe.families import triton_moe as tm
-from tileprobe.results.rows import make_row, now
-from tileprobe.results.writer import ResultsWriter, row_key
+from tileprobe.results.rows import make_row
+from tileprobe.results.writer import recording
 from tileprobe.targets import Target, profile
 from tileprobe.triton.sweep import engine_kernel_source, outcome, toolchain_columns
 from tileprobe.workloads import PRESETS
@@ -216,15 +215,11 @@ def run(path: Path | None, engine: str | None, wheel: str | None, target_name: s
                "compiler_s": round(sum(getattr(b, "seconds", 0.0) for b in distinct.values()
                                        if not getattr(b, "cached", True)), 2)}
     if out is not None:
-        with ResultsWriter(out, resume=False) as writer:
-            (out / "run.json").write_text(json.dumps({
-                "command": command, "date": now(), "seed": None, "family": tm.NAME,
-                "target": (target or (todo[0].target if todo else profile("rtx-pro-6000"))).as_dict(),
-                "devices": [], "configs": len(todo), "shard": None, "toolchain": cols,
-                "engine": src.label(), "engine_origin": src.origin, "kernel_sha256": source.sha256,
-                "checked": str(path) if path is not None else f"{src.label()} shipped tree",
-                "phases": seconds}, indent=1))
+        meta = {"family": tm.NAME, "target": (target or (todo[0].target if todo else profile("rtx-pro-6000"))).as_dict(),
+                "devices": [], "configs": len(todo), "engine_origin": src.origin, "phases": seconds,
+                "toolchain": cols | {"engine": src.label(), "kernel_sha256": source.sha256},
+                "checked": str(path) if path is not None else f"{src.label()} shipped tree"}
+        with recording(out, meta, "compiled", command) as rec:
             for row in rows:
-                if not writer.has(row_key(row)):
-                    writer.write(row)
+                rec.write(row)
     return AuditResult(rows, over, notes, len(todo), len(checks) - len(todo), seconds)
