@@ -77,9 +77,6 @@ class EngineSource:
             return []
         return sorted(str(p.relative_to(self._root())) for p in base.rglob("*") if p.is_file())
 
-    def content_hash(self, rel: str) -> str:
-        return hashlib.sha256(self.read_text(rel).encode()).hexdigest()[:16]
-
 
 @lru_cache(maxsize=4)
 def _zip_cached(path: str, mtime: float) -> zipfile.ZipFile:
@@ -307,18 +304,6 @@ def nearest_key(keys: list[int], m: int) -> int:
         if abs(k - m) < abs(best - m):
             best = k
     return best
-
-
-def m_ranges(keys: list[int], m_max: int) -> list[tuple[int, int, int]]:
-    """(first M, last M, key) for M = 1..m_max: every batch size the engine can run, grouped by the entry it picks."""
-    out: list[tuple[int, int, int]] = []
-    for m in range(1, m_max + 1):
-        k = nearest_key(keys, m)
-        if out and out[-1][2] == k:
-            out[-1] = (out[-1][0], m, k)
-        else:
-            out.append((m, m, k))
-    return out
 
 
 def read_source_tree_file(src: EngineSource, configs_rel: str, rel: str) -> ConfigFile:

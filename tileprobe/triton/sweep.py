@@ -214,8 +214,8 @@ class Prepared:
         return {"family": tm.NAME, "target": self.target.as_dict(), "devices": [d.as_dict() for d in self.devices[:1]],
                 "configs": len(self.planned), "toolchain": self.columns | where | {
                     "engine": self.src.label(), "kernel_sha256": self.source.sha256},
-                "engine_origin": self.src.origin, "quant": self.opts.triton.quant, "device_names": list(self.names), "config_dir": self.user_dir,
-                **({"predict_only": True} if self.triton is None else {})}
+                "engine_origin": self.src.origin, "quant": self.opts.triton.quant, "device_names": list(self.names),
+                "config_dir": self.user_dir, **({"predict_only": True} if self.triton is None else {})}
 
     def summary(self) -> str:
         what = f"{self.triton.label()}" if self.triton else f"predicted for Triton {predict_tm.TRITON_VERSIONS[0]}"
