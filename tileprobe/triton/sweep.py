@@ -197,6 +197,7 @@ class Prepared:
     planned: list[Planned]  # this shard's launches
     triton: TritonInstall | None  # None: --predict-only (the predictor's Triton release)
     phases: dict = field(default_factory=dict)
+    predicted: list[Outcome] = field(default_factory=list)  # --predict-only: the predictor's outcomes
 
     @property
     def mode(self) -> str:
@@ -256,23 +257,23 @@ def prepare(opts) -> Prepared:
     every = plan(shape, topts.engine, topts.quant, source, src, target, arch, names, w.get("batches"), user_dir,
                  topts.max_m)
     mine = [p for j, p in enumerate(every) if opts.shard is None or j % opts.shard[1] == opts.shard[0]]
+    predicted = []
+    for p in mine if triton is None else ():  # before the results folder is touched: a launch not predicted stops
+        try:
+            predicted.append(predicted_outcome(p.config, target))
+        except CannotPredict as exc:
+            raise UsageError(f"--predict-only: {exc} ({p.point['problem']}); run without --predict-only to "
+                             "compile instead") from None
     return Prepared(opts, shape, target, devices, names, src, source, user_dir, every, mine, triton,
-                    {"plan_s": round(time.perf_counter() - start, 2)})
+                    {"plan_s": round(time.perf_counter() - start, 2)}, predicted)
 
 
 def rows(s: Prepared, seed: int | None, console) -> Iterator[dict]:
     """The rows of a prepared sweep, each as soon as it is known: a static row per planned launch (compiled, or the
     predictor's), then on a GPU of the arch the launches' rows. The driver writes them."""
     extra = {"engine": s.src.label(), "engine_hash": s.source.sha256[:16]}
-    if s.triton is None:
-        outs = []
-        for p in s.planned:
-            try:
-                outs.append(predicted_outcome(p.config, s.target))
-            except CannotPredict as exc:
-                raise UsageError(f"--predict-only: {exc} ({p.point['problem']}); run without --predict-only to "
-                                 "compile instead") from None
-    else:
+    outs = s.predicted
+    if s.triton is not None:
         start = time.perf_counter()
         done = iter(compile_many([p.job for p in s.planned if p.job is not None], s.opts.jobs, s.opts.cache_dir,
                                  s.opts.rebuild))
