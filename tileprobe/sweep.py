@@ -1,5 +1,8 @@
-"""A sweep: validate every option, plan (family, target, devices, configs, points), probe statically, then launch
-where a GPU of the family's arch is present. Rows are written as they come (rows.make_row builds every one)."""
+"""The sweep driver, for every family: refuse the options a family does not take (Family.options), then its backend
+plans and answers and the driver records (results.writer.recording: --resume's provenance check, run.json with the
+seed and evidence mode, and Recorder.write, the one path every row takes). The CUTLASS backend is here (plan: family,
+target, devices, configs, points; probe statically, then launch where a GPU of the family's arch is present); the
+Triton one is tileprobe.triton.sweep. Rows are written as they come (rows.make_row builds every one)."""
 
 from __future__ import annotations
 
