@@ -73,7 +73,7 @@ def check_resume(out: Path, family: str, toolchain: dict, mode: str, rows: list[
     diffs = []
     if meta.get("family") not in (None, family):
         diffs.append(f"family {meta.get('family')} -> {family}")
-    old_tc = {"kernel_sha256": meta.get("kernel_sha256"), **(meta.get("toolchain") or {})}  # older triton-moe: top level
+    old_tc = {k: meta.get(k) for k in ("engine", "kernel_sha256")} | (meta.get("toolchain") or {})  # older triton-moe
     for key, words in _TOOLCHAIN:
         a, b = old_tc.get(key), toolchain.get(key)
         if a is not None and b is not None and a != b:
