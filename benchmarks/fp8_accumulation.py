@@ -33,7 +33,7 @@ from tileprobe.backends.triton.toolchain import cache_root
 from tileprobe.families import triton_moe as tm
 from tileprobe.families.base import Accumulation
 from tileprobe.results import tolerance
-from tileprobe.triton_sweep import engine_kernel_source
+from tileprobe.triton.sweep import engine_kernel_source
 
 OLD_ATOL = OLD_RTOL = 2e-2  # main 349c23a: families/triton_moe.py, an absolute atol
 ENTRY = {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, "num_warps": 4,

@@ -19,7 +19,7 @@ import tileprobe
 from tileprobe import sweep
 from tileprobe.backends.cutlass import build
 from tileprobe.families import FAMILIES, arch_for, expand_configs
-from tileprobe.results.writer import ResultsWriter
+from tileprobe.results.writer import Recorder, ResultsWriter
 from tileprobe.targets import PROFILES
 
 
@@ -41,7 +41,9 @@ def main() -> int:
                                   cache_dir=where)
         tc = sweep.make_toolchain(fam.cutlass_root() if fam.cutlass_root else None, None, where)
         with ResultsWriter(opts.out) as writer:
-            _, rows = sweep.static_rows(opts, tc, target, [cfg], writer)
+            recorder = Recorder(writer, {})
+            sweep.static_rows(opts, tc, target, [cfg], recorder)
+        rows = recorder.rows
         rec["families"][name] = [{k: r.get(k) for k in ("config", "target", "verdict", "evidence", "smem_bytes",
                                                         "reason", "cutlass_version")} for r in rows]
     print(json.dumps(rec))

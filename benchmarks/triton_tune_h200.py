@@ -41,7 +41,7 @@ from tileprobe.engines import vllm  # noqa: E402
 from tileprobe.families import family  # noqa: E402
 from tileprobe.families import triton_moe as tm  # noqa: E402
 from tileprobe.targets import resolve_target  # noqa: E402
-from tileprobe.triton_sweep import engine_kernel_source  # noqa: E402
+from tileprobe.triton.sweep import engine_kernel_source  # noqa: E402
 from tileprobe.workloads import PRESETS  # noqa: E402
 
 SHIPPED = "E=128,N=768,device_name=NVIDIA_H200.json"

@@ -24,7 +24,7 @@ from tileprobe.backends.triton.toolchain import installed
 from tileprobe.engines import sglang, vllm
 from tileprobe.engines import triton_configs as tc
 from tileprobe.errors import UsageError
-from tileprobe.triton_sweep import engine_kernel_source
+from tileprobe.triton.sweep import engine_kernel_source
 
 
 class _DropEngineImports(ast.NodeTransformer):

@@ -68,9 +68,9 @@ def test_harness_dir_prefers_the_checkout(monkeypatch, tmp_path):
     from tileprobe.backends.cutlass import build
 
     monkeypatch.delenv("TILEPROBE_HARNESS_DIR", raising=False)
-    assert build._harness_dir() == ROOT / "cutlass_harness"
+    assert build.harness_dir() == ROOT / "cutlass_harness"
     monkeypatch.setenv("TILEPROBE_HARNESS_DIR", str(tmp_path))
-    assert build._harness_dir() == tmp_path
+    assert build.harness_dir() == tmp_path
 
 
 @pytest.mark.nvcc

@@ -174,7 +174,7 @@ def test_triton_tiles_are_compiled_again_with_triton(pytester, tmp_path, engine_
     import sys
 
     from tileprobe.errors import UsageError
-    from tileprobe.triton_sweep import engine_kernel_source
+    from tileprobe.triton.sweep import engine_kernel_source
 
     try:
         engine_kernel_source("vllm", None)
@@ -218,7 +218,7 @@ def test_engine_config_files_per_entry_against_the_device_they_name(pytester, mo
     PRO 6000 with Triton's own text; a small entry passes there; ids and markers select as usual."""
     pytest.importorskip("triton")
     from tileprobe.errors import UsageError
-    from tileprobe.triton_sweep import engine_kernel_source
+    from tileprobe.triton.sweep import engine_kernel_source
 
     try:
         engine_kernel_source("vllm", None)
@@ -258,7 +258,7 @@ def test_an_sglang_use_tma_entry_is_skipped_saying_why_and_the_good_entries_are_
     pytest.importorskip("triton")
     from tileprobe.errors import UsageError
     from tileprobe.families import triton_moe as tm
-    from tileprobe.triton_sweep import engine_kernel_source
+    from tileprobe.triton.sweep import engine_kernel_source
 
     try:
         engine_kernel_source("sglang", None)

@@ -13,7 +13,7 @@ from tileprobe.predict import modeled
 from tileprobe.backends.cutlass import pipeline, runtime
 from tileprobe.backends.cutlass.build import BuildResult
 from tileprobe.families import FAMILIES, expand_configs
-from tileprobe.results.writer import ResultsWriter, load_rows
+from tileprobe.results.writer import load_rows
 from tileprobe.results.rows import Outcome, StaticInfo
 from tileprobe.targets import profile
 from tileprobe.backends.cutlass.toolchain import CutlassTree
@@ -98,8 +98,7 @@ def test_a_skipped_config_on_a_gpu_of_another_arch_says_nothing_was_built(tmp_pa
             return {"cutlass_version": "4.5.0", "cutlass_source": "test", "cutlass_hash": "0" * 16,
                     "nvcc_version": None}
 
-    with ResultsWriter(tmp_path) as w:
-        rows = sweep.foreign_rows(plan, Tc(), outs, w)
+    rows = sweep.foreign_rows(plan, Tc(), outs)
     assert len(rows) == len(configs)
     for r in rows:
         assert r["verdict"] == "not-runnable-here" and r["evidence"] == "predicted", r["evidence"]

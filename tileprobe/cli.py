@@ -12,7 +12,8 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from tileprobe import families, ray_sweep, triton_sweep
+from tileprobe import families, ray_sweep
+from tileprobe.triton import sweep as triton_sweep
 from tileprobe.triton import audit as triton_audit
 from tileprobe.triton import export as triton_export
 from tileprobe.triton import resolve as triton_resolve
@@ -25,11 +26,11 @@ from tileprobe.results import resultset
 from tileprobe.results import schema as schemas
 from tileprobe.reports import recommend as rec
 from tileprobe import sweep as sw
-from tileprobe.engines import fetch, triton_configs
+from tileprobe.engines import fetch
 from tileprobe.errors import UsageError
 from tileprobe.reports.explain import explain as run_explain
 from tileprobe.results.merge import merge as run_merge
-from tileprobe.reports.report import _write, devices_table, export, write_reports
+from tileprobe.reports.report import write_text, devices_table, export, write_reports
 from tileprobe.reports.terminal import WIDTH, print_rows
 from tileprobe.backends.cutlass.toolchain import find_nvcc
 from tileprobe.binary import inspect as binary_inspect
@@ -362,7 +363,7 @@ def diff(
 
     text = compare.render(compare.diff(resultset.load(a), resultset.load(b)))
     if out is not None:
-        _write(out, text)
+        write_text(out, text)
     sys.stdout.write(text)
 
 
@@ -544,8 +545,8 @@ def export_triton_configs(
     cache_dir: CacheOpt = None,
     tune: Annotated[bool, typer.Option("--tune", help="on a GPU of the target's arch: each entry becomes the fastest verified config of the engine tuner's own search space that fits (pruned by compiled bytes, screened, confirmed)")] = False,
     batches: Annotated[Optional[str], typer.Option("--batches", help="--tune: only these M keys of the input file(s), e.g. 1,16,64")] = None,
-    confirm_top: Annotated[int, typer.Option("--confirm-top", help="--tune: how many of the screen's fastest get the element-wise check and full timing")] = 8,
-    screen_reps: Annotated[int, typer.Option("--screen-reps", help="--tune: timed graph replays per config in the screen")] = 3,
+    confirm_top: Annotated[Optional[int], typer.Option("--confirm-top", help="--tune: how many of the screen's fastest get the element-wise check and full timing", show_default="8")] = None,
+    screen_reps: Annotated[Optional[int], typer.Option("--screen-reps", help="--tune: timed graph replays per config in the screen", show_default="3")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="--tune: the inputs' seed (default: random, recorded)")] = None,
     prune_only: Annotated[bool, typer.Option("--prune-only", help="--tune: compile and prune the space only (no GPU needed; nothing launched; fills the caches a later --tune reuses)")] = False,
     workload: Annotated[Optional[str], typer.Option("--workload", metavar="PRESET", help="no input file: the model preset whose MoE layer to write for (e.g. qwen3-30b-a3b)")] = None,
@@ -559,6 +560,10 @@ def export_triton_configs(
     on a GPU of TARGET's arch, every entry is the fastest verified config of the engine's tuning space instead.
     Without INPUTS: per SKU name, what --engine loads today for the model (its shipped file, or its default
     heuristic), made to fit."""
+    tune_only = [o for o, v in (("--batches", batches), ("--confirm-top", confirm_top), ("--screen-reps", screen_reps),
+                                ("--seed", seed), ("--prune-only", prune_only or None)) if v is not None]
+    if tune_only and not tune:
+        raise UsageError(f"{', '.join(tune_only)} apply with --tune only")
     if inputs is None:
         if tune:
             raise UsageError("--tune starts from an input file (the shipped file to tune, e.g. the H200 one)")
@@ -572,8 +577,11 @@ def export_triton_configs(
         raise UsageError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only without an input file "
                          "(the file's name gives E and N)")
     if tune:
-        opts = triton_tune.TuneOptions(batches=_ints([batches] if batches else None, "--batches"), confirm_top=confirm_top,
-                                       screen_reps=screen_reps, jobs=max(1, jobs), cache_dir=cache_dir,
+        d = triton_tune.TuneOptions()
+        opts = triton_tune.TuneOptions(batches=_ints([batches] if batches else None, "--batches"),
+                                       confirm_top=d.confirm_top if confirm_top is None else confirm_top,
+                                       screen_reps=d.screen_reps if screen_reps is None else screen_reps,
+                                       jobs=max(1, jobs), cache_dir=cache_dir,
                                        any_triton=any_triton, seed=seed, prune_only=prune_only)
         tuned, prov = triton_tune.run(inputs, engine, engine_wheel, target, out, _split_csv(device_name), hidden,
                                       opts)

@@ -12,7 +12,7 @@ Every item carries the `tileprobe` marker, so `-m tileprobe` runs only these and
 `--tileprobe-configs PATH` (an engine's Triton fused-MoE config files, `E=..,N=..,device_name=...json`, or a folder
 of them; `--tileprobe-engine vllm|sglang`) collects one item per file entry, `<file>::M=<batch>` (marker `triton`):
 both GEMMs compiled with Triton for the device the file names, through the engine's own lookup
-(tileprobe.triton_config_check). It needs tileprobe[triton]. An entry whose launch tileprobe does not reproduce
+(tileprobe.triton.check_configs). It needs tileprobe[triton]. An entry whose launch tileprobe does not reproduce
 (SGLang's USE_TMA: TMA descriptors) is skipped, saying so; the file's other entries are still checked.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tileprobe import triton_config_check as tcc
+from tileprobe.triton import check_configs as tcc
 from tileprobe.backends.cutlass.static_probe import probe_static
 from tileprobe.errors import TileprobeError, UsageError
 from tileprobe.results import known_good

@@ -1,5 +1,8 @@
-"""A sweep: validate every option, plan (family, target, devices, configs, points), probe statically, then launch
-where a GPU of the family's arch is present. Rows are written as they come (rows.make_row builds every one)."""
+"""The sweep driver, for every family: refuse the options a family does not take (Family.options), then its backend
+plans and answers and the driver records (results.writer.recording: --resume's provenance check, run.json with the
+seed and evidence mode, and Recorder.write, the one path every row takes). The CUTLASS backend is here (plan: family,
+target, devices, configs, points; probe statically, then launch where a GPU of the family's arch is present); the
+Triton one is tileprobe.triton.sweep. Rows are written as they come (rows.make_row builds every one)."""
 
 from __future__ import annotations
 
@@ -9,18 +12,20 @@ import random
 import shlex
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from tileprobe import progress, triton_sweep
+from tileprobe import progress
+from tileprobe.triton import sweep as triton_sweep
 from tileprobe.predict import modeled
 from tileprobe.backends.cutlass import peer
 from tileprobe.backends.cutlass.build import cache_root
 from tileprobe.errors import UsageError
 from tileprobe.families import Config, Family, arch_for, expand_configs, family, family_for_cc
+from tileprobe.families.base import CUTLASS_OPTIONS
 from tileprobe.results import provenance
-from tileprobe.results.writer import JSONL_NAME, ResultsWriter, read_rows, row_key
-from tileprobe.results.rows import Outcome, make_row, now
+from tileprobe.results.writer import Recorder, recording
+from tileprobe.results.rows import Outcome, make_row
 from tileprobe.backends.cutlass.pipeline import probe_and_launch
 from tileprobe.backends.cutlass.runtime import RuntimeJob
 from tileprobe.backends.cutlass.static_probe import probe_static
@@ -153,13 +158,10 @@ def model_skips(opts: SweepOptions, tc: Toolchain, target: Target, configs: list
     return modeled_out
 
 
-def static_writer(tc: Toolchain, target: Target, writer: ResultsWriter, rows: list[dict]):
-    """A function that writes one static outcome's row (unless --resume already holds it) and appends it to rows."""
+def static_writer(tc: Toolchain, target: Target, rec: Recorder):
+    """A function that records one static outcome's row."""
     def write(o: Outcome) -> None:
-        row = make_row(o.config, target, tc.columns(), o, extra=modeled.columns(o.config, tc.cutlass, o.info))
-        if not writer.has(row_key(row)):
-            writer.write(row)
-            rows.append(row)
+        rec.write(make_row(o.config, target, tc.columns(), o, extra=modeled.columns(o.config, tc.cutlass, o.info)))
     return write
 
 
@@ -180,13 +182,12 @@ def in_config_order(configs: list[Config], write):
 
 
 def static_rows(opts: SweepOptions, tc: Toolchain, target: Target, configs: list[Config],
-                writer: ResultsWriter) -> tuple[list[Outcome], list[dict]]:
-    """Probe every config (cached builds make repeats cheap), write the rows not yet recorded as their batches
-    finish, return all outcomes. Configs the model skips (model_skips) are not compiled."""
+                rec: Recorder) -> list[Outcome]:
+    """Probe every config (cached builds make repeats cheap), record the rows as their batches finish, return all
+    outcomes. Configs the model skips (model_skips) are not compiled."""
     modeled_out = model_skips(opts, tc, target, configs)
     todo = [c for c in configs if c.key not in modeled_out]
-    rows: list[dict] = []
-    put = in_config_order(configs, static_writer(tc, target, writer, rows))
+    put = in_config_order(configs, static_writer(tc, target, rec))
     with progress.track(len(configs), f"static probe ({target.name})") as bar:  # in place of the builds' bar
         for o in modeled_out.values():
             bar.outcomes(put)(o)
@@ -196,18 +197,17 @@ def static_rows(opts: SweepOptions, tc: Toolchain, target: Target, configs: list
     outcomes = [probed.get(c.key) or modeled_out[c.key] for c in configs]
     for o in outcomes:  # any the probe did not hand over as it went
         put(o)
-    return outcomes, rows
+    return outcomes
 
 
-def gpu_rows(opts: SweepOptions, plan_: Plan, tc: Toolchain, points: list[Point], seed: int, writer: ResultsWriter,
-             console) -> tuple[list[Outcome], list[dict], RuntimeJob]:
+def gpu_rows(opts: SweepOptions, plan_: Plan, tc: Toolchain, points: list[Point], seed: int, rec: Recorder,
+             console) -> tuple[list[Outcome], RuntimeJob]:
     """With a GPU of the family's arch: one harness build per config gives its static row and its launches, and
-    builds overlap launches (tileprobe.backends.cutlass.pipeline). Configs the model skips are neither built nor
-    launched: their static row (evidence `predicted`) is all they get."""
+    builds overlap launches (tileprobe.backends.cutlass.pipeline; its launches' rows go through rec.write too).
+    Configs the model skips are neither built nor launched: their static row (evidence `predicted`) is all they get."""
     fam, configs = plan_.family, plan_.configs
     modeled_out = model_skips(opts, tc, plan_.target, configs)
-    rows: list[dict] = []
-    write = static_writer(tc, plan_.target, writer, rows)
+    write = static_writer(tc, plan_.target, rec)
     if modeled_out:
         console.print(f"{len(modeled_out)} config(s) not built or launched: the model says they cannot fit "
                       f"(rows say so, evidence predicted)")
@@ -218,16 +218,15 @@ def gpu_rows(opts: SweepOptions, plan_: Plan, tc: Toolchain, points: list[Point]
                       "operands here are not, so rows carry no peer[/]")
     todo = [c for c in configs if c.key not in modeled_out]
     with progress.track(len(todo), "builds", bar=False) as bar:  # a terminal shows the Launcher's bar instead
-        probed, launched = probe_and_launch(todo, plan_.target, job, writer, console,
-                                            bar.outcomes(write)) if todo else ([], [])
+        probed, _ = probe_and_launch(todo, plan_.target, job, rec, console, bar.outcomes(write)) if todo else ([], [])
     by_key = {o.config.key: o for o in probed}
     for c in configs:
         if c.key in modeled_out:
             write(modeled_out[c.key])
-    return [by_key.get(c.key) or modeled_out[c.key] for c in configs], rows + launched, job
+    return [by_key.get(c.key) or modeled_out[c.key] for c in configs], job
 
 
-def foreign_rows(plan_: Plan, tc: Toolchain, outcomes: list[Outcome], writer: ResultsWriter) -> list[dict]:
+def foreign_rows(plan_: Plan, tc: Toolchain, outcomes: list[Outcome]) -> list[dict]:
     """GPUs present whose arch differs from the family's binaries: a not-runnable-here row per config, not launched."""
     rows = []
     for dev in plan_.foreign:
@@ -239,13 +238,10 @@ def foreign_rows(plan_: Plan, tc: Toolchain, outcomes: list[Outcome], writer: Re
             reason = (f"{what}, GPU {dev.gpu_index} is sm_{dev.cc_int} ({dev.device_name}): not launched; "
                       f"{'predicted' if o.info.predicted else 'static'} on {plan_.target.name}: {o.reason}")
             out = replace(o, verdict=Verdict.NOT_RUNNABLE_HERE, reason=reason)
-            row = make_row(o.config, plan_.target, tc.columns(), out,
-                           {"gpu_index": dev.gpu_index, "launch_status": "not-runnable-here", "launch_reason": reason},
-                           {"workload": f"on-{dev.name}",
-                            **modeled.columns(o.config, tc.cutlass, o.info)})
-            if not writer.has(row_key(row)):
-                writer.write(row)
-                rows.append(row)
+            rows.append(make_row(o.config, plan_.target, tc.columns(), out,
+                                 {"gpu_index": dev.gpu_index, "launch_status": "not-runnable-here",
+                                  "launch_reason": reason},
+                                 {"workload": f"on-{dev.name}", **modeled.columns(o.config, tc.cutlass, o.info)}))
     return rows
 
 
@@ -275,29 +271,16 @@ def predict_only(opts: SweepOptions, console) -> list[dict]:
                                  "--predict-only to compile instead")
             outs.append(o)
             bar.done(progress.unit(c), o)
-    rows = []
-    if opts.resume:
-        provenance.check_resume(opts.out, p.family.name, tc_cols | engine_meta(p.family), "predicted",
-                                _rows_in(opts.out))
-    with ResultsWriter(opts.out, resume=opts.resume) as writer:
-        (opts.out / "run.json").write_text(json.dumps({
-            "command": command_line(), "date": now(), "seed": None, "family": p.family.name,
-            "target": p.target.as_dict(), "devices": [], "configs": len(p.configs), "shard": opts.shard,
+    meta = {"family": p.family.name, "target": p.target.as_dict(), "devices": [], "configs": len(p.configs),
             "toolchain": tc_cols | {"cutlass_dir": str(cutlass.root), "nvcc": None} | engine_meta(p.family),
-            "predict_only": True, "evidence_mode": "predicted"}, indent=1))
+            "predict_only": True}
+    with recording(opts.out, meta, "predicted", command_line(), opts.resume, None, opts.shard) as rec:
         console.print(f"[bold]{p.family.name}[/] on [bold]{p.target.name}[/]: {len(p.configs)} configs predicted "
                       f"by tileprobe's model of CUTLASS {cutlass.version} ({cutlass.source}, tree {cutlass.tree_hash}; "
                       "nothing compiled)")
         for o in outs:
-            row = make_row(o.config, p.target, tc_cols, o, extra=modeled.columns(o.config, cutlass, o.info))
-            if not writer.has(row_key(row)):
-                writer.write(row)
-                rows.append(row)
-    return rows
-
-
-def _rows_in(out: Path) -> list[dict]:
-    return read_rows(out)[0] if (Path(out) / JSONL_NAME).is_file() else []
+            rec.write(make_row(o.config, p.target, tc_cols, o, extra=modeled.columns(o.config, cutlass, o.info)))
+    return rec.rows
 
 
 def command_line() -> str:
@@ -310,16 +293,68 @@ def fp8_peer_applies(fam: Family, configs: list[Config]) -> bool:
     return bool(configs) and all(fam.bits(c) == 8 and fam.wbits(c) == 8 for c in configs)
 
 
+# Options whose flag is not their field's name spelled --like-this (check_options); a workload key's default.
+SPELLED = {"epilogues": "--epilogue", "compile_timeout_s": "--compile-timeout", "run_timeout_s": "--run-timeout",
+           "presets": "--workload", "shapes": "--shape", "batches": "--batch", "device_names": "--device-name"}
+WORKLOAD_DEFAULTS = {"presets": None, "shapes": None, "batches": None, "routing": "uniform", "tp": 1, "ep": 1,
+                     "seed": -1}
+
+
+def given_options(opts: SweepOptions) -> list[str]:
+    """The options of `opts` given a value other than their default, as the command line spells them."""
+    given = [(f.name, getattr(o, f.name) != getattr(d, f.name))
+             for o, d in ((opts, SweepOptions()), (opts.triton, triton_sweep.TritonOptions()))
+             for f in fields(d) if f.name not in ("family", "workload", "triton", "max_m", "extra")]
+    given += [(k, opts.workload.get(k, v) != v) for k, v in WORKLOAD_DEFAULTS.items()]
+    return [SPELLED.get(name, "--" + name.replace("_", "-")) for name, yes in given if yes]
+
+
+def check_options(opts: SweepOptions, fam: Family | None) -> None:
+    """Refuse, in one line, every option given that the family does not take (Family.options; no --family: the
+    family the device picks, a CUTLASS one): an option a sweep would ignore is never silently ignored."""
+    bad = [f for f in given_options(opts) if f not in (fam.options if fam else CUTLASS_OPTIONS)]
+    if bad:
+        who = f"--family {fam.name}" if fam else "the CUTLASS families (--family triton-moe takes the Triton options)"
+        raise UsageError(f"{', '.join(bad)} {'does' if len(bad) == 1 else 'do'} not apply to {who}")
+
+
+def resolve_seed(opts: SweepOptions) -> int:
+    """The routing and data seed: --seed, else (--resume) the folder's own, else a fresh one, recorded."""
+    seed = opts.workload.get("seed", -1)
+    previous = opts.out / provenance.RUN_JSON
+    if seed < 0 and opts.resume and previous.is_file():
+        try:  # resume the same routing and data (an unreadable run.json: check_resume refuses the folder)
+            seed = json.loads(previous.read_text()).get("seed")
+        except (OSError, ValueError, UnicodeDecodeError, AttributeError):
+            seed = None
+        seed = seed if isinstance(seed, int) else -1
+    if seed < 0:
+        seed = random.randrange(2**31)  # fresh random inputs every run, recorded for reproduction
+    opts.workload["seed"] = seed
+    return seed
+
+
+def run_triton(opts: SweepOptions, console) -> list[dict]:
+    """A triton-moe sweep: the Triton backend plans and answers (tileprobe.triton.sweep), the driver records."""
+    s = triton_sweep.prepare(opts)
+    seed = resolve_seed(opts) if s.devices else None
+    with recording(opts.out, s.run_json(), s.mode, command_line(), opts.resume, seed, opts.shard) as rec:
+        console.print(s.summary())
+        for row in triton_sweep.rows(s, seed, console):
+            rec.write(row)
+        rec.meta["phases"] = s.phases
+    return rec.rows
+
+
 def run(opts: SweepOptions, console) -> list[dict]:
     """The whole sweep. Returns the rows written by this run (rows kept from --resume are not repeated)."""
     w = opts.workload
     points_for(w.get("presets"), w.get("shapes"), w.get("batches"), w.get("routing", "uniform"), w.get("tp", 1),
                w.get("ep", 1), 0)  # every workload option is checked before anything else happens
     fam_name = opts.family
+    check_options(opts, family(fam_name) if fam_name else None)
     if fam_name and family(fam_name).backend == "triton":
-        return triton_sweep.run(opts, opts.triton, console, command_line())
-    if opts.triton.engine:
-        raise UsageError("--engine applies to --family triton-moe")
+        return run_triton(opts, console)
     fixed = family(fam_name).cutlass_root if fam_name else None
     if fixed and opts.cutlass_dir:
         raise UsageError(f"{fam_name} compiles against its engine's own CUTLASS; --cutlass-dir does not apply "
@@ -330,25 +365,14 @@ def run(opts: SweepOptions, console) -> list[dict]:
     tc = make_toolchain(opts.cutlass_dir, opts.nvcc, opts.cache_dir, family(fam_name) if fam_name else None)
     p = plan(opts, tc.cutlass.version)
     fam, target, devices, configs = p.family, p.target, p.devices, p.configs
-    mode = provenance.evidence_mode(False, opts.compile)
-    if opts.resume:
-        provenance.check_resume(opts.out, fam.name, tc.columns() | engine_meta(fam), mode, _rows_in(opts.out))
-    seed = opts.workload.get("seed", -1)
-    previous = opts.out / "run.json"
-    if seed < 0 and opts.resume and previous.is_file():
-        seed = json.loads(previous.read_text()).get("seed")  # resume the same routing and data
-        seed = seed if isinstance(seed, int) else -1
-    if seed < 0:
-        seed = random.randrange(2**31)  # fresh random inputs every run, recorded for reproduction
-    opts.workload["seed"] = seed
+    seed = resolve_seed(opts)
     points = points_for(w.get("presets"), w.get("shapes"), w.get("batches"), w.get("routing", "uniform"),
                         w.get("tp", 1), w.get("ep", 1), seed)
-    with ResultsWriter(opts.out, resume=opts.resume) as writer:
-        (opts.out / "run.json").write_text(json.dumps({
-            "command": command_line(), "date": now(), "seed": seed, "family": fam.name, "target": target.as_dict(),
-            "devices": [d.as_dict() for d in devices + p.foreign], "configs": len(configs), "shard": opts.shard,
-            "toolchain": tc.columns() | {"cutlass_dir": str(tc.cutlass.root), "nvcc": str(tc.nvcc.path)}
-            | engine_meta(fam), "evidence_mode": mode}, indent=1))
+    meta = {"family": fam.name, "target": target.as_dict(), "devices": [d.as_dict() for d in devices + p.foreign],
+            "configs": len(configs), "toolchain": tc.columns() | {"cutlass_dir": str(tc.cutlass.root),
+                                                                  "nvcc": str(tc.nvcc.path)} | engine_meta(fam)}
+    mode = provenance.evidence_mode(False, opts.compile)
+    with recording(opts.out, meta, mode, command_line(), opts.resume, seed, opts.shard) as rec:
         where = f"{len(devices)} GPU(s)" if devices else "static only (no GPU of this arch here)"
         console.print(f"[bold]{fam.name}[/] on [bold]{target.name}[/] ({target.device_name}, sm_{target.cc_int}, "
                       f"opt-in {target.smem_optin} B): {len(configs)} configs, {where}; CUTLASS "
@@ -356,19 +380,15 @@ def run(opts: SweepOptions, console) -> list[dict]:
         if p.arch_reason:
             console.print(f"[yellow]{p.arch_reason}: every config is unsupported[/]")
         start = time.perf_counter()
-        job = None
         if devices:  # one build per config for its size and its launches; builds overlap launches
-            outcomes, rows, job = gpu_rows(opts, p, tc, points, seed, writer, console)
-            rows += foreign_rows(p, tc, outcomes, writer)
+            outcomes, job = gpu_rows(opts, p, tc, points, seed, rec, console)
             phases = {"pipeline_s": round(time.perf_counter() - start, 2)}  # builds, sizes, references, launches
             phases.update({k: round(v, 2) for k, v in job.phases.items()})
+            rec.meta["references"] = {str(k): v for k, v in job.refs.items()}  # per GPU: copy/read GB/s, L2, method
         else:
-            outcomes, rows = static_rows(opts, tc, target, configs, writer)
-            rows += foreign_rows(p, tc, outcomes, writer)
+            outcomes = static_rows(opts, tc, target, configs, rec)
             phases = {"static_s": round(time.perf_counter() - start, 2)}
-        meta = json.loads((opts.out / "run.json").read_text())
-        meta["phases"] = phases
-        if job is not None:
-            meta["references"] = {str(k): v for k, v in job.refs.items()}  # per GPU: copy/read GB/s, L2, method
-        (opts.out / "run.json").write_text(json.dumps(meta, indent=1))
-    return rows
+        for row in foreign_rows(p, tc, outcomes):
+            rec.write(row)
+        rec.meta["phases"] = phases
+    return rec.rows

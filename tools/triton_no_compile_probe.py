@@ -9,7 +9,7 @@ import collections, json, sys
 from tileprobe.families import triton_moe as tm
 from tileprobe.backends.triton.compile import compile_many
 from tileprobe.triton.audit import canonical, constexpr_positions
-from tileprobe.triton_sweep import engine_kernel_source
+from tileprobe.triton.sweep import engine_kernel_source
 
 if __name__ == "__main__":
     import triton

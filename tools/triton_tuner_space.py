@@ -27,7 +27,7 @@ from tileprobe.families import triton_moe as tm
 from tileprobe.predict.triton_moe import TRITON_VERSIONS, predict
 from tileprobe.targets import profile
 from tileprobe.triton.tune import SPACE_SOURCE, search_space
-from tileprobe.triton_sweep import engine_kernel_source
+from tileprobe.triton.sweep import engine_kernel_source
 from tileprobe.workloads import PRESETS
 
 ROOT = Path(__file__).resolve().parent.parent

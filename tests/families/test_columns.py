@@ -21,7 +21,7 @@ from tileprobe.reports.markdown import render_markdown
 from tileprobe.reports.report import export
 from tileprobe.reports.terminal import print_rows
 from tileprobe.results.resultset import load
-from tileprobe.triton_sweep import engine_kernel_source
+from tileprobe.triton.sweep import engine_kernel_source
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "reports" / "data" / "cutlass_main"

@@ -17,7 +17,7 @@ pytest.importorskip("triton")
 from tileprobe.engines import triton_configs as tc  # noqa: E402
 from tileprobe.errors import UsageError  # noqa: E402
 from tileprobe.families import triton_moe as tm  # noqa: E402
-from tileprobe.triton_sweep import engine_kernel_source  # noqa: E402
+from tileprobe.triton.sweep import engine_kernel_source  # noqa: E402
 from tileprobe.backends.triton.compile import TritonBuild, compile_many  # noqa: E402
 
 pytestmark = pytest.mark.triton

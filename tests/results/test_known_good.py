@@ -312,7 +312,7 @@ def test_check_compiles_a_triton_file_into_the_cache_dir_named(tmp_path, rng):
     """`check --cache-dir DIR` on a triton-moe known-good file: Triton's builds land in DIR (main ignored the option
     for Triton files and compiled into the default cache, here TILEPROBE_CACHE_DIR)."""
     pytest.importorskip("triton")
-    from tileprobe.triton_sweep import engine_kernel_source
+    from tileprobe.triton.sweep import engine_kernel_source
 
     try:
         engine_kernel_source("vllm", None)

@@ -20,6 +20,7 @@ from tileprobe.backends.triton.toolchain import installed
 from tileprobe.engines import triton_configs as tc
 from tileprobe.engines import sglang, vllm
 from tileprobe.errors import UsageError
+from tileprobe.families import triton_moe as tm
 from tileprobe.targets import DEVICE_NAMES, PROFILES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +59,7 @@ def test_unknown_device_name_and_scheme_are_one_line(tmp_path):
 
 
 def test_no_engine_and_no_wheel_is_one_line_and_the_fetch_that_fixes_it(tmp_path):
-    if tc._package_dir("vllm") is not None:
+    if tc.package_dir("vllm") is not None:
         pytest.skip("vllm is installed here")
     p = _cli("check-configs", "--engine", "vllm", env={tc.WHEELS_ENV: str(tmp_path), "XDG_CACHE_HOME": str(tmp_path)})
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
@@ -171,7 +172,7 @@ def test_check_configs_that_checks_nothing_exits_2_with_a_line_each(tmp_path, rn
     answer is not "fits" (main exited 0 here): one NOT-CHECKED line per file or entry launch, and exit 2."""
     _compiling()
     good = _entry(rng, False)
-    lacking = rng.choice(tc.REQUIRED_KEYS)
+    lacking = rng.choice([k for k in tm.ENTRY_KEYS if k not in tm.TRITON_DEFAULTS])  # keys with no Triton default
     cases = {
         "missing": (vllm.config_file_name(128, 768, tc.scheme("bf16"), "NVIDIA H200"),
                     {str(rng.choice([1, 8, 64])): {k: v for k, v in good.items() if k != lacking}}, lacking),

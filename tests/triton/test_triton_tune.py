@@ -192,7 +192,7 @@ def test_jit_launch_finds_the_cubin_the_tune_compiled(tmp_path):
     from tileprobe.backends.triton.compile import compile_many
     from tileprobe.triton.audit import canonical, constexpr_positions
     from tileprobe.families import triton_moe as tm
-    from tileprobe.triton_sweep import engine_kernel_source
+    from tileprobe.triton.sweep import engine_kernel_source
     try:
         _, source = engine_kernel_source("vllm", None)
     except UsageError as exc:

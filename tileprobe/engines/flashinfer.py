@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from tileprobe.errors import UsageError
-from tileprobe.backends.cutlass.toolchain import _hash_tree, _package_dir
+from tileprobe.backends.cutlass.toolchain import hash_tree, package_dir
 
 _CSRC = Path("data") / "csrc" / "nv_internal"
 _KERNELS = _CSRC / "tensorrt_llm" / "kernels" / "cutlass_kernels"
@@ -78,7 +78,7 @@ def find_flashinfer(explicit: str | Path | None = None) -> FlashinferTree:
         if root is None:
             raise UsageError(f"no flashinfer sources at {base} (looked for {_KERNELS})")
     else:
-        root = _package_dir("flashinfer")
+        root = package_dir("flashinfer")
         if root is None:
             raise UsageError("flashinfer is not installed: pip install flashinfer-python, or pass its folder")
         root = root.resolve()
@@ -99,7 +99,7 @@ def _tree(root: Path) -> FlashinferTree:
                  if d.is_dir())
     # The launcher, dispatch and heuristic change the kernels as much as CUTLASS does, so they are hashed too.
     hashed = dirs + (root / _KERNELS,)
-    return FlashinferTree(root, _read_version(root), dirs, cccl, _hash_tree(hashed))
+    return FlashinferTree(root, _read_version(root), dirs, cccl, hash_tree(hashed))
 
 
 def _read_version(root: Path) -> str:

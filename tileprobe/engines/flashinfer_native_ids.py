@@ -28,8 +28,8 @@ from pathlib import Path
 from filelock import FileLock
 
 from tileprobe.engines import flashinfer as engine
-from tileprobe.backends.cutlass.build import _harness_dir, cache_root
-from tileprobe.backends.cutlass.toolchain import Nvcc, _hash_tree
+from tileprobe.backends.cutlass.build import harness_dir, cache_root
+from tileprobe.backends.cutlass.toolchain import Nvcc, hash_tree
 from tileprobe.errors import CompileError, UsageError
 
 DRIVER_NAME = "flashinfer_moe_tactics.cu"  # in cutlass_harness/engine/
@@ -75,7 +75,7 @@ def module_flags(tree: engine.FlashinferTree) -> list[str]:
 
 def include_flags(tree: engine.FlashinferTree) -> list[str]:
     nv, data = tree.root / _NV, tree.root / "data"
-    stubs = _harness_dir() / "stubs"  # cuBLAS enum headers only (absent here); they decide nothing in the list
+    stubs = harness_dir() / "stubs"  # cuBLAS enum headers only (absent here); they decide nothing in the list
     user = [nv, nv / "include", nv / "tensorrt_llm" / "cutlass_extensions" / "include",
             nv / "tensorrt_llm" / "kernels" / "cutlass_kernels" / "include",
             nv / "tensorrt_llm" / "kernels" / "cutlass_kernels", *tree.cccl_include_dirs]
@@ -94,7 +94,7 @@ def compile_commands(tree: engine.FlashinferTree, nvcc: str, workdir: Path) -> t
     """(one compile per source, the link), as argument lists: the driver by nvcc as CUDA with the module's flags,
     each linked .cpp by the host compiler with the JIT's C++ flags, linked by nvcc (which adds the CUDA runtime)."""
     includes = include_flags(tree)
-    driver = _harness_dir() / "engine" / DRIVER_NAME
+    driver = harness_dir() / "engine" / DRIVER_NAME
     objects = [workdir / "driver.o"]
     compiles = [[nvcc, *module_flags(tree), *includes, "-w", "-c", str(driver), "-o", str(objects[0])]]
     for rel in LINKED:
@@ -174,11 +174,11 @@ def cache_key(tree: engine.FlashinferTree, nvcc: Nvcc) -> str:
     """Everything the driver's output depends on: its source, the -D and -I flags, the content of every header
     under those folders and of the linked sources, and the compiler."""
     h = hashlib.sha256()
-    h.update((_harness_dir() / "engine" / DRIVER_NAME).read_bytes())
+    h.update((harness_dir() / "engine" / DRIVER_NAME).read_bytes())
     h.update(" ".join(module_flags(tree)).encode())
     h.update(" ".join(CPP_FLAGS).encode())
     dirs = [Path(f[2:]) if f.startswith("-I") else Path(f) for f in include_flags(tree) if f != "-isystem"]
-    h.update(_hash_tree(tuple(d for d in dirs if d.is_dir())).encode())
+    h.update(hash_tree(tuple(d for d in dirs if d.is_dir())).encode())
     for rel in LINKED:
         path = tree.path(rel)
         h.update(str(rel).encode() + (path.read_bytes() if path.is_file() else b"<missing>"))

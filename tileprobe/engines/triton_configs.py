@@ -4,8 +4,7 @@ An engine (vLLM, SGLang) is found by tileprobe.engines.locate.find_release: a wh
 PATH`), else the installed package (nothing of it runs), else a wheel cached in $TILEPROBE_ENGINE_WHEELS or the user
 cache dir (`<cache>/wheels`, where `tileprobe engines fetch` puts it). From it this module reads two things:
 
-- the kernel file's source text, cut down to a standalone module of its @triton.jit functions (what the Triton
-  backend compiles), and
+- the kernel file's source text (tileprobe.backends.triton.source cuts the standalone module Triton compiles), and
 - the config trees: JSON files named `E=..,N=..,device_name=..[,dtype=..][,block_shape=..]...json`, each mapping a
   batch size M to one kernel config (BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num_warps, num_stages, ...).
 
@@ -16,24 +15,20 @@ Triton, torch or a GPU.
 
 from __future__ import annotations
 
-import ast
-import hashlib
 import json
 import os
 import re
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from tileprobe.backends.cutlass.toolchain import _package_dir
+from tileprobe.backends.cutlass.toolchain import package_dir
 from tileprobe.engines import locate
-from tileprobe.engines.locate import PINNED, WHEELS_ENV, wheel_dirs  # noqa: F401  (their home is locate)
+from tileprobe.engines.locate import PINNED, WHEELS_ENV, wheel_dirs  # noqa: F401  (re-exported; their home is locate)
 from tileprobe.errors import UsageError
 
 ENGINES = ("vllm", "sglang")
-# The keys a fused_moe_kernel config must carry (num_warps / num_stages may be absent: Triton's defaults apply).
-REQUIRED_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -76,9 +71,6 @@ class EngineSource:
         if not base.is_dir():
             return []
         return sorted(str(p.relative_to(self._root())) for p in base.rglob("*") if p.is_file())
-
-    def content_hash(self, rel: str) -> str:
-        return hashlib.sha256(self.read_text(rel).encode()).hexdigest()[:16]
 
 
 @lru_cache(maxsize=4)
@@ -137,68 +129,10 @@ def find_engine(engine: str, wheel: str | Path | None = None) -> EngineSource:
     if pkg.wheel is not None:
         path = Path(pkg.wheel).resolve()
         return EngineSource(engine, _wheel_version(path, engine), str(path), "wheel")
-    folder = _package_dir(engine) or Path(pkg.install) / engine
+    folder = package_dir(engine) or Path(pkg.install) / engine
     if not (folder / "__init__.py").is_file():
         raise UsageError(f"{engine} {pkg.version} is installed ({pkg.install}) but has no {engine}/__init__.py there")
     return EngineSource(engine, pkg.version, str(folder.resolve()), "installed")
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# The kernel: a standalone module of the engine file's @triton.jit functions
-# ----------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class KernelModule:
-    """The engine kernel file cut down to what Triton compiles: imports of triton and triton.language as tl, the
-    module-level constants the jit functions use, and every top-level @triton.jit function, verbatim."""
-
-    engine: str
-    version: str
-    relpath: str  # the engine file it was cut from
-    kernel: str  # "fused_moe_kernel"
-    text: str
-    sha256: str = field(default="")
-
-
-def _is_triton_jit(dec: ast.expr) -> bool:
-    target = dec.func if isinstance(dec, ast.Call) else dec
-    return isinstance(target, ast.Attribute) and target.attr == "jit" and \
-        isinstance(target.value, ast.Name) and target.value.id == "triton"
-
-
-def kernel_module(src: EngineSource, relpath: str, kernel: str) -> KernelModule:
-    """Cut `kernel` and the other top-level @triton.jit functions out of `relpath` of the engine (with ast)."""
-    text = src.read_text(relpath)
-    try:
-        tree = ast.parse(text)
-    except SyntaxError as exc:
-        raise UsageError(f"{src.label()}: {relpath} does not parse as Python ({exc.msg}, line {exc.lineno})") from None
-    jit = [n for n in tree.body if isinstance(n, ast.FunctionDef) and any(_is_triton_jit(d) for d in n.decorator_list)]
-    if kernel not in {n.name for n in jit}:
-        raise UsageError(f"{src.label()}: {relpath} has no @triton.jit function {kernel}")
-    used = {n.id for f in jit for n in ast.walk(f) if isinstance(n, ast.Name)}
-    consts = [n for n in tree.body if isinstance(n, ast.Assign) and len(n.targets) == 1
-              and isinstance(n.targets[0], ast.Name) and n.targets[0].id in used
-              and _is_literal(n.value)]
-    lines = text.splitlines(keepends=True)
-
-    def segment(node: ast.AST) -> str:
-        start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-        return "".join(lines[start - 1:node.end_lineno])
-
-    body = "\n".join(segment(n) for n in consts) + "\n\n" + "\n\n".join(segment(n) for n in jit)
-    module = (f'"""{kernel} and its @triton.jit helpers, cut verbatim from {src.label()} {relpath} by tileprobe."""\n'
-              "import triton\nimport triton.language as tl\n\n" + body)
-    return KernelModule(src.engine, src.version, relpath, kernel, module, hashlib.sha256(module.encode()).hexdigest())
-
-
-def _is_literal(node: ast.expr) -> bool:
-    try:
-        ast.literal_eval(node)
-        return True
-    except ValueError:
-        return False
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -288,18 +222,6 @@ def parse_entries(text: str, where: str, engine: str) -> tuple[dict[int, dict], 
     return entries, (str(triton_version) if triton_version is not None else None)
 
 
-def triton_entry_problem(entry: dict) -> str | None:
-    """Why an entry is not a Triton fused_moe_kernel config (None when it is one)."""
-    missing = [k for k in REQUIRED_KEYS if k not in entry]
-    if missing:
-        return f"missing {', '.join(missing)}"
-    bad = [k for k in REQUIRED_KEYS + ("num_warps", "num_stages")
-           if k in entry and (isinstance(entry[k], bool) or not isinstance(entry[k], int) or entry[k] < 1)]
-    if bad:
-        return f"{', '.join(f'{k}={entry[k]!r}' for k in bad)} not a positive whole number"
-    return None
-
-
 def read_file(path: Path, engine: str, rel: str | None = None, triton_dir: str | None = None) -> ConfigFile:
     """One config file from disk; UsageError when its name is not an engine config name or its JSON is malformed."""
     name = parse_name(path.name)
@@ -355,18 +277,6 @@ def nearest_key(keys: list[int], m: int) -> int:
         if abs(k - m) < abs(best - m):
             best = k
     return best
-
-
-def m_ranges(keys: list[int], m_max: int) -> list[tuple[int, int, int]]:
-    """(first M, last M, key) for M = 1..m_max: every batch size the engine can run, grouped by the entry it picks."""
-    out: list[tuple[int, int, int]] = []
-    for m in range(1, m_max + 1):
-        k = nearest_key(keys, m)
-        if out and out[-1][2] == k:
-            out[-1] = (out[-1][0], m, k)
-        else:
-            out.append((m, m, k))
-    return out
 
 
 def read_source_tree_file(src: EngineSource, configs_rel: str, rel: str) -> ConfigFile:

@@ -17,6 +17,14 @@ from tileprobe.families.columns import CUTLASS_REPORT, ReportSpec
 SCHEDULE_IDS = {"auto": 0, "cooperative": 1, "pingpong": 2}
 SCHEDULE_SHORT = {"auto": "auto", "cooperative": "coop", "pingpong": "pp", "triton": "triton"}  # triton: Triton families
 EPILOGUES = {"no-c": 0, "with-c": 1}  # bf16 D only / bf16 D = alpha*acc + beta*C with a bf16 C source
+# The sweep options (as spelled on the command line) a family takes; the sweep driver refuses any other one given.
+SWEEP_OPTIONS = frozenset({"--target", "--out", "--jobs", "--predict-only", "--rebuild", "--static-only", "--resume",
+                           "--shard", "--gpus", "--cache-dir", "--workload", "--batch", "--tp", "--ep", "--seed"})
+CUTLASS_OPTIONS = SWEEP_OPTIONS | {"--tiles", "--schedules", "--stages", "--epilogue", "--swap-ab", "--cluster",
+                                   "--dtypes", "--compile", "--peer", "--model-skip", "--compile-timeout",
+                                   "--run-timeout", "--cutlass-dir", "--nvcc", "--shape", "--routing"}
+TRITON_OPTIONS = SWEEP_OPTIONS | {"--engine", "--quant", "--engine-wheel", "--config-dir", "--device-name",
+                                  "--any-triton"}
 
 
 @dataclass(frozen=True)
@@ -194,6 +202,7 @@ class Family:
     accumulation: Callable[[Config, int | None], Accumulation] | None = None
     report: ReportSpec = CUTLASS_REPORT  # the columns and words its tables and report use (families.columns)
     row_fields: Callable[[Config], dict] | None = None  # more row fields a config fills (Triton: BLOCK_*, kernel)
+    options: frozenset[str] = CUTLASS_OPTIONS  # the sweep options it takes (sweep.check_options refuses others)
 
     def bits(self, cfg: Config) -> int:
         """Width of the activation elements (operand A before any swap): tile K bytes are spelled in it."""

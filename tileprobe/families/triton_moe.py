@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from tileprobe.backends.triton.compile import KernelJob
 from tileprobe.backends.triton.source import KernelSource
 from tileprobe.errors import UsageError
-from tileprobe.families.base import Accumulation, Config, Family, Tile
+from tileprobe.families.base import TRITON_OPTIONS, Accumulation, Config, Family, Tile
 from tileprobe.families.columns import TRITON_REPORT, batch_range_of, source_fields
 
 NAME = "triton-moe"
@@ -88,22 +88,22 @@ def check_quant(quant: str) -> str:
     return quant
 
 
-def parse_entry(entry: object, where: str) -> dict[str, int]:
-    """One engine config entry, checked: the six keys as whole numbers (num_warps / num_stages default to Triton's
-    own when absent); other keys are dropped (USE_TMA: see TMA_REASON)."""
-    if not isinstance(entry, dict):
-        raise UsageError(f"{where}: a config entry is a JSON object, not {type(entry).__name__}")
-    entry = {**TRITON_DEFAULTS, **entry}
+def check_entry(raw: object, tma: bool = False) -> tuple[dict[str, int] | None, str]:
+    """The one check of an engine config entry: (the six keys as positive whole numbers, "") or (None, why).
+    num_warps / num_stages default to Triton's own when absent; other keys are dropped. An entry asking for TMA
+    descriptors (USE_TMA) is not launchable (TMA_REASON), unless `tma`: the caller then marks it unsupported."""
+    if not isinstance(raw, dict):
+        return None, f"a config entry is a JSON object, not {type(raw).__name__}"
+    entry = {**TRITON_DEFAULTS, **raw}
     missing = [k for k in ENTRY_KEYS if k not in entry]
     if missing:
-        raise UsageError(f"{where}: config entry lacks {', '.join(missing)}")
-    out = {}
-    for k in ENTRY_KEYS:
-        v = entry[k]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise UsageError(f"{where}: {k}={v!r} is not a positive whole number")
-        out[k] = v
-    return out
+        return None, f"config entry lacks {', '.join(missing)}"
+    bad = [k for k in ENTRY_KEYS if isinstance(entry[k], bool) or not isinstance(entry[k], int) or entry[k] < 1]
+    if bad:
+        return None, f"{', '.join(f'{k}={entry[k]!r}' for k in bad)} not a positive whole number"
+    if raw.get("USE_TMA") and not tma:
+        return None, "USE_TMA: the TMA-descriptor launch is not reproduced"
+    return {k: entry[k] for k in ENTRY_KEYS}, ""
 
 
 def gemm_shape(gemm: str, hidden: int, inter_shard: int) -> tuple[int, int]:
@@ -356,6 +356,7 @@ FAMILY = Family(
     accumulation=_accumulation,
     report=REPORT,
     row_fields=row_fields,
+    options=TRITON_OPTIONS,
 )
 
 

@@ -70,11 +70,11 @@ def export(folder: Path, fmt: str, out: Path | None = None) -> str:
         w.writerows(csv_row(r) for r in rows)
         text = buf.getvalue()
     if out is not None:
-        _write(Path(out), text)
+        write_text(Path(out), text)
     return text
 
 
-def _write(path: Path, text: str) -> None:
+def write_text(path: Path, text: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

@@ -23,7 +23,8 @@ from tileprobe.families import family as family_named
 from tileprobe.reports.recommend import recommendations
 from tileprobe.results.writer import TOOLCHAIN_COLUMNS, ResultsWriter, now
 from tileprobe.results.resultset import ResultSet, config_from_entry, config_from_row, target_from_dict
-from tileprobe import progress, triton_sweep
+from tileprobe import progress
+from tileprobe.triton import sweep as triton_sweep
 from tileprobe.backends.triton.compile import compile_many
 from tileprobe.backends.triton.toolchain import require_triton
 from tileprobe.families import triton_moe

@@ -15,7 +15,8 @@ RUN_JSON = "run.json"
 LOCK_NAME = ".tileprobe.lock"
 # What must match for --resume to append rows to a folder: the family, then the toolchain fields of run.json.
 _TOOLCHAIN = (("cutlass_hash", "CUTLASS tree"), ("cutlass_version", "CUTLASS"), ("nvcc_version", "nvcc"),
-              ("engine", "engine"), ("engine_hash", "engine tree"))
+              ("engine", "engine"), ("engine_hash", "engine tree"), ("triton_version", "Triton"),
+              ("kernel_sha256", "kernel"))
 
 
 def lock(out: Path) -> FileLock:
@@ -72,7 +73,7 @@ def check_resume(out: Path, family: str, toolchain: dict, mode: str, rows: list[
     diffs = []
     if meta.get("family") not in (None, family):
         diffs.append(f"family {meta.get('family')} -> {family}")
-    old_tc = meta.get("toolchain") or {}
+    old_tc = {k: meta.get(k) for k in ("engine", "kernel_sha256")} | (meta.get("toolchain") or {})  # older triton-moe
     for key, words in _TOOLCHAIN:
         a, b = old_tc.get(key), toolchain.get(key)
         if a is not None and b is not None and a != b:

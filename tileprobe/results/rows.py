@@ -41,6 +41,8 @@ TOOLCHAIN_COLUMNS = ["cutlass_version", "cutlass_hash", "nvcc_version"]
 # What identifies a row: the config, where it was judged, and the workload point (problem list hash and seed
 # included, so merge/diff compare like with like; older rows without a hash fall back to the problem label).
 KEY_COLUMNS = ("config", "target", "workload", "gemm", "batch", "routing", "problems_hash", "seed")
+# A Triton row (one with a triton_version) is also identified by the compiler and the kernel source (engine_hash).
+TRITON_KEY_COLUMNS = ("triton_version", "engine_hash")
 
 RESERVED_SMEM_PER_BLOCK = 1024  # the driver's per-block reservation (opt-in = per-SM - 1 KiB)
 
@@ -52,6 +54,8 @@ def row_key(row: dict) -> str:
         if k == "problems_hash" and v in (None, ""):
             v = row.get("problem")
         vals.append("" if v is None else str(v))
+    if row.get("triton_version") is not None:
+        vals += [str(row.get(k) or "") for k in TRITON_KEY_COLUMNS]
     return "|".join(vals)
 
 

@@ -9,6 +9,9 @@ import json
 import math
 import os
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tileprobe.errors import UsageError
@@ -18,8 +21,8 @@ from tileprobe.results.rows import COLUMNS, TOOLCHAIN_COLUMNS, now, row_key
 from tileprobe.results.schema import row_problems
 from tileprobe.verdict import Verdict
 
-__all__ = ["COLUMNS", "CSV_NAME", "JSONL_NAME", "jsonl_path", "TOOLCHAIN_COLUMNS", "ResultsWriter", "check_csv", "csv_row",
-           "csv_columns", "load_rows", "now", "read_rows", "row_key", "settled"]
+__all__ = ["COLUMNS", "CSV_NAME", "JSONL_NAME", "jsonl_path", "TOOLCHAIN_COLUMNS", "Recorder", "ResultsWriter", "check_csv",
+           "csv_row", "csv_columns", "load_rows", "now", "read_rows", "recording", "row_key", "settled"]
 
 CSV_NAME = "results.csv"
 JSONL_NAME = "results.jsonl"
@@ -115,6 +118,48 @@ class ResultsWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+@dataclass
+class Recorder:
+    """One run's results folder while it runs: `write` is the one path every row of the run takes (static or
+    launched, CUTLASS or Triton; a row already held, e.g. kept by --resume, is not written again); `meta` is its
+    run.json, written by `save`."""
+    writer: ResultsWriter
+    meta: dict
+    rows: list[dict] = field(default_factory=list)
+
+    def has(self, key: str) -> bool:
+        return self.writer.has(key)
+
+    def write(self, row: dict) -> None:
+        if not self.writer.has(row_key(row)):
+            self.writer.write(row)
+            self.rows.append(row)
+
+    def save(self) -> None:
+        (self.out / provenance.RUN_JSON).write_text(json.dumps(self.meta, indent=1))
+
+    @property
+    def out(self) -> Path:
+        return self.writer.out
+
+
+@contextmanager
+def recording(out: Path, meta: dict, mode: str, command: str, resume: bool = False, seed: int | None = None,
+              shard: tuple[int, int] | None = None) -> Iterator[Recorder]:
+    """With --resume, check the folder's run.json first (family, toolchain, evidence mode: provenance.check_resume);
+    open the folder, write run.json (meta with the command, date, seed, shard and evidence mode), yield the Recorder,
+    and write run.json again at the end (with whatever the run added to rec.meta: phases, references)."""
+    if resume:
+        held = read_rows(out)[0] if (Path(out) / JSONL_NAME).is_file() else []
+        provenance.check_resume(out, meta["family"], meta["toolchain"], mode, held)
+    with ResultsWriter(out, resume=resume) as writer:
+        rec = Recorder(writer, {"command": command, "date": now(), "seed": seed, **meta, "shard": shard,
+                                "evidence_mode": mode})
+        rec.save()
+        yield rec
+        rec.save()
 
 
 def load_rows(folder: Path) -> list[dict]:

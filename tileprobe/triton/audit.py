@@ -14,7 +14,6 @@ Compiles are shared across files: ints the kernel does not take as constexprs en
 from __future__ import annotations
 
 import ast
-import json
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,16 +27,14 @@ from tileprobe.engines import triton_lookup
 from tileprobe.errors import UsageError
 from tileprobe.families import arch_for, family
 from tileprobe.families import triton_moe as tm
-from tileprobe.results.rows import make_row, now
-from tileprobe.results.writer import ResultsWriter, row_key
+from tileprobe.results.rows import make_row
+from tileprobe.results.writer import recording
 from tileprobe.targets import Target, profile
-from tileprobe.triton_sweep import engine_kernel_source, outcome, toolchain_columns
+from tileprobe.triton.sweep import engine_kernel_source, outcome, toolchain_columns
 from tileprobe.workloads import PRESETS
 
 ASSUMED_HIDDEN = 4096
 ASSUMED_TOP_K = 8
-# Triton 3.8's CUDAOptions defaults (triton/backends/nvidia/compiler.py): what an entry without them launches with.
-TRITON_DEFAULT_WARPS, TRITON_DEFAULT_STAGES = 4, 3
 
 
 @dataclass(frozen=True)
@@ -114,18 +111,6 @@ class Check:
     why_not: str = ""  # the entry is not compiled: why
 
 
-def _entry(raw: dict) -> tuple[dict | None, str]:
-    why = tc.triton_entry_problem(raw)
-    if why:
-        return None, why
-    e = {k: raw[k] for k in tm.ENTRY_KEYS if k in raw}
-    e.setdefault("num_warps", TRITON_DEFAULT_WARPS)
-    e.setdefault("num_stages", TRITON_DEFAULT_STAGES)
-    if raw.get("USE_TMA"):
-        return None, "USE_TMA: the TMA-descriptor launch is not reproduced"
-    return e, ""
-
-
 def plan(files: list[tc.ConfigFile], engine: str, source: KernelSource, target: Target | None, hidden: int | None
          ) -> tuple[list[Check], list[str]]:
     """Every (file, entry, GEMM) to compile, and notes for files skipped (scheme not sized, device unknown)."""
@@ -157,7 +142,7 @@ def plan(files: list[tc.ConfigFile], engine: str, source: KernelSource, target: 
         else:
             gemms = ("gate_up",) if (f.triton_dir, f.name) in downs else tm.GEMMS
         for key, raw in f.entries.items():
-            e, why = _entry(raw)
+            e, why = tm.check_entry(raw)
             for gemm in gemms:
                 if e is None:
                     checks.append(Check(f, key, gemm, t, None, None, prob, why))
@@ -247,15 +232,11 @@ def run(path: Path | None, engine: str | None, wheel: str | None, target_name: s
                "compiler_s": round(sum(getattr(b, "seconds", 0.0) for b in distinct.values()
                                        if not getattr(b, "cached", True)), 2)}
     if out is not None:
-        with ResultsWriter(out, resume=False) as writer:
-            (out / "run.json").write_text(json.dumps({
-                "command": command, "date": now(), "seed": None, "family": tm.NAME,
-                "target": (target or (todo[0].target if todo else profile("rtx-pro-6000"))).as_dict(),
-                "devices": [], "configs": len(todo), "shard": None, "toolchain": cols,
-                "engine": src.label(), "engine_origin": src.origin, "kernel_sha256": source.sha256,
-                "checked": str(path) if path is not None else f"{src.label()} shipped tree",
-                "phases": seconds}, indent=1))
+        meta = {"family": tm.NAME, "target": (target or (todo[0].target if todo else profile("rtx-pro-6000"))).as_dict(),
+                "devices": [], "configs": len(todo), "engine_origin": src.origin, "phases": seconds,
+                "toolchain": cols | {"engine": src.label(), "kernel_sha256": source.sha256},
+                "checked": str(path) if path is not None else f"{src.label()} shipped tree"}
+        with recording(out, meta, "compiled", command) as rec:
             for row in rows:
-                if not writer.has(row_key(row)):
-                    writer.write(row)
+                rec.write(row)
     return AuditResult(rows, over, [], len(todo), len(checks) - len(todo), seconds, errors, not_checked)

@@ -34,8 +34,8 @@ from tileprobe.errors import UsageError
 from tileprobe.families import triton_moe as tm
 from tileprobe.staged import Staged
 from tileprobe.targets import profile
-from tileprobe.triton.audit import _entry, arch_of, canonical, constexpr_positions, guess_engine, problem_for
-from tileprobe.triton_sweep import engine_kernel_source
+from tileprobe.triton.audit import arch_of, canonical, constexpr_positions, guess_engine, problem_for
+from tileprobe.triton.sweep import engine_kernel_source
 
 PROVENANCE = "tileprobe-provenance.json"
 
@@ -143,7 +143,7 @@ def run(inputs: Path | None, engine: str | None, wheel: str | None, target_name:
         entries: dict[int, dict] = {}
         raw_keep: dict[int, dict] = {}
         for key, raw in f.entries.items():
-            e, why = _entry(raw)
+            e, why = tm.check_entry(raw)
             if e is None:
                 raise UsageError(f"{f.rel} [{key}]: cannot size this entry ({why})")
             entries[key], raw_keep[key] = e, raw

@@ -72,9 +72,9 @@ from tileprobe.results.rows import Outcome, StaticInfo, make_row
 from tileprobe.results.writer import ResultsWriter, row_key
 from tileprobe.staged import Staged
 from tileprobe.targets import Target, resolve_target
-from tileprobe.triton.audit import _entry, canonical, constexpr_positions, problem_for
+from tileprobe.triton.audit import canonical, constexpr_positions, problem_for
 from tileprobe.triton.export import PROVENANCE, output_path, read_inputs
-from tileprobe.triton_sweep import engine_kernel_source, toolchain_columns
+from tileprobe.triton.sweep import engine_kernel_source, toolchain_columns
 from tileprobe.workloads import PRESETS
 
 torch = LazyModule("torch")
@@ -391,7 +391,7 @@ def _tune_files(inp, opts: TuneOptions, hidden: int | None, st: Staged, written:
             keys = sorted(set(opts.batches))
         space = opts.space if opts.space is not None else search_space(engine, scheme)
         for c in space:
-            if _entry({**c})[0] is None:
+            if tm.check_entry(c)[0] is None:
                 raise UsageError(f"search space entry {c}: not a fused_moe_kernel config")
 
         def job(c: dict, m: int, g: str, scheme=scheme, prob=prob, f=f) -> KernelJob:
@@ -401,7 +401,7 @@ def _tune_files(inp, opts: TuneOptions, hidden: int | None, st: Staged, written:
         t0 = time.perf_counter()
         pairs = [(m, i) for m in keys for i in range(len(space))]
         # the input's own entries too: one is kept where nothing is verified at its M, and only if it fits
-        own = [(m, e) for m in keys for e in [_entry(f.entries[m])[0]] if e is not None and not opts.prune_only]
+        own = [(m, e) for m in keys for e in [tm.check_entry(f.entries[m])[0]] if e is not None and not opts.prune_only]
         labels = ([f"M={m} {progress.entry(space[i])} {g}" for m, i in pairs for g in gemms]
                   + [f"M={m} input {progress.entry(e)} {g}" for m, e in own for g in gemms])
         with progress.track(len(labels), f"prune {f.rel}") as bar:

@@ -25,7 +25,7 @@ from tileprobe.families import triton_moe as tm  # noqa: E402
 from tileprobe.families.base import Accumulation  # noqa: E402
 from tileprobe.results import tolerance  # noqa: E402
 from tileprobe.results.classify import correctness  # noqa: E402
-from tileprobe.triton_sweep import engine_kernel_source  # noqa: E402
+from tileprobe.triton.sweep import engine_kernel_source  # noqa: E402
 from tileprobe.verdict import Verdict  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.triton]

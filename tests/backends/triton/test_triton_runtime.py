@@ -30,7 +30,7 @@ from tileprobe.backends.triton.toolchain import cache_root
 from tileprobe.families import triton_moe as tm
 from tileprobe.families.base import Accumulation
 from tileprobe.results import tolerance
-from tileprobe.triton_sweep import engine_kernel_source
+from tileprobe.triton.sweep import engine_kernel_source
 engine, gemm, m, bm, seed, cache = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 quant = sys.argv[7]
 _, src = engine_kernel_source(engine, None)
@@ -86,7 +86,7 @@ def test_a_config_that_fails_to_launch_is_its_own_row_and_later_configs_run(monk
     from tileprobe.families import triton_moe as tm
     from tileprobe.families.base import Accumulation
     from tileprobe.results import tolerance
-    from tileprobe.triton_sweep import engine_kernel_source
+    from tileprobe.triton.sweep import engine_kernel_source
     from tileprobe.verdict import Verdict
 
     r = random.Random()
@@ -128,7 +128,7 @@ def test_a_problem_whose_inputs_cannot_be_made_gives_each_config_a_launch_error_
     from tileprobe.families import triton_moe as tm
     from tileprobe.families.base import Accumulation
     from tileprobe.results import tolerance
-    from tileprobe.triton_sweep import engine_kernel_source
+    from tileprobe.triton.sweep import engine_kernel_source
     from tileprobe.verdict import Verdict
 
     r = random.Random()

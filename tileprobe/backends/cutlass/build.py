@@ -36,7 +36,7 @@ from tileprobe.families import Config, family
 from tileprobe.backends.cutlass.toolchain import CutlassTree, Nvcc
 
 
-def _harness_dir() -> Path:
+def harness_dir() -> Path:
     """TILEPROBE_HARNESS_DIR, else the checkout's cutlass_harness/ (editable install), else the installed copy."""
     if os.environ.get("TILEPROBE_HARNESS_DIR"):
         return Path(os.environ["TILEPROBE_HARNESS_DIR"])
@@ -45,7 +45,7 @@ def _harness_dir() -> Path:
     return checkout if (checkout / "kernels.cuh").is_file() else here / "cutlass_harness"
 
 
-HARNESS_DIR = _harness_dir()
+HARNESS_DIR = harness_dir()
 COMMON_FLAGS = ["-std=c++17", "-DNDEBUG", "--expt-relaxed-constexpr", "-diag-suppress", "20012,20013,20014,20015"]
 DEFAULT_COMPILE_TIMEOUT_S = 1200
 DEFAULT_HARNESS_CONFIGS = 3  # the most configs one runtime harness's host half serves (TILEPROBE_HARNESS_CONFIGS)

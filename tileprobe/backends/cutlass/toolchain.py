@@ -57,7 +57,7 @@ def _tree_from_root(root: Path, source: str) -> CutlassTree:
         if (util / "cutlass" / "util").is_dir():
             dirs.append(util)
             break
-    return CutlassTree(tuple(dirs), _read_version(include), source, _hash_tree(tuple(dirs)))
+    return CutlassTree(tuple(dirs), _read_version(include), source, hash_tree(tuple(dirs)))
 
 
 def _read_version(include: Path) -> str:
@@ -69,7 +69,7 @@ def _read_version(include: Path) -> str:
 
 
 @lru_cache(maxsize=8)
-def _hash_tree(dirs: tuple[Path, ...]) -> str:
+def hash_tree(dirs: tuple[Path, ...]) -> str:
     h = hashlib.sha256()
     for d in dirs:
         for path in sorted(p for p in d.rglob("*") if p.is_file() and p.suffix in {".h", ".hpp", ".inl", ".cuh"}):
@@ -78,7 +78,7 @@ def _hash_tree(dirs: tuple[Path, ...]) -> str:
     return h.hexdigest()[:16]
 
 
-def _package_dir(name: str) -> Path | None:
+def package_dir(name: str) -> Path | None:
     """Where an installed top-level package lives, found without importing (and so without running) it."""
     try:
         spec = importlib.util.find_spec(name)
@@ -96,10 +96,10 @@ def find_cutlass(explicit: str | os.PathLike | None = None) -> CutlassTree:
     env = os.environ.get("TILEPROBE_CUTLASS_DIR")
     if env:
         return _tree_from_root(Path(env), "env")
-    fi = _package_dir("flashinfer")
+    fi = package_dir("flashinfer")
     if fi and (fi / "data" / "cutlass" / "include" / "cutlass" / "version.h").is_file():
         return _tree_from_root(fi / "data" / "cutlass", "flashinfer")
-    lib = _package_dir("cutlass_library")
+    lib = package_dir("cutlass_library")
     if lib:
         for root in (lib / "source", lib):
             if (root / "include" / "cutlass" / "version.h").is_file():

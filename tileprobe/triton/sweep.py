@@ -1,16 +1,18 @@
-"""A triton-moe sweep: for every batch size M the engine runs on the target's GPUs, which config it launches
-(the engine's own lookup: tileprobe.engines.triton_lookup) and whether it fits, from the compiled kernel's bytes.
+"""triton-moe's part of a sweep (the driver, tileprobe.sweep, checks the options, records run.json, resumes and writes
+the rows): for every batch size M the engine runs on the target's GPUs, which config it launches (the engine's own
+lookup: tileprobe.engines.triton_lookup) and whether it fits, from the compiled kernel's bytes.
 
-Each distinct launch is compiled once (tileprobe.backends.triton.compile, cached by content), rows are written as
-in every sweep (rows.make_row, evidence `compiled`: a cubin was built for the arch, nothing was launched).
+`prepare` checks the options and plans the launches; `rows` yields a row per launch as it is known. Each distinct
+launch is compiled once (tileprobe.backends.triton.compile, cached by content; evidence `compiled`: a cubin was built
+for the arch), or answered by the predictor (--predict-only, evidence `predicted`); on a GPU of the arch the
+engine's configs are launched too.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -26,10 +28,9 @@ from tileprobe.errors import UsageError
 from tileprobe.families import arch_for, family
 from tileprobe.families import triton_moe as tm
 from tileprobe.predict import triton_moe as predict_tm
-from tileprobe.predict._common import CannotPredict
+from tileprobe.predict import CannotPredict
 from tileprobe.results import tolerance
-from tileprobe.results.rows import Outcome, StaticInfo, make_row, now
-from tileprobe.results.writer import ResultsWriter, row_key
+from tileprobe.results.rows import Outcome, StaticInfo, make_row
 from tileprobe.targets import Target, resolve_target
 from tileprobe.verdict import Verdict
 from tileprobe.workloads import DEFAULT_PRESET, PRESETS, MoEModel, check_split
@@ -75,14 +76,14 @@ def shape_for(presets: list[str] | None, tp: int, ep: int) -> Shape:
 
 
 def engine_kernel_source(engine: str, wheel: str | None) -> tuple[tc.EngineSource, KernelSource]:
-    """The engine's files and its fused_moe_kernel module; UsageError for a release whose launcher is not read."""
+    """The engine's files and its fused_moe_kernel module (source.extract: the kernel and the @triton.jit functions it
+    calls); UsageError for a release whose launcher is not read."""
     ek = tm.engine_kernel(engine)
     src = tc.find_engine(engine, wheel)
     if src.version != ek.release:
         raise UsageError(f"{src.label()} ({src.origin}): tileprobe reproduces the launcher of {ek.label} only; "
                          f"pass --engine-wheel with the {ek.label} wheel")
-    km = tc.kernel_module(src, ek.path, ek.function)
-    return src, KernelSource(km.text, ek.function, f"{src.label()} {ek.path}")
+    return src, extract(src.read_text(ek.path), ek.function, f"{src.label()} {ek.path}")
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,9 @@ def plan(shape: Shape, engine: str, quant: str, source: KernelSource, src: tc.En
                 p = next((p for p in mine if p.m_lo <= m and (p.m_hi is None or m <= p.m_hi)), None)
                 if p is None:
                     raise UsageError(f"--batch {m}: beyond the M range answered (1..{max_m})")
-                entry = tm.parse_entry(p.config, f"{engine} {p.source} config for M={m}")
+                entry, why = tm.check_entry(p.config, tma=True)
+                if entry is None:
+                    raise UsageError(f"{engine} {p.source} config for M={m}: {why}")
                 n, k = tm.gemm_shape(gemm, model.hidden, shape.inter)
                 where = "default" if p.source == "default" else f"{p.source}:{Path(p.path).name}#{p.key}"
                 cfg = tm.make_config(engine, quant, gemm, model.experts, n, k, model.top_k, entry, arch, where,
@@ -175,148 +178,151 @@ def predicted_outcome(cfg, target: Target) -> Outcome:
                                                  "on this GPU raises OutOfResources)", info)
 
 
-def toolchain_columns(triton: TritonInstall) -> dict:
+def toolchain_columns(triton: TritonInstall | str) -> dict:
+    """The rows' toolchain columns: no CUTLASS or nvcc, the Triton release (installed, or the predictor's)."""
     return {"cutlass_version": None, "cutlass_source": None, "cutlass_hash": None, "nvcc_version": None,
-            "host_compiler": None, "triton_version": triton.version}
+            "host_compiler": None, "triton_version": triton if isinstance(triton, str) else triton.version}
 
 
-def run(opts, topts: TritonOptions, console, command: str) -> list[dict]:
-    """The triton-moe sweep (opts: sweep.SweepOptions for the shared options)."""
-    fam = family(tm.NAME)
+@dataclass
+class Prepared:
+    """A triton-moe sweep with every option checked and its launches planned (this shard's), nothing compiled: what
+    the driver (tileprobe.sweep) records in run.json and checks --resume against, and what `rows` answers."""
+    opts: object  # sweep.SweepOptions
+    shape: Shape
+    target: Target
+    devices: list[Target]  # GPUs of the arch (launched on the first); [] static or predicted
+    names: tuple[str, ...]
+    src: tc.EngineSource
+    source: KernelSource
+    user_dir: str | None
+    every: list[Planned]  # the whole plan (a shard's runtime launches every candidate of its GEMM)
+    planned: list[Planned]  # this shard's launches
+    triton: TritonInstall | None  # None: --predict-only (the predictor's Triton release)
+    phases: dict = field(default_factory=dict)
+    predicted: list[Outcome] = field(default_factory=list)  # --predict-only: the predictor's outcomes
+
+    @property
+    def mode(self) -> str:
+        return "predicted" if self.triton is None else "compiled"
+
+    @property
+    def columns(self) -> dict:
+        return toolchain_columns(self.triton or predict_tm.TRITON_VERSIONS[0])
+
+    def run_json(self) -> dict:
+        """run.json's fields for this sweep (the driver adds command, date, seed, shard and evidence_mode); the
+        toolchain holds what --resume must match: the Triton release, the engine and its kernel's sha256."""
+        where = {"triton_root": str(self.triton.root), "cache": str(cache_root(self.opts.cache_dir))} \
+            if self.triton else {}
+        return {"family": tm.NAME, "target": self.target.as_dict(), "devices": [d.as_dict() for d in self.devices[:1]],
+                "configs": len(self.planned), "toolchain": self.columns | where | {
+                    "engine": self.src.label(), "kernel_sha256": self.source.sha256},
+                "engine_origin": self.src.origin, "quant": self.opts.triton.quant, "device_names": list(self.names),
+                "config_dir": self.user_dir, **({"predict_only": True} if self.triton is None else {})}
+
+    def summary(self) -> str:
+        what = f"{self.triton.label()}" if self.triton else f"predicted for Triton {predict_tm.TRITON_VERSIONS[0]}"
+        return (f"[bold]triton-moe[/] {self.src.label()} {self.opts.triton.quant} {self.shape.model.name} on "
+                f"[bold]{self.target.name}[/] (opt-in {self.target.smem_optin} B; {', '.join(self.names)}): "
+                f"{len(self.planned)} launches, {len({p.job for p in self.planned if p.job})} distinct, {what}")
+
+
+def prepare(opts) -> Prepared:
+    """Every triton-moe option checked (opts: sweep.SweepOptions; the driver has refused the options the family does
+    not take) and the launches planned, this shard's split off as CUTLASS configs are (j % n == i)."""
+    topts = opts.triton
     if not topts.engine:
         raise UsageError("--family triton-moe needs --engine vllm or --engine sglang")
     tm.engine_kernel(topts.engine)
     tm.check_quant(topts.quant)
     w = opts.workload
     shape = shape_for(w.get("presets"), w.get("tp", 1), w.get("ep", 1))
-    if w.get("shapes"):
-        raise UsageError("--shape does not apply to --family triton-moe: the engine's E, N, K come from --workload")
-    batches = w.get("batches")
-    for b in batches or ():
+    for b in w.get("batches") or ():
         if b < 1:
             raise UsageError(f"batch size {b} must be at least 1")
     if opts.jobs < 1:
         raise UsageError(f"--jobs {opts.jobs}: must be at least 1")
     target, devices = resolve_target(opts.target, opts.gpus)
-    devices = [] if opts.static_only else devices
-    arch = arch_for(fam, target.cc)
+    devices = [] if opts.static_only or opts.predict_only else devices  # --predict-only launches nothing
+    arch = arch_for(family(tm.NAME), target.cc)
     if arch is None:
         raise UsageError(f"triton-moe compiles for {', '.join(tm.ARCHS)}; not sm_{target.cc_int} ({target.name})")
     # on a GPU: the name it reports (the engine keys its files by it); offline: every SKU name of the target
     names = (target.device_name,) if target.is_device and not topts.device_names else \
         triton_lookup.device_names(target, topts.device_names)
-    if opts.predict_only:  # launches nothing, even on a GPU
-        return predict_rows(opts, topts, shape, target, arch, names, batches, command)
-    triton = require_triton(topts.any_triton)
+    triton = None if opts.predict_only else require_triton(topts.any_triton)
     src, source = engine_kernel_source(topts.engine, topts.engine_wheel)
     user_dir = topts.config_dir or triton_lookup.engine_module(topts.engine).user_dir_from_env()
     if user_dir is not None and not Path(user_dir).is_dir():
         raise UsageError(f"--config-dir {user_dir}: no such folder")
     start = time.perf_counter()
-    planned = plan(shape, topts.engine, topts.quant, source, src, target, arch, names, batches, user_dir, topts.max_m)
-    plan_s = time.perf_counter() - start
-    start = time.perf_counter()
-    jobs = [p.job for p in planned if p.job is not None]
-    named = [p for p in planned if p.job is not None]
-    with progress.track(len(jobs), "triton-moe") as bar:
-        done = iter(compile_many(jobs, opts.jobs, opts.cache_dir, opts.rebuild, on_result=bar.each(
-            [progress.unit(p.config, p.point["batch"]) for p in named],
-            lambda i, b: outcome(named[i].config, b, target, triton))))
-    builds = [next(done) if p.job is not None else None for p in planned]
-    compile_s = time.perf_counter() - start
-    cols = toolchain_columns(triton)
-    rows = []
-    with ResultsWriter(opts.out, resume=opts.resume) as writer:
-        (opts.out / "run.json").write_text(json.dumps({
-            "command": command, "date": now(), "seed": None, "family": fam.name, "target": target.as_dict(),
-            "devices": [], "configs": len(planned), "shard": None,
-            "toolchain": cols | {"triton_root": str(triton.root), "cache": str(cache_root(opts.cache_dir))},
-            "engine": src.label(), "engine_origin": src.origin, "kernel_sha256": source.sha256,
-            "quant": topts.quant, "device_names": list(names), "config_dir": user_dir,
-            "phases": {"plan_s": round(plan_s, 2), "compile_s": round(compile_s, 2),
-                       "distinct": len({id(b) for b in builds if b is not None}),  # a repeated launch: once
-                       "compiled": len({id(b) for b in builds if b is not None and not getattr(b, "cached", False)}),
-                       "cached": len({id(b) for b in builds if getattr(b, "cached", False)}),
-                       "not_compiled": sum(b is None for b in builds)}}, indent=1))
-        console.print(f"[bold]triton-moe[/] {src.label()} {topts.quant} {shape.model.name} on [bold]{target.name}[/] "
-                      f"(opt-in {target.smem_optin} B; {', '.join(names)}): {len(planned)} launches, "
-                      f"{len({p.job for p in planned if p.job})} distinct, {triton.label()}")
-        for p, b in zip(planned, builds):
-            o = outcome(p.config, b, target, triton)
-            row = make_row(p.config, target, cols, o, point=p.point,
-                           extra={"engine": src.label(), "engine_hash": source.sha256[:16]})
-            if not writer.has(row_key(row)):
-                writer.write(row)
-                rows.append(row)
-        if devices and shape.ep > 1:
-            console.print("[yellow]--ep > 1: the runtime launch holds every expert on one GPU; not launched[/]")
-        elif devices:
-            seed = w.get("seed", -1)
-            seed = seed if seed >= 0 else random.randrange(2**31)
-            start = time.perf_counter()
-            rows += runtime_rows(planned, shape, source, devices[0], seed, cols, writer, console,
-                                 cache_root(opts.cache_dir))
-            meta = json.loads((opts.out / "run.json").read_text())
-            meta.update(seed=seed, devices=[devices[0].as_dict()])
-            meta["phases"]["runtime_s"] = round(time.perf_counter() - start, 2)
-            (opts.out / "run.json").write_text(json.dumps(meta, indent=1))
-    return rows
-
-
-def predict_rows(opts, topts: TritonOptions, shape: Shape, target: Target, arch: str, names: tuple[str, ...],
-                 batches: list[int] | None, command: str) -> list[dict]:
-    """`sweep --family triton-moe --predict-only`: the engine's picks answered by the predictor, nothing compiled
-    (evidence `predicted`; no Triton needed). A launch it cannot predict stops the sweep with one line, as the CUTLASS
-    --predict-only does: compile instead."""
-    src, source = engine_kernel_source(topts.engine, topts.engine_wheel)
-    user_dir = topts.config_dir or triton_lookup.engine_module(topts.engine).user_dir_from_env()
-    planned = plan(shape, topts.engine, topts.quant, source, src, target, arch, names, batches, user_dir, topts.max_m)
-    outs = []
-    for p in planned:
+    every = plan(shape, topts.engine, topts.quant, source, src, target, arch, names, w.get("batches"), user_dir,
+                 topts.max_m)
+    mine = [p for j, p in enumerate(every) if opts.shard is None or j % opts.shard[1] == opts.shard[0]]
+    predicted = []
+    for p in mine if triton is None else ():  # before the results folder is touched: a launch not predicted stops
         try:
-            outs.append(predicted_outcome(p.config, target))
+            predicted.append(predicted_outcome(p.config, target))
         except CannotPredict as exc:
             raise UsageError(f"--predict-only: {exc} ({p.point['problem']}); run without --predict-only to "
                              "compile instead") from None
-    cols = {"cutlass_version": None, "cutlass_source": None, "cutlass_hash": None, "nvcc_version": None,
-            "host_compiler": None, "triton_version": predict_tm.TRITON_VERSIONS[0]}
-    rows = []
-    with ResultsWriter(opts.out, resume=opts.resume) as writer:
-        (opts.out / "run.json").write_text(json.dumps({
-            "command": command, "date": now(), "seed": None, "family": tm.NAME, "target": target.as_dict(),
-            "devices": [], "configs": len(planned), "shard": None, "toolchain": cols, "engine": src.label(),
-            "engine_origin": src.origin, "kernel_sha256": source.sha256, "quant": topts.quant,
-            "device_names": list(names), "config_dir": user_dir, "predict_only": True,
-            "evidence_mode": "predicted"}, indent=1))
-        for p, o in zip(planned, outs):
-            row = make_row(p.config, target, cols, o, point=p.point,
-                           extra={"engine": src.label(), "engine_hash": source.sha256[:16]})
-            if not writer.has(row_key(row)):
-                writer.write(row)
-                rows.append(row)
-    return rows
+    return Prepared(opts, shape, target, devices, names, src, source, user_dir, every, mine, triton,
+                    {"plan_s": round(time.perf_counter() - start, 2)}, predicted)
 
 
-def runtime_rows(planned: list[Planned], shape: Shape, source: KernelSource, device: Target, seed: int, cols: dict,
-                 writer: ResultsWriter, console, cache: Path) -> list[dict]:
-    """On a GPU of the arch: at every (GEMM, M) of the plan, launch each config the engine uses for that GEMM at any
-    M (its pick among them, so `recommend` says per M whether the engine's choice is the fastest), check every
-    element against the fp64 reference under the bound of the kernel's contract (tileprobe.results.tolerance), time
-    it from a CUDA graph over rotated routings. Each (GEMM, M)'s configs run in a child process
-    (tileprobe.backends.triton.isolated): a faulting or hanging config is its own row, later ones are unaffected."""
+def rows(s: Prepared, seed: int | None, console) -> Iterator[dict]:
+    """The rows of a prepared sweep, each as soon as it is known: a static row per planned launch (compiled, or the
+    predictor's), then on a GPU of the arch the launches' rows. The driver writes them."""
+    extra = {"engine": s.src.label(), "engine_hash": s.source.sha256[:16]}
+    outs = s.predicted
+    if s.triton is not None:
+        start = time.perf_counter()
+        named = [p for p in s.planned if p.job is not None]
+        with progress.track(len(named), "triton-moe") as bar:
+            done = iter(compile_many([p.job for p in named], s.opts.jobs, s.opts.cache_dir, s.opts.rebuild,
+                                     on_result=bar.each([progress.unit(p.config, p.point["batch"]) for p in named],
+                                                        lambda i, b: outcome(named[i].config, b, s.target, s.triton))))
+        builds = [next(done) if p.job is not None else None for p in s.planned]
+        s.phases.update(compile_s=round(time.perf_counter() - start, 2),
+                        distinct=len({id(b) for b in builds if b is not None}),  # a repeated launch: once
+                        compiled=len({id(b) for b in builds if b is not None and not getattr(b, "cached", False)}),
+                        cached=len({id(b) for b in builds if getattr(b, "cached", False)}),
+                        not_compiled=sum(b is None for b in builds))
+        outs = [outcome(p.config, b, s.target, s.triton) for p, b in zip(s.planned, builds)]
+    for p, o in zip(s.planned, outs):
+        yield make_row(p.config, s.target, s.columns, o, point=p.point, extra=extra)
+    if s.devices and s.shape.ep > 1:
+        console.print("[yellow]--ep > 1: the runtime launch holds every expert on one GPU; not launched[/]")
+    elif s.devices:
+        start = time.perf_counter()
+        yield from runtime_rows(s, seed, console)
+        s.phases["runtime_s"] = round(time.perf_counter() - start, 2)
+
+
+def runtime_rows(s: Prepared, seed: int, console) -> Iterator[dict]:
+    """On a GPU of the arch: at every (GEMM, M) of the plan (this shard's share of them), launch each config the
+    engine uses for that GEMM at any M (its pick among them, so `recommend` says per M whether the engine's choice is
+    the fastest), check every element against the fp64 reference under the bound of the kernel's contract
+    (tileprobe.results.tolerance), time it from a CUDA graph over rotated routings. Each (GEMM, M)'s configs run in a
+    child process (tileprobe.backends.triton.isolated): a faulting or hanging config is its own row, later ones are
+    unaffected."""
+    device, shape = s.devices[0], s.shape
+    cache = cache_root(s.opts.cache_dir)
     model = shape.model
     candidates: dict[str, dict[str, object]] = {}
-    for p in planned:
+    for p in s.every:
         if p.job is not None:  # a config not compiled (unsupported) is not launched either
             candidates.setdefault(str(p.config.get("gemm")), {}).setdefault(p.config.key, p.config)
-    points = sorted({(str(p.config.get("gemm")), int(p.point["batch"])) for p in planned})
-    out = []
+    points = sorted({(str(p.config.get("gemm")), int(p.point["batch"])) for p in s.every})
     for i, (gemm, m) in enumerate(points):
+        if s.opts.shard is not None and i % s.opts.shard[1] != s.opts.shard[0]:
+            continue
         n, k = tm.gemm_shape(gemm, model.hidden, shape.inter)
         prob = rt.Problem(tm.engine_of(next(iter(candidates[gemm].values()))), str(
             next(iter(candidates[gemm].values())).get("quant")), gemm, model.experts, n, k, m, model.top_k)
         cfgs = list(candidates[gemm].values())
-        results = isolated.run_configs(source, cache, prob, seed + i, [tm.job_of(cfg, source, m) for cfg in cfgs],
+        results = isolated.run_configs(s.source, cache, prob, seed + i, [tm.job_of(cfg, s.source, m) for cfg in cfgs],
                                        [tolerance.for_config(cfg, k, device.cc_int) for cfg in cfgs], device.l2_bytes)
         for cfg, res in zip(cfgs, results):
             got = {key: v for key, v in res.data.items() if key not in ("point", "launch_status", "launch_reason")}
@@ -328,12 +334,8 @@ def runtime_rows(planned: list[Planned], shape: Shape, source: KernelSource, dev
                      "experts_active": None, "problem": f"M={m} E={model.experts} N={n} K={k} top_k={model.top_k}",
                      "problems_hash": hashlib.sha256(ident.encode()).hexdigest()[:12], "seed": seed + i}
             runtime = {**got, "gpu_index": device.gpu_index, "launch_status": status, "launch_reason": reason}
-            row = make_row(cfg, device, cols, o, runtime, point)
-            if not writer.has(row_key(row)):
-                writer.write(row)
-                out.append(row)
+            yield make_row(cfg, device, s.columns, o, runtime, point)
         console.print(f"  {gemm} M={m}: {len(candidates[gemm])} config(s) launched on {device.device_name}")
-    return out
 
 
 def autotune_report(kernel: str, target_name: str | None, engine: str | None, wheel, args_file, any_triton: bool,

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tileprobe import progress, triton_sweep
+from tileprobe import progress
+from tileprobe.triton import sweep as triton_sweep
 from tileprobe.backends.triton.compile import compile_many
 from tileprobe.backends.triton.toolchain import require_triton
 from tileprobe.engines import triton_configs as tc
