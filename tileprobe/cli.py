@@ -25,7 +25,7 @@ from tileprobe.results import schema as schemas
 from tileprobe.reports import recommend as rec
 from tileprobe import sweep as sw
 from tileprobe.engines import fetch, triton_configs
-from tileprobe.errors import UsageError
+from tileprobe.errors import DOCTOR_HELP, ToolchainError, UsageError
 from tileprobe.reports.explain import explain as run_explain
 from tileprobe.results.merge import merge as run_merge
 from tileprobe.reports.report import _write, devices_table, export, write_reports
@@ -586,6 +586,8 @@ def main() -> None:
         code = app(standalone_mode=False)
     except UsageError as exc:
         sys.stderr.write(f"tileprobe: error: {exc}\n")
+        if isinstance(exc, ToolchainError) and DOCTOR_HELP not in str(exc):  # nvcc, CUTLASS or Triton: the doctor
+            sys.stderr.write(f"{DOCTOR_HELP}\n")
         sys.exit(2)
     except _CLICK_USAGE_ERROR as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `tileprobe` / `tileprobe known-good`: the help

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tileprobe import triton_sweep
+from tileprobe import preflight, triton_sweep
 from tileprobe.predict import modeled
 from tileprobe.backends.cutlass import peer
 from tileprobe.backends.cutlass.build import cache_root
@@ -324,6 +324,7 @@ def run(opts: SweepOptions, console) -> list[dict]:
     # an engine family's own bundled CUTLASS, found through the family, not a --cutlass-dir or TILEPROBE_CUTLASS_DIR
     tc = make_toolchain(opts.cutlass_dir, opts.nvcc, opts.cache_dir, family(fam_name) if fam_name else None)
     p = plan(opts, tc.cutlass.version)
+    preflight.check_cutlass(tc.cutlass, tc.nvcc, tc.cache, p.configs)  # a broken toolchain: one line, no rows
     fam, target, devices, configs = p.family, p.target, p.devices, p.configs
     mode = provenance.evidence_mode(False, opts.compile)
     if opts.resume:

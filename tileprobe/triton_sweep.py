@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from tileprobe import preflight
 from tileprobe.backends.triton import autotune
 from tileprobe.backends.triton import runtime as rt
 from tileprobe.backends.triton.compile import KernelJob, TritonBuild, TritonCompileError, compile_many, one_line
@@ -205,6 +206,7 @@ def run(opts, topts: TritonOptions, console, command: str) -> list[dict]:
     if opts.predict_only:  # launches nothing, even on a GPU
         return predict_rows(opts, topts, shape, target, arch, names, batches, command)
     triton = require_triton(topts.any_triton)
+    preflight.check_triton(triton, tm.arch_cc(arch), opts.cache_dir)  # a Triton that compiles nothing: one line
     src, source = engine_kernel_source(topts.engine, topts.engine_wheel)
     user_dir = topts.config_dir or triton_lookup.engine_module(topts.engine).user_dir_from_env()
     if user_dir is not None and not Path(user_dir).is_dir():
