@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from tileprobe import doctor as tileprobe_doctor
 from tileprobe import families, ray_sweep, triton_sweep
 from tileprobe.triton import audit as triton_audit
 from tileprobe.triton import export as triton_export
@@ -405,6 +406,29 @@ def inspect(
     req = binary_inspect.Request(dynamic, binary_inspect.expr.parse_sets(set_), solve) if dynamic else None
     report_ = binary_inspect.inspect(binary, kernel, _split_csv(target), req, find_jit(nvcc) if jit else None)
     sys.stdout.write(json.dumps(report_, indent=1) + "\n" if as_json else binary_inspect.render(report_))
+
+
+@app.command()
+def doctor(
+    engine: Annotated[Optional[str], typer.Option("--engine", help="vllm or sglang: check what a triton-moe run for that engine needs (default: what a CUTLASS sweep needs)")] = None,
+    target: TargetOpt = None,
+    cutlass_dir: CutlassOpt = None,
+    nvcc: NvccOpt = None,
+    cache_dir: CacheOpt = None,
+) -> None:
+    """One line per thing a run needs (nvcc, CUTLASS, host compiler, Triton, the engines, flashinfer, GPU, cache):
+    ok, or what is wrong and the command that fixes it; exit 2 when a run of this kind would fail."""
+
+    checks = tileprobe_doctor.diagnose(engine, target, cutlass_dir, nvcc, cache_dir)
+    terminal = console.is_terminal
+    for line in tileprobe_doctor.lines(checks, terminal):
+        if terminal:
+            console.print(line, highlight=False, soft_wrap=True)
+        else:
+            sys.stdout.write(line + "\n")
+    code = tileprobe_doctor.exit_code(checks)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()

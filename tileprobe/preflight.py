@@ -44,7 +44,7 @@ CUTLASS_FIX = ("export TILEPROBE_CUTLASS_DIR=<a CUTLASS checkout with include/ a
                "--cutlass-dir), or pip install flashinfer-python for its bundled copy")
 
 
-def _root(tree: CutlassTree) -> Path:
+def cutlass_root(tree: CutlassTree) -> Path:
     inc = tree.root
     return inc.parent if inc.name == "include" else inc
 
@@ -66,15 +66,18 @@ def check_cutlass(tree: CutlassTree, nvcc: Nvcc, cache: Path, configs: list[Conf
     """Raise EnvironmentFault unless nvcc compiles for the configs' arch against `tree` with the harness's flags.
     Nothing to check when no config will be compiled (all unsupported)."""
     todo = [c for c in configs if not c.unsupported_reason]
-    if not todo:
-        return
-    arch, fam = todo[0].arch, family(todo[0].family)
+    if todo:
+        check_arch(tree, nvcc, cache, todo[0].arch, family(todo[0].family))
+
+
+def check_arch(tree: CutlassTree, nvcc: Nvcc, cache: Path, arch: str, fam=None) -> None:
+    """check_cutlass for one arch, with family `fam`'s own header folders (if any) on the include path."""
     missing = missing_parts(tree)
     if missing:
-        raise EnvironmentFault(f"the CUTLASS tree at {_root(tree)} ({tree.source}) has no {missing}, which every "
+        raise EnvironmentFault(f"the CUTLASS tree at {cutlass_root(tree)} ({tree.source}) has no {missing}, which every "
                                f"harness includes: {CUTLASS_FIX}")
     nvcc.check_arch(arch)
-    extra = [str(d) for d in fam.include_dirs()] if fam.include_dirs else []
+    extra = [str(d) for d in fam.include_dirs()] if fam is not None and fam.include_dirs else []
     flags = _flags(extra, tree)
     marker = cache / "preflight" / f"cutlass-{_key(nvcc, tree, arch, flags)}.ok"
     if marker.is_file():
@@ -90,7 +93,7 @@ def check_cutlass(tree: CutlassTree, nvcc: Nvcc, cache: Path, configs: list[Conf
                     "-o", str(Path(tmp) / "kernel.o")], tree, f"compile a one-line kernel for {arch}")
     try:
         marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(json.dumps({"nvcc": str(nvcc.path), "cutlass": str(_root(tree)), "arch": arch}))
+        marker.write_text(json.dumps({"nvcc": str(nvcc.path), "cutlass": str(cutlass_root(tree)), "arch": arch}))
     except OSError:
         pass  # not remembered: the next run checks again
 
@@ -117,7 +120,7 @@ def explain(log: str, nvcc: Nvcc, tree: CutlassTree, what: str) -> str:
     """One line: what the failed preflight compile says is broken, and the fix."""
     m = _MISSING_HEADER.search(log)
     if m:
-        return (f"nvcc cannot find {m.group(1)} under the CUTLASS tree at {_root(tree)} ({tree.source}): "
+        return (f"nvcc cannot find {m.group(1)} under the CUTLASS tree at {cutlass_root(tree)} ({tree.source}): "
                 f"{CUTLASS_FIX}")
     env = compile_env()
     m = _UNKNOWN_OPTION.search(log)
