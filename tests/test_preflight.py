@@ -15,33 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from tileprobe.backends.cutlass.toolchain import find_cutlass
 from tileprobe.families import FAMILIES, expand_configs
 
+from _cutlass_copy import cutlass_root, tree_without_util
 from _tiny_harness import tiny_smem_bytes, write_tiny_harness
 
 pytestmark = pytest.mark.nvcc
 
 HELP = "help: run `tileprobe doctor`"
-
-
-def cutlass_root() -> Path:
-    return find_cutlass().root.parent  # <root>/include is the first include folder
-
-
-def tree_without_util(dest: Path) -> Path:
-    """A CUTLASS tree of symlinks to the real one's top-level entries, its tools/ holding everything but util/."""
-    real = cutlass_root()
-    dest.mkdir()
-    for entry in real.iterdir():
-        if entry.name == "tools":
-            (dest / "tools").mkdir()
-            for sub in entry.iterdir():
-                if sub.name != "util":
-                    (dest / "tools" / sub.name).symlink_to(sub)
-        else:
-            (dest / entry.name).symlink_to(entry)
-    return dest
 
 
 def sweep(tmp_path: Path, tile: str, out: Path, **env) -> subprocess.CompletedProcess:

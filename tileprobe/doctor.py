@@ -81,7 +81,8 @@ def diagnose(engine: str | None = None, target: str | None = None, cutlass_dir: 
     out.append(Check("host compiler", bool(host_path), f"{host} at {host_path}" if host_path else
                      "no gcc or c++ on PATH (nvcc needs one)", "install g++ (e.g. apt-get install g++), or set "
                      "NVCC_CCBIN", cutlass_run))
-    out.append(_compile_check(nv, tree, tgt, cache_dir, cutlass_run))
+    if nv is not None and tree is not None:  # else the line above already names what is missing
+        out.append(_compile_check(nv, tree, tgt, cache_dir, cutlass_run))
     out.append(_triton_check(not cutlass_run))
     if not cutlass_run and out[-1].ok:  # a triton-moe run: does this Triton compile for the target at all?
         out.append(_triton_compile_check(tgt.cc_int, cache_dir))
@@ -97,8 +98,6 @@ def _compile_check(nv, tree, tgt, cache_dir, needed: bool) -> Check:
     fam = family_for_cc(tgt.cc)
     arch = arch_for(fam, tgt.cc) or fam.archs[0]
     name = f"compile ({arch})"
-    if nv is None or tree is None:
-        return Check(name, False, "not tried: nvcc or CUTLASS is missing (above)", "fix the lines above", needed)
     try:
         preflight.check_arch(tree, nv, cutlass_build.cache_root(cache_dir), arch)
     except EnvironmentFault as exc:
