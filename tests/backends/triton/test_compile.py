@@ -14,6 +14,7 @@ import triton  # noqa: E402
 
 from tileprobe.backends.triton import compile as tc  # noqa: E402
 from tileprobe.backends.triton.source import extract  # noqa: E402
+from tileprobe.errors import EnvironmentFault  # noqa: E402
 
 pytestmark = pytest.mark.triton
 
@@ -81,6 +82,19 @@ def test_a_transient_failure_is_not_cached(tmp_path, rng, monkeypatch):
     monkeypatch.setattr(triton, "compile", real)
     again = tc.compile_job(j, tmp_path)
     assert isinstance(again, tc.TritonBuild) and not again.cached
+
+
+def test_the_same_transient_failure_for_several_launches_is_the_environments(tmp_path, rng, monkeypatch):
+    def no_tool(*args, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory", "ptxas")
+
+    monkeypatch.setattr(triton, "compile", no_tool)
+    jobs = [tc.KernelJob(KERNEL, ("*fp32",), (("BLOCK", b),), rng.choice([90, 120]))
+            for b in rng.sample([16, 32, 64, 128, 256], rng.choice([2, 3]))]
+    with pytest.raises(EnvironmentFault) as info:
+        tc.compile_many(jobs, 1, tmp_path)
+    assert "ptxas" in info.value.what and "\n" not in info.value.what
+    assert results(tmp_path) == []
 
 
 def test_the_key_holds_the_compilers_environment(rng, monkeypatch, tmp_path):

@@ -41,7 +41,7 @@ from filelock import FileLock
 from tileprobe.backends.triton import source as src_mod
 from tileprobe.backends.triton.source import KernelSource
 from tileprobe.backends.triton.toolchain import cache_root, installed
-from tileprobe.errors import OutOfResources, TileprobeError
+from tileprobe.errors import EnvironmentFault, OutOfResources, TileprobeError
 from tileprobe.lazy import LazyModule
 
 _triton = LazyModule("triton")
@@ -381,5 +381,10 @@ def compile_many(jobs: list[KernelJob], n_jobs: int = 1, cache_dir: str | os.Pat
                                  mp_context=multiprocessing.get_context("spawn"), initializer=_set_env,
                                  initargs=(worker_env or {},)) as pool:
             results = list(pool.map(_worker, work))
+    same = {r.line for r in results if isinstance(r, TritonCompileError) and r.transient}
+    if len(same) == 1 and sum(isinstance(r, TritonCompileError) and r.transient for r in results) >= 2:
+        raise EnvironmentFault(f"{sum(isinstance(r, TritonCompileError) for r in results)} launches failed to "
+                               f"compile with the same error, which is not a config's: {same.pop()} (nothing was "
+                               "cached; fix the environment and run again)")
     done.update(zip(todo, results))
     return [done[k] for k in keys]
