@@ -53,6 +53,7 @@ def test_model_skip_with_a_gpu_present_builds_and_launches_only_what_may_fit(tmp
     monkeypatch.setattr(sweep, "probe_static", no_static_probe)
     monkeypatch.setattr(pipeline, "probe_static", no_static_probe)
     monkeypatch.setattr(sweep, "find_cutlass", lambda d=None: _tree())
+    monkeypatch.setattr(sweep.preflight, "check_cutlass", lambda *a: None)  # a stand-in tree: nothing to compile
     monkeypatch.setattr(pipeline, "build", fake_build)
     monkeypatch.setattr(runtime, "measure_refs", lambda i: {"copy_gbps": 4000.0})
     opts = sweep.SweepOptions(family="sm90-fp8", tiles=tiles, schedules=["cooperative"], stages=stages,

@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from tileprobe import doctor as tileprobe_doctor
 from tileprobe import families, ray_sweep
 from tileprobe.triton import sweep as triton_sweep
 from tileprobe.triton import audit as triton_audit
@@ -27,7 +28,7 @@ from tileprobe.results import schema as schemas
 from tileprobe.reports import recommend as rec
 from tileprobe import sweep as sw
 from tileprobe.engines import fetch
-from tileprobe.errors import UsageError
+from tileprobe.errors import DOCTOR_HELP, ToolchainError, UsageError
 from tileprobe.reports.explain import explain as run_explain
 from tileprobe.results.merge import merge as run_merge
 from tileprobe.reports.report import write_text, devices_table, export, write_reports
@@ -422,6 +423,29 @@ def inspect(
 
 
 @app.command()
+def doctor(
+    engine: Annotated[Optional[str], typer.Option("--engine", help="vllm or sglang: check what a triton-moe run for that engine needs (default: what a CUTLASS sweep needs)")] = None,
+    target: TargetOpt = None,
+    cutlass_dir: CutlassOpt = None,
+    nvcc: NvccOpt = None,
+    cache_dir: CacheOpt = None,
+) -> None:
+    """One line per thing a run needs (nvcc, CUTLASS, host compiler, Triton, the engines, flashinfer, GPU, cache):
+    ok, or what is wrong and the command that fixes it; exit 2 when a run of this kind would fail."""
+
+    checks = tileprobe_doctor.diagnose(engine, target, cutlass_dir, nvcc, cache_dir)
+    terminal = console.is_terminal
+    for line in tileprobe_doctor.lines(checks, terminal):
+        if terminal:
+            console.print(line, highlight=False, soft_wrap=True)
+        else:
+            sys.stdout.write(line + "\n")
+    code = tileprobe_doctor.exit_code(checks)
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command()
 def include() -> None:
     """Print the folder holding the C++ launch guard, for `nvcc -I"$(tileprobe include)"` and
     `#include <tileprobe/guard.h>`."""
@@ -638,6 +662,8 @@ def main() -> None:
         code = app(standalone_mode=False)
     except UsageError as exc:
         sys.stderr.write(f"tileprobe: error: {exc}\n")
+        if isinstance(exc, ToolchainError) and DOCTOR_HELP not in str(exc):  # nvcc, CUTLASS or Triton: the doctor
+            sys.stderr.write(f"{DOCTOR_HELP}\n")
         sys.exit(2)
     except _CLICK_USAGE_ERROR as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `tileprobe` / `tileprobe known-good`: the help

@@ -15,6 +15,20 @@ class ToolchainError(UsageError):
     """nvcc or CUTLASS is missing, too old, or unusable."""
 
 
+DOCTOR_HELP = "help: run `tileprobe doctor`"
+
+
+class EnvironmentFault(ToolchainError):
+    """The toolchain is broken for every config (a missing CUTLASS folder, an nvcc that does not run, a bad
+    NVCC_PREPEND_FLAGS, a Triton that compiles nothing): the run stops before a row is written, and nothing is
+    cached. `what` names the fault and its fix in one line; str() adds the doctor's help line."""
+
+    def __init__(self, what: str, log: str = "") -> None:
+        super().__init__(f"{what}\n{DOCTOR_HELP}")
+        self.what = what
+        self.log = log
+
+
 class UnsupportedConfig(TileprobeError):
     """CUTLASS cannot build this config for the family (reason says why)."""
 

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from tileprobe import progress
+from tileprobe import preflight, progress
 from tileprobe.triton import sweep as triton_sweep
 from tileprobe.predict import modeled
 from tileprobe.backends.cutlass import peer
@@ -364,6 +364,7 @@ def run(opts: SweepOptions, console) -> list[dict]:
     # an engine family's own bundled CUTLASS, found through the family, not a --cutlass-dir or TILEPROBE_CUTLASS_DIR
     tc = make_toolchain(opts.cutlass_dir, opts.nvcc, opts.cache_dir, family(fam_name) if fam_name else None)
     p = plan(opts, tc.cutlass.version)
+    preflight.check_cutlass(tc.cutlass, tc.nvcc, tc.cache, p.configs)  # a broken toolchain: one line, no rows
     fam, target, devices, configs = p.family, p.target, p.devices, p.configs
     seed = resolve_seed(opts)
     points = points_for(w.get("presets"), w.get("shapes"), w.get("batches"), w.get("routing", "uniform"),

@@ -23,7 +23,7 @@ from tileprobe.families import family as family_named
 from tileprobe.reports.recommend import recommendations
 from tileprobe.results.writer import TOOLCHAIN_COLUMNS, ResultsWriter, now
 from tileprobe.results.resultset import ResultSet, config_from_entry, config_from_row, target_from_dict
-from tileprobe import progress
+from tileprobe import preflight, progress
 from tileprobe.triton import sweep as triton_sweep
 from tileprobe.backends.triton.compile import compile_many
 from tileprobe.backends.triton.toolchain import require_triton
@@ -351,6 +351,7 @@ def check_file(path: Path, tc, jobs: int = 1, timeout_s: float = 1200, cache_dir
         return _check_triton(doc, target_from_dict(doc["target"]), CheckResult(Path(path)), jobs, cache_dir)
     prep = prepare(path, tc)
     res, target, configs = prep.res, prep.target, prep.configs
+    preflight.check_cutlass(prep.tc.cutlass, prep.tc.nvcc, prep.tc.cache, [c for _, c in configs])
     with progress.track(len(configs), f"check {res.path.name}") as bar:
         outcomes = probe_static([c for _, c in configs], target, prep.tc.cutlass, prep.tc.nvcc, prep.tc.cache, jobs,
                                 timeout_s, progress=False, on_outcome=bar.outcomes())
@@ -383,6 +384,7 @@ def triton_findings(doc: dict, target, res: CheckResult, jobs: int, keys: set[st
     kernel as installed or cached, at every batch size each was recorded at: {config key: (regression lines, notes)}.
     A tile that no longer fits, or no longer compiles, is a regression."""
     triton = require_triton(bool(doc.get("any_triton")))
+    preflight.check_triton(triton, target.cc_int)
     res.tree = triton.label()
     was = (doc.get("toolchain") or {}).get("triton_version") or next(
         (e.get("triton_version") for e in doc["tiles"] if e.get("triton_version")), None)

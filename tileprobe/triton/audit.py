@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tileprobe import progress
+from tileprobe import preflight, progress
 from tileprobe.backends.triton.compile import KernelJob, compile_many
 from tileprobe.backends.triton.source import KernelSource
 from tileprobe.backends.triton.toolchain import require_triton
@@ -199,6 +199,8 @@ def run(path: Path | None, engine: str | None, wheel: str | None, target_name: s
     checks, notes = plan(files, engine, source, target, hidden)
     t_plan = time.perf_counter() - t0
     todo = [c for c in checks if c.job is not None]
+    if todo:
+        preflight.check_triton(triton, todo[0].job.cc, cache_dir)  # a Triton that compiles nothing: one line
     t1 = time.perf_counter()
     with progress.track(len(todo), "check-configs") as bar:
         builds = compile_many([c.job for c in todo], jobs, cache_dir, on_result=bar.each(

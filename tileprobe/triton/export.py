@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tileprobe import progress
+from tileprobe import preflight, progress
 from tileprobe.backends.triton.compile import TritonBuild, compile_many
 from tileprobe.backends.triton.toolchain import require_triton
 from tileprobe.engines import sglang
@@ -112,7 +112,7 @@ def run(inputs: Path | None, engine: str | None, wheel: str | None, target_name:
         raise UsageError("--jobs must be at least 1")
     inp = prepared or read_inputs(inputs, engine, target_name, device_names)
     engine, target, arch, cc, devs, files = inp.engine, inp.target, inp.arch, inp.cc, inp.devs, inp.files
-    require_triton(any_triton)
+    preflight.check_triton(require_triton(any_triton), cc, cache_dir)  # a Triton that compiles nothing: one line
     src, source = engine_kernel_source(engine, wheel)
     consts = constexpr_positions(source)
     written: list[Written] = []

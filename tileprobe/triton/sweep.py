@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tileprobe import progress
+from tileprobe import preflight, progress
 from tileprobe.backends.triton import autotune, isolated
 from tileprobe.backends.triton import runtime as rt
 from tileprobe.backends.triton.compile import KernelJob, TritonBuild, TritonCompileError, compile_many
@@ -252,6 +252,8 @@ def prepare(opts) -> Prepared:
     names = (target.device_name,) if target.is_device and not topts.device_names else \
         triton_lookup.device_names(target, topts.device_names)
     triton = None if opts.predict_only else require_triton(topts.any_triton)
+    if triton is not None:
+        preflight.check_triton(triton, tm.arch_cc(arch), opts.cache_dir)  # a Triton that compiles nothing: one line
     src, source = engine_kernel_source(topts.engine, topts.engine_wheel)
     user_dir = topts.config_dir or triton_lookup.engine_module(topts.engine).user_dir_from_env()
     if user_dir is not None and not Path(user_dir).is_dir():

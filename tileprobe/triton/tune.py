@@ -58,6 +58,7 @@ from pathlib import Path
 
 from tileprobe import progress
 from tileprobe.backends.triton import runtime as rt
+from tileprobe import preflight
 from tileprobe.backends.triton.compile import KernelJob, TritonBuild, compile_many, one_line
 from tileprobe.backends.triton.source import load
 from tileprobe.backends.triton.toolchain import cache_root, require_triton
@@ -332,6 +333,7 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
     device = require_device(target) if opts.device != "cpu" and not opts.prune_only else None
     limit = device.smem_optin if device else target.smem_optin
     triton = require_triton(opts.any_triton)
+    preflight.check_triton(triton, inp.cc, opts.cache_dir)  # a Triton that compiles nothing: one line
     src, source = engine_kernel_source(engine, wheel)
     consts = constexpr_positions(source)
     cache = cache_root(opts.cache_dir)

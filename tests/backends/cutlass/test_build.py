@@ -66,6 +66,26 @@ def test_key_covers_config_sources_flags_and_cutlass(tiny_harness, tmp_path):
     assert build.cache_key(base, cut, nvcc) != k
 
 
+def test_key_follows_what_nvcc_reads_from_the_environment_and_which_compilers_run(tiny_harness, monkeypatch, rng):
+    """NVCC_PREPEND_FLAGS / NVCC_APPEND_FLAGS / NVCC_CCBIN change every compile, and so do another nvcc or host
+    compiler of the same version: each is in the key (before, a failure under a bad flag was served after the flag
+    was gone)."""
+    cut, nvcc = find_cutlass(), find_nvcc()
+    req = build.BuildRequest("describe", (cfg(rng.choice([128, 256])),), with_device=False)
+    for var in ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN"):
+        monkeypatch.delenv(var, raising=False)
+    base = build.cache_key(req, cut, nvcc)
+    seen = {base}
+    for var in ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "NVCC_CCBIN"):
+        monkeypatch.setenv(var, f"-DTP_RANDOM_{rng.getrandbits(32):x}")
+        seen.add(build.cache_key(req, cut, nvcc))
+        monkeypatch.delenv(var)
+    assert len(seen) == 4 and build.cache_key(req, cut, nvcc) == base
+    other = f"/opt/cuda-{rng.getrandbits(16):x}/bin/nvcc"
+    assert build.cache_key(req, cut, replace(nvcc, path=other)) != base
+    assert build.cache_key(req, cut, replace(nvcc, host_compiler_path=f"/usr/bin/gcc-{rng.randint(9, 99)}")) != base
+
+
 def test_failed_compile_is_cached_with_its_log(tiny_harness, tmp_path):
     (tiny_harness / "describe.cu").write_text("int main() { this is not C++; }\n")
     cut, nvcc = find_cutlass(), find_nvcc()

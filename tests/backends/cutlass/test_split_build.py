@@ -142,11 +142,13 @@ def test_a_kernel_half_is_one_source_in_every_batch_and_its_cache_entry_is_check
 
 
 class Tc:
-    """A toolchain's identity for keys only (kernel_key reads the tree hash and nvcc's version, runs nothing)."""
+    """A toolchain's identity for keys only (kernel_key reads the tree hash, nvcc's path and version and the host
+    compiler's, runs nothing)."""
 
     def __init__(self):
         self.cutlass = type("Tree", (), {"tree_hash": "t" + os.urandom(4).hex()})()
-        self.nvcc = type("Nvcc", (), {"version_text": "13.0", "host_compiler": "gcc"})()
+        self.nvcc = type("Nvcc", (), {"version_text": "13.0", "host_compiler": "gcc", "path": "/usr/bin/nvcc",
+                                      "host_compiler_path": "/usr/bin/gcc"})()
 
 
 def test_both_halves_run_at_once_at_the_asked_priority(tmp_path, rng):

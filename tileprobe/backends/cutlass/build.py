@@ -1,9 +1,11 @@
 """Building and caching harness binaries.
 
 A build is keyed by a content hash of everything that changes the binary (harness sources, rendered configs, CUTLASS
-tree, nvcc version, flags) and named readably after its configs. Builds are written into a temporary folder inside
+tree, nvcc's path and version, the environment nvcc reads (NVCC_PREPEND_FLAGS, NVCC_APPEND_FLAGS, NVCC_CCBIN), the host
+compiler's path and version, flags) and named readably after its configs. Builds are written into a temporary folder inside
 the cache and renamed into place, under a file lock taken as check, lock, check, so two sweeps can share a cache.
-Failed compiles are cached too (they are as deterministic as successful ones), with their full log. A runtime
+A config's failed compile is cached too (it is as deterministic as a success), with its full log; a kill, a timeout
+or a failure the environment causes for every config (env_watch) is never cached. A runtime
 harness's kernel halves (one per config) are also kept on their own, keyed by that config's source alone
 (`kernel_key`), so a config's GEMM kernel is compiled once whichever batch of configs its host half serves.
 """
@@ -30,10 +32,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from platformdirs import user_cache_dir
 
+from tileprobe.backends.cutlass import env_watch
 from tileprobe.backends.cutlass.content_hash import folder_hash
 from tileprobe.errors import UsageError
 from tileprobe.families import Config, family
-from tileprobe.backends.cutlass.toolchain import CutlassTree, Nvcc
+from tileprobe.backends.cutlass.toolchain import CutlassTree, Nvcc, compile_env
 
 
 def harness_dir() -> Path:
@@ -223,9 +226,25 @@ def _key(req: BuildRequest, configs_text: str, cutlass: CutlassTree, nvcc: Nvcc)
     h.update(cutlass.tree_hash.encode())
     h.update(nvcc.version_text.encode())
     h.update(nvcc.host_compiler.encode())
+    # what else changes a compile: which nvcc and host compiler run, and the flags nvcc reads from the environment
+    h.update(f"\0{nvcc.path}\0{nvcc.host_compiler_path}\0{json.dumps(compile_env(), sort_keys=True)}".encode())
     for i, inc in enumerate(req.include_dirs()):  # an engine's headers by content: an in-place upgrade changes them
         h.update(f"-I{i}:{folder_hash(inc)}".encode())
     return h.hexdigest()[:16]
+
+
+def toolchain_signature(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc) -> str:
+    """What a build's environment is, without its configs: failures under one signature are compared (env_watch)."""
+    return env_watch.signature([str(nvcc.path), nvcc.version_text, nvcc.host_compiler_path,
+                                json.dumps(compile_env(), sort_keys=True), cutlass.tree_hash,
+                                *map(str, cutlass.include_dirs), *map(str, req.include_dirs()), str(HARNESS_DIR)])
+
+
+def _watch(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc, res: BuildResult, entry: Path) -> None:
+    """Hand a failed build to env_watch (raises EnvironmentFault, removing the entries, when it is the toolchain's)."""
+    if not res.ok:
+        env_watch.observe(toolchain_signature(req, cutlass, nvcc), [c.key for c in req.configs],
+                          [c.name for c in req.configs], res.log, entry)
 
 
 def harness_sources() -> list[Path]:
@@ -243,14 +262,19 @@ def build(req: BuildRequest, cutlass: CutlassTree, nvcc: Nvcc, cache: Path, time
     final = cache / f"{req.readable_name()}-{key}"
     hit = None if rebuild else _load(final, req, quiet=True)
     if hit:
+        _watch(req, cutlass, nvcc, hit, final)
         return hit
     with FileLock(str(final) + ".lock"):
         hit = None if rebuild else _load(final, req)
         if hit:
+            _watch(req, cutlass, nvcc, hit, final)
             return hit
         if final.exists():  # --rebuild, or an entry _load found broken: it must not shadow the new build
             shutil.rmtree(final, ignore_errors=True)
-        return _compile(req, cutlass, nvcc, cache, final, timeout_s, nice, rebuild)
+        res = _compile(req, cutlass, nvcc, cache, final, timeout_s, nice, rebuild)
+        if final.exists():  # a kill or a timeout is not cached and says nothing
+            _watch(req, cutlass, nvcc, res, final)
+        return res
 
 
 KERNELS = "kernels"  # <cache>/kernels/<config name>-<kernel_key>/: one config's kernel half, shared by every batch
@@ -502,10 +526,14 @@ def build_many(requests: list[BuildRequest], cutlass: CutlassTree, nvcc: Nvcc, c
     with bar or nullcontext(), ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         task = bar.add_task(label, total=len(requests)) if bar else None
         futures = {pool.submit(build, r, cutlass, nvcc, cache, timeout_s, rebuild): i for i, r in enumerate(requests)}
-        for fut in as_completed(futures):
-            results[futures[fut]] = fut.result()
-            if on_result is not None:
-                on_result(futures[fut], results[futures[fut]])
-            if bar:
-                bar.advance(task)
+        try:
+            for fut in as_completed(futures):
+                results[futures[fut]] = fut.result()
+                if on_result is not None:
+                    on_result(futures[fut], results[futures[fut]])
+                if bar:
+                    bar.advance(task)
+        except BaseException:  # an EnvironmentFault (or ^C): the builds not started yet are not started
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
     return [r for r in results if r is not None]

@@ -36,6 +36,7 @@ class Nvcc:
     version: tuple[int, int]
     version_text: str  # e.g. "13.0.88"
     host_compiler: str = ""  # first line of the host compiler's --version (nvcc's default: the c++ on PATH)
+    host_compiler_path: str = ""  # where that host compiler is (a different gcc of the same version is another)
 
     def check_arch(self, arch: str) -> None:
         need = MIN_CUDA_FOR_ARCH.get(arch)
@@ -151,12 +152,16 @@ def _nvcc_version(path: Path) -> Nvcc:
     m = re.search(r"release (\d+)\.(\d+), V([\d.]+)", out)
     if not m:
         raise ToolchainError(f"cannot read the version of {path}")
-    return Nvcc(path.resolve(), (int(m.group(1)), int(m.group(2))), m.group(3), _host_compiler())
+    host, host_path = host_compiler()
+    return Nvcc(path.resolve(), (int(m.group(1)), int(m.group(2))), m.group(3), host, host_path)
 
 
-def _host_compiler() -> str:
-    """The host compiler nvcc calls by default (gcc, else c++ on PATH), as its --version's first line."""
-    for name in ("gcc", "c++"):
+def host_compiler() -> tuple[str, str]:
+    """The host compiler nvcc calls by default (gcc, else c++ on PATH; NVCC_CCBIN when set), as (its --version's
+    first line, its resolved path); ("unknown", "") when there is none that runs."""
+    ccbin = os.environ.get("NVCC_CCBIN")
+    names = [ccbin] if ccbin else ["gcc", "c++"]
+    for name in names:
         exe = shutil.which(name)
         if not exe:
             continue
@@ -164,5 +169,25 @@ def _host_compiler() -> str:
             out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout
         except (OSError, subprocess.TimeoutExpired):
             continue
-        return (out.strip().splitlines() or [name])[0]
-    return "unknown"
+        return (out.strip().splitlines() or [name])[0], str(Path(exe).resolve())
+    return "unknown", ""
+
+
+# The environment nvcc itself reads: each changes what a compile does, so each is part of a build's cache key.
+NVCC_ENV = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN")
+
+
+def compile_env() -> dict[str, str]:
+    """The values of NVCC_ENV set now (names left unset are left out)."""
+    return {k: os.environ[k] for k in NVCC_ENV if k in os.environ}
+
+
+UTIL_INCLUDE = "tools/util/include"
+
+
+def missing_parts(tree: CutlassTree) -> str | None:
+    """What a harness build needs that the tree lacks (its tools/util/include: cutlass/util/packed_stride.hpp and
+    the other host utilities), or None when it is complete."""
+    if len(tree.include_dirs) < 2:
+        return f"{UTIL_INCLUDE} (cutlass/util/packed_stride.hpp)"
+    return None

@@ -10,8 +10,13 @@ Registers and spills are what Triton's driver reads after loading the cubin (dri
 CU_FUNC_ATTRIBUTE_NUM_REGS, and LOCAL_SIZE_BYTES / 4 as n_spills); with no driver they are read from the cubin by the
 bundled cuobjdump (--dump-resource-usage: REG, LOCAL).
 
-Results are cached by content (kernel module text, Triton version, arguments, options, target) in the user cache
-dir: an entry is built in a temporary folder and renamed into place, under a file lock.
+Results are cached by content (kernel module text, Triton version, arguments, options, target, and the environment
+Triton's compiler reads: `compile_env`) in the user cache dir: an entry is built in a temporary folder and renamed
+into place, under a file lock. The failure policy is the CUTLASS build cache's: a broken entry (unreadable
+result.json) is one warning line and compiled again; a config's own compile error (Triton's CompilationError,
+OutOfResources, a ptxas or MLIR pass failure) is cached like a success; anything else (an OSError, a missing tool, a
+kill) says nothing about the config and is never cached. TRITON_CACHE_DIR is set only while Triton compiles and is
+put back after, so the caller's process (and a user's tests under the pytest plugin) never sees it.
 """
 
 from __future__ import annotations
@@ -23,9 +28,11 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +41,7 @@ from filelock import FileLock
 from tileprobe.backends.triton import source as src_mod
 from tileprobe.backends.triton.source import KernelSource
 from tileprobe.backends.triton.toolchain import cache_root, installed
-from tileprobe.errors import OutOfResources, TileprobeError
+from tileprobe.errors import EnvironmentFault, OutOfResources, TileprobeError
 from tileprobe.lazy import LazyModule
 
 _triton = LazyModule("triton")
@@ -44,17 +51,44 @@ _compiler = LazyModule("triton.compiler")
 _backends = LazyModule("triton.backends.compiler")
 _knobs = LazyModule("triton.knobs")
 _errors = LazyModule("triton.runtime.errors")
+_compiler_errors = LazyModule("triton.compiler.errors")
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the key holds the compiler's environment (compile_env)
+RESULT_FIELDS = ("shared", "regs", "spills", "static_shared", "num_warps", "num_stages", "seconds", "triton_version",
+                 "arch")
+
+# Environment Triton reads that does not change a compile's output: where caches and dumps go.
+_NOT_COMPILE_ENV = {"TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR", "TRITON_CACHE_MANAGER",
+                    "TRITON_REMOTE_CACHE_BACKEND", "TRITON_INTERPRET", "TRITON_PRINT_AUTOTUNING"}
+_COMPILE_ENV_PREFIXES = ("TRITON_", "MLIR_", "LLVM_")
+_COMPILE_ENV_NAMES = ("PTXAS_OPTIONS", "DISABLE_PTXAS_OPT", "DISABLE_LLVM_OPT", "USE_IR_LOC", "CC")
+
+
+def compile_env(env: dict | None = None) -> dict[str, str]:
+    """The environment that changes what Triton compiles (TRITON_PTXAS_PATH and the other tool overrides, the
+    compiler's option knobs), of `env` (default os.environ); a tool override also by its file's size and time."""
+    env = os.environ if env is None else env
+    out = {}
+    for k, v in env.items():
+        if v is None or k in _NOT_COMPILE_ENV:
+            continue
+        if k.startswith(_COMPILE_ENV_PREFIXES) or k in _COMPILE_ENV_NAMES:
+            out[k] = v
+            if k.endswith("_PATH") and os.path.isfile(v):
+                st = os.stat(v)
+                out[k] = f"{v} ({st.st_size} B, mtime {st.st_mtime_ns})"
+    return dict(sorted(out.items()))
 CUOBJDUMP_TIMEOUT_S = 60
 
 
 class TritonCompileError(TileprobeError):
-    """Triton could not compile the launch: `line` is the compiler's own one-line error."""
+    """Triton could not compile the launch: `line` is the compiler's own one-line error. `transient`: the failure
+    says nothing about the config (not a compile error Triton raises for it); it is not cached."""
 
-    def __init__(self, line: str) -> None:
+    def __init__(self, line: str, transient: bool = False) -> None:
         super().__init__(line)
         self.line = line
+        self.transient = transient
 
 
 class TritonOutOfResources(OutOfResources):
@@ -76,12 +110,14 @@ class KernelJob:
     kwargs: tuple[tuple[str, object], ...]
     cc: int
 
-    def identity(self, triton_version: str) -> dict:
+    def identity(self, triton_version: str, env: dict | None = None) -> dict:
         return {"v": CACHE_VERSION, "source": self.source.sha256, "triton": triton_version,
-                "args": list(self.args), "kwargs": [[k, v] for k, v in self.kwargs], "target": ["cuda", self.cc, 32]}
+                "args": list(self.args), "kwargs": [[k, v] for k, v in self.kwargs], "target": ["cuda", self.cc, 32],
+                "env": compile_env(env)}
 
-    def key(self, triton_version: str) -> str:
-        return hashlib.sha256(json.dumps(self.identity(triton_version), sort_keys=True).encode()).hexdigest()
+    def key(self, triton_version: str, env: dict | None = None) -> str:
+        """The content key; `env`: the environment the compile runs in (default os.environ)."""
+        return hashlib.sha256(json.dumps(self.identity(triton_version, env), sort_keys=True).encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -179,11 +215,40 @@ def jit_function(kernel):
     return kernel
 
 
+@contextmanager
+def _env(name: str, value: str):
+    """os.environ[name] = value inside the block; the caller's value (or its absence) is put back after."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
+def _deterministic(exc: Exception) -> bool:
+    """A compile error Triton raises for this kernel and config (as every compile of it would): its frontend's
+    CompilationError, OutOfResources, a ptxas failure, an MLIR pass failure. Anything else (an OSError, a missing
+    tool, an import problem) says nothing about the config."""
+    kinds = tuple(k for k in (getattr(_compiler_errors, "CompilationError", None),
+                              getattr(_errors, "OutOfResources", None), getattr(_errors, "PTXASError", None))
+                  if isinstance(k, type))
+    return isinstance(exc, kinds) or (type(exc) is RuntimeError and "PassManager" in str(exc))
+
+
 def _compile_now(job: KernelJob, work: Path, cache: Path, triton_cache: str | None = None) -> dict:
-    """Compile in this process into `work`; the result as a JSON dict ({'error': line} on a compile failure).
-    Triton's own cache is this entry's (deleted after) unless `triton_cache` names a folder to share: the tune's
-    launching process then finds the cubin there (tileprobe.triton.tune)."""
-    os.environ["TRITON_CACHE_DIR"] = triton_cache or str(work / "triton-cache")
+    """Compile in this process into `work`; the result as a JSON dict ({'error': line, 'transient': bool} on a
+    compile failure). Triton's own cache is this entry's (deleted after) unless `triton_cache` names a folder to
+    share: the tune's launching process then finds the cubin there (tileprobe.triton.tune). TRITON_CACHE_DIR is set
+    for the compile only."""
+    with _env("TRITON_CACHE_DIR", triton_cache or str(work / "triton-cache")):
+        return _compile_in(job, work, cache)
+
+
+def _compile_in(job: KernelJob, work: Path, cache: Path) -> dict:
     kernel = src_mod.load(job.source, cache)
     fn = jit_function(kernel)
     t0 = time.perf_counter()
@@ -201,7 +266,7 @@ def _compile_now(job: KernelJob, work: Path, cache: Path, triton_cache: str | No
     except TritonCompileError:
         raise
     except Exception as exc:  # Triton's frontend, MLIR passes or ptxas: the row carries its one line
-        return {"error": one_line(exc), "seconds": time.perf_counter() - t0}
+        return {"error": one_line(exc), "seconds": time.perf_counter() - t0, "transient": not _deterministic(exc)}
     seconds = time.perf_counter() - t0
     cubin = work / "kernel.cubin"
     cubin.write_bytes(compiled.kernel)
@@ -218,16 +283,37 @@ def _entry(cache: Path, key: str) -> Path:
     return cache / "triton" / key[:2] / key
 
 
-def _from_entry(path: Path) -> dict | None:
+def _from_entry(path: Path, quiet: bool = False) -> dict | None:
+    """A cached result, or None when there is none or it is broken (a truncated or unparseable result.json, a
+    field missing): then one warning line (unless `quiet`: the caller looks again under the lock), the entry is
+    removed and the caller compiles it again."""
     f = path / "result.json"
-    return json.loads(f.read_text()) if f.is_file() else None
+    if not path.exists():
+        return None
+    try:
+        doc = json.loads(f.read_text())
+        if not isinstance(doc, dict):
+            raise ValueError("not a JSON object")
+        if "error" not in doc:
+            missing = [k for k in RESULT_FIELDS if k not in doc]
+            if missing:
+                raise KeyError(missing[0])
+        elif not isinstance(doc["error"], str):
+            raise ValueError("its error is not text")
+        return doc
+    except (OSError, ValueError, KeyError) as exc:
+        if not quiet:
+            why = "no result.json" if isinstance(exc, FileNotFoundError) else f"{type(exc).__name__}: {exc}"
+            sys.stderr.write(f"tileprobe: warning: triton cache entry {path.name[:16]} is broken ({why}); "
+                             "rebuilding\n")
+            shutil.rmtree(path, ignore_errors=True)
+        return None
 
 
 def _as_result(doc: dict, cached: bool) -> TritonBuild | TritonCompileError:
     if "error" in doc:
-        return TritonCompileError(doc["error"])
-    return TritonBuild(cached=cached, **{k: doc[k] for k in (
-        "shared", "regs", "spills", "static_shared", "num_warps", "num_stages", "seconds", "triton_version", "arch")})
+        return TritonCompileError(doc["error"], bool(doc.get("transient")))
+    return TritonBuild(cached=cached, **{k: doc[k] for k in RESULT_FIELDS})
 
 
 def compile_job(job: KernelJob, cache_dir: str | os.PathLike | None = None,
@@ -238,7 +324,7 @@ def compile_job(job: KernelJob, cache_dir: str | os.PathLike | None = None,
     version = inst.version if inst else "none"
     key = job.key(version)
     entry = _entry(cache, key)
-    if not rebuild and (doc := _from_entry(entry)) is not None:
+    if not rebuild and (doc := _from_entry(entry, quiet=True)) is not None:
         return _as_result(doc, True)
     entry.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(entry) + ".lock"):
@@ -247,6 +333,8 @@ def compile_job(job: KernelJob, cache_dir: str | os.PathLike | None = None,
         work = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
         try:
             doc = _compile_now(job, work, cache, triton_cache)
+            if doc.get("transient"):  # says nothing about the config: returned, never cached
+                return _as_result(doc, False)
             doc["identity"] = job.identity(version)
             (work / "result.json").write_text(json.dumps(doc, indent=1, default=str))
             shutil.rmtree(work / "triton-cache", ignore_errors=True)
@@ -256,6 +344,12 @@ def compile_job(job: KernelJob, cache_dir: str | os.PathLike | None = None,
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return _as_result(doc, False)
+
+
+def forget(job: KernelJob, cache_dir: str | os.PathLike | None = None) -> None:
+    """Remove a job's cache entry (the preflight's kernel, when its compile says the toolchain is broken)."""
+    inst = installed()
+    shutil.rmtree(_entry(cache_root(cache_dir), job.key(inst.version if inst else "none")), ignore_errors=True)
 
 
 def _worker(args) -> TritonBuild | TritonCompileError:
@@ -284,7 +378,8 @@ def compile_many(jobs: list[KernelJob], n_jobs: int = 1, cache_dir: str | os.Pat
     build)`, when given, is called in this thread once per job i as soon as its build is known (cached ones first)."""
     cache = cache_root(cache_dir)
     version = (installed().version if installed() else "none")
-    keys = [j.key(version) for j in jobs]
+    env = {**os.environ, **(worker_env or {})}  # the workers' environment: what their compiles read
+    keys = [j.key(version, env) for j in jobs]
     done: dict[str, TritonBuild | TritonCompileError] = {}
     where: dict[str, list[int]] = {}  # a key's job indices (a repeated job is compiled once)
     for i, k in enumerate(keys):
@@ -312,4 +407,10 @@ def compile_many(jobs: list[KernelJob], n_jobs: int = 1, cache_dir: str | os.Pat
             futures = {pool.submit(_worker, w): k for k, w in zip(todo, work)}
             for fut in as_completed(futures):
                 tell(futures[fut], fut.result())
+    results = [done[k] for k in todo]
+    same = {r.line for r in results if isinstance(r, TritonCompileError) and r.transient}
+    if len(same) == 1 and sum(isinstance(r, TritonCompileError) and r.transient for r in results) >= 2:
+        raise EnvironmentFault(f"{sum(isinstance(r, TritonCompileError) for r in results)} launches failed to "
+                               f"compile with the same error, which is not a config's: {same.pop()} (nothing was "
+                               "cached; fix the environment and run again)")
     return [done[k] for k in keys]
