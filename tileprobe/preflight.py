@@ -143,10 +143,14 @@ def check_triton(triton: TritonInstall, cc: int, cache_dir: str | os.PathLike | 
     """Raise EnvironmentFault unless the installed Triton compiles a tiny kernel for sm_<cc>. The pass is the compile
     cache's own entry (keyed by Triton's release, target and compiler environment); a failure is removed again."""
     job = triton_job(cc)
-    try:
-        got = triton_compile.compile_job(job, cache_dir)
-    except triton_compile.TritonCompileError as exc:
-        got = exc
+    if os.environ.get("TRITON_INTERPRET"):  # the interpreter turns a jit function into a Python one: compile as the
+        # callers' workers do, in a process of its own without it
+        got = triton_compile.compile_many([job], 1, cache_dir, worker_env={"TRITON_INTERPRET": None})[0]
+    else:
+        try:
+            got = triton_compile.compile_job(job, cache_dir)
+        except triton_compile.TritonCompileError as exc:
+            got = exc
     if isinstance(got, triton_compile.TritonCompileError):
         triton_compile.forget(job, cache_dir)
         env = triton_compile.compile_env()

@@ -263,14 +263,12 @@ def predict_only(opts: SweepOptions, console) -> list[dict]:
     tc_cols = {"cutlass_version": cutlass.version, "cutlass_source": cutlass.source, "cutlass_hash": cutlass.tree_hash,
                "nvcc_version": None, "host_compiler": None}
     outs = []
-    with progress.track(len(p.configs), f"predicting ({p.target.name})") as bar:
-        for c in p.configs:
-            o = modeled.outcome(c, p.target, cutlass)
-            if o is None:
-                raise UsageError(f"--predict-only: {modeled.model(c, cutlass).status} ({c.name}); run without "
-                                 "--predict-only to compile instead")
-            outs.append(o)
-            bar.done(progress.unit(c), o)
+    for c in p.configs:  # every config answered before the folder is touched: one the model cannot answer stops
+        o = modeled.outcome(c, p.target, cutlass)
+        if o is None:
+            raise UsageError(f"--predict-only: {modeled.model(c, cutlass).status} ({c.name}); run without "
+                             "--predict-only to compile instead")
+        outs.append(o)
     meta = {"family": p.family.name, "target": p.target.as_dict(), "devices": [], "configs": len(p.configs),
             "toolchain": tc_cols | {"cutlass_dir": str(cutlass.root), "nvcc": None} | engine_meta(p.family),
             "predict_only": True}
@@ -278,8 +276,10 @@ def predict_only(opts: SweepOptions, console) -> list[dict]:
         console.print(f"[bold]{p.family.name}[/] on [bold]{p.target.name}[/]: {len(p.configs)} configs predicted "
                       f"by tileprobe's model of CUTLASS {cutlass.version} ({cutlass.source}, tree {cutlass.tree_hash}; "
                       "nothing compiled)")
-        for o in outs:
-            rec.write(make_row(o.config, p.target, tc_cols, o, extra=modeled.columns(o.config, cutlass, o.info)))
+        with progress.track(len(outs), f"predicting ({p.target.name})") as bar:  # after --resume's and the lock's checks
+            for o in outs:
+                rec.write(make_row(o.config, p.target, tc_cols, o, extra=modeled.columns(o.config, cutlass, o.info)))
+                bar.done(progress.unit(o.config), o)
     return rec.rows
 
 
@@ -364,7 +364,8 @@ def run(opts: SweepOptions, console) -> list[dict]:
     # an engine family's own bundled CUTLASS, found through the family, not a --cutlass-dir or TILEPROBE_CUTLASS_DIR
     tc = make_toolchain(opts.cutlass_dir, opts.nvcc, opts.cache_dir, family(fam_name) if fam_name else None)
     p = plan(opts, tc.cutlass.version)
-    preflight.check_cutlass(tc.cutlass, tc.nvcc, tc.cache, p.configs)  # a broken toolchain: one line, no rows
+    skipped = model_skips(opts, tc, p.target, p.configs)  # what will be compiled: a broken toolchain is one line
+    preflight.check_cutlass(tc.cutlass, tc.nvcc, tc.cache, [c for c in p.configs if c.key not in skipped])
     fam, target, devices, configs = p.family, p.target, p.devices, p.configs
     seed = resolve_seed(opts)
     points = points_for(w.get("presets"), w.get("shapes"), w.get("batches"), w.get("routing", "uniform"),
