@@ -61,7 +61,8 @@ def main() -> None:
         for quant in ("bf16", "fp8"):
             space = search_space(engine, tc.scheme(quant))
             shapes = {g: tm.gemm_shape(g, model.hidden, model.inter) for g in tm.GEMMS}
-            need = [max(predict(src.label(), quant, c, cc, t.version, *shapes[g]) for g in tm.GEMMS) for c in space]
+            need = [max(predict(src.label(), quant, c, cc, t.version, *shapes[g], kernel_sha256=source.sha256)
+                        for g in tm.GEMMS) for c in space]
             over = [i for i, b in enumerate(need) if b > target.smem_optin]
             sample = rng.sample(range(len(space)), min(a.sample, len(space)))
             jobs = [tm.launch_job(engine, source, quant, g, model.experts, *shapes[g], a.m, model.top_k, space[i], cc)
