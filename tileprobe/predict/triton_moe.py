@@ -6,33 +6,38 @@ KernelSource.sha256): CHECKED lists the pairs the rules were checked on. Another
 CannotPredict, saying so: the pipeliner, the MMA lowering and the allocator all change between releases.
 
 Scope: Triton 3.8.0; vLLM 0.33.0's and SGLang 0.5.23's kernels; sm_89, sm_90, sm_100, sm_120, sm_121; bf16, fp8 w8a8
-per-tensor and fp8 block [128, 128] (the launchers clamp BLOCK_SIZE_K to 128 there); any num_stages >= 1; any K; N
-divisible by 16 (every launch of the shipped trees; N is unchecked otherwise). Shared memory is the A tile
-(BM x BK), the B tile (BK x BN), each element 2 B (bf16) or 1 B (fp8), times their buffer counts, plus what the
-MMA path and the block scales add (metadata.shared is what TritonGPU's AllocateSharedMemory pass sums: the buffers
-are live together in the K loop; nothing after the loop needs more):
+per-tensor and fp8 block [128, 128]; N divisible by 16 (every launch of the shipped trees; unchecked otherwise).
+Shared memory is the A tile (BM x BK) and the B tile (BK x BN), each element 2 B (bf16) or 1 B (fp8), times their
+buffer counts, plus what the MMA path and the block scales add (metadata.shared is what TritonGPU's
+AllocateSharedMemory pass lays out: the buffers are live together in the K loop). BK is BLOCK_SIZE_K, except that
+vLLM's launcher clamps it to 128 for fp8 block (SGLang's does not).
 
 1. MMA path (the `accelerate_matmul` pass). Effective M = BLOCK_SIZE_N under swap-AB (fp8 on capability 9.x with
    BM < 64 <= BN: both launchers transpose the dot), else BLOCK_SIZE_M. On sm_90 (wgmma) and sm_100 (tcgen05) with
    effective M >= 64 the MMA is asynchronous and reads its operands from shared memory while the next loads land:
-   the pipeliner keeps num_stages buffers of each pipelined tile. Everywhere else (sm_89 / sm_120 / sm_121: mma.sync,
-   and sm_90 / sm_100 with effective M < 64, which fall back to it) it keeps num_stages - 1.
-2. Which tiles are pipelined (cp.async needs at least 4 B per thread): a tile of R rows x BK (K contiguous) is
+   the pipeliner keeps num_stages buffers of each pipelined tile. Everywhere else (sm_89 / sm_120 / sm_121:
+   mma.sync, and sm_90 / sm_100 with effective M < 64, which fall back to it) it keeps num_stages - 1.
+2. Which tiles are pipelined (cp.async moves at least 4 B per thread): a tile of R rows x BK (K contiguous) is
    loaded with min(BK, R*BK / (32*num_warps), v) contiguous elements per thread, v = 16 B / element size when K is
-   divisible by 16 (Triton's divisibility specialisation of the strides), else 1 element. A tile whose vector is
-   under 4 B (every tile when K is not 16-divisible; fp8 16x32 with 8 warps) is not pipelined, and neither is any
-   tile at num_stages 1: it then takes exactly one copy (the dot still reads it from shared memory).
-3. sm_100 with the tcgen05 path (effective M >= 64): 16 B more, two 8-byte mbarriers.
-4. fp8 block: the per-K-block scale vectors the epilogue of each dot multiplies in, a_scale (length BM) always and
-   b_scale (length BN) in vLLM always, in SGLang only when BN > 128 (group_n; else a scalar): a vector longer than
-   16 * num_warps takes a layout conversion through shared memory, 4 B per element, of the longest such vector
-   (their scratch is never live together). Only launches where at most one vector qualifies were checked: two
-   qualifying vectors are CannotPredict.
+   divisible by 16 (Triton's divisibility specialisation of the strides), else 1 element. A tile under 4 B per
+   thread (every bf16 tile when K is not 16-divisible, SGLang's down GEMM at K = 232; fp8 16x32 with 8 warps), and
+   every tile at num_stages 1, is not pipelined and takes exactly one copy (the dot still reads it from shared).
+3. sm_100 on the tcgen05 path: 16 B more, two 8-byte mbarriers.
+4. fp8 block, the per-K-block scales: a_scale is a vector of BM; b_scale a vector of BN in vLLM always, in SGLang
+   only when BN > 128 (group_n; else a scalar). On the tcgen05 path the b_scale vector takes a 4 B-per-element
+   buffer and a_scale nothing. Elsewhere a vector longer than 16 * num_warps is converted through shared memory,
+   4 B per element; only launches where at most one vector is that long were checked (two: CannotPredict).
 
-Checked (tools/triton_formula_check.py, results/triton-moe/formula-check.json and predictor-coverage.json): every
-distinct launch of both engines' shipped config trees on each file's own device (check-configs' plan) against
-Triton 3.8.0's own passes up to AllocateSharedMemory, and every committed compiled row (results/triton-moe/
-check-configs). Outside that scope: CannotPredict(<why>): compile instead.
+CannotPredict, because the checks found the rules wrong or did not cover it: num_stages 1 with fp8 block or on
+sm_100 (unpipelined tiles leave shared memory or overlap the scale scratch); K not divisible by 16 with fp8 operands
+or on sm_100 (a tile skips shared memory, or keeps two copies); an output tile BM*BN*2 larger than the loop's bytes
+(the epilogue's layout conversion can then be the larger allocation: vLLM fp8 on sm_89 with 8 warps).
+
+Checked (tools/triton_predictor_coverage.py -> results/triton-moe/predictor-coverage.json; tools/
+triton_formula_check.py -> results/triton-moe/formula-check.json): every distinct launch of both engines' shipped
+config trees on each file's own device (check-configs' plan) against Triton 3.8.0's own passes up to
+AllocateSharedMemory, every committed compiled row (results/triton-moe/check-configs), and random launches compiled
+by tests/predict/test_triton_predict.py. Outside that scope: CannotPredict(<why>): compile instead.
 """
 
 from __future__ import annotations
@@ -73,10 +78,12 @@ def _pipelined(rows: int, bk: int, k: int, warps: int, stages: int, elem: int) -
     return min(bk, rows * bk // (32 * warps), vec) * elem >= 4
 
 
-def _scale_bytes(vllm: bool, bm: int, bn: int, warps: int) -> int:
-    """Rule 4: the fp8-block scale vector converted through shared memory (0: none is)."""
-    vectors = [bm] + ([bn] if vllm or bn > GROUP else [])
-    long = [v for v in vectors if v > 16 * warps]
+def _scale_bytes(vllm: bool, bm: int, bn: int, warps: int, tcgen05: bool) -> int:
+    """Rule 4: the fp8-block scale bytes (a vector converted through shared memory, or tcgen05's b_scale buffer)."""
+    b_vector = vllm or bn > GROUP
+    if tcgen05:
+        return 4 * bn if b_vector else 0
+    long = [v for v in [bm] + ([bn] if b_vector else []) if v > 16 * warps]
     if len(long) > 1:
         raise CannotPredict(f"fp8 block with both scale vectors ({bm}, {bn}) longer than 16 * num_warps: not checked; "
                             "compile it")
@@ -107,6 +114,12 @@ def predict(engine: str, quant: str, entry: dict, cc: int, triton_version: str, 
     if n % 16:
         raise CannotPredict(f"N={n}: not divisible by 16, not checked; compile it")
     bm, bn, stages, warps = entry["BLOCK_SIZE_M"], entry["BLOCK_SIZE_N"], entry["num_stages"], entry["num_warps"]
+    if stages < 2 and (quant == "fp8-block" or cc == 100):
+        raise CannotPredict(f"num_stages {stages} with {quant} on sm_{cc}: the unpipelined tiles and the scale or "
+                            "barrier bytes do not follow the rules there (seen); compile it")
+    if k % 16 and (quant != "bf16" or cc == 100):
+        raise CannotPredict(f"K={k}: not divisible by 16 ({quant}, sm_{cc}): how many copies of an unpipelined tile "
+                            "stay in shared memory is not modelled there; compile it")
     vllm = engine.startswith("vllm")
     bk = min(entry["BLOCK_SIZE_K"], GROUP) if quant == "fp8-block" and vllm else entry["BLOCK_SIZE_K"]
     elem = 2 if quant == "bf16" else 1
@@ -118,9 +131,9 @@ def predict(engine: str, quant: str, entry: dict, cc: int, triton_version: str, 
     if cc == 100 and async_mma:
         shared += BARRIER_BYTES
     if quant == "fp8-block":
-        shared += _scale_bytes(vllm, bm, bn, warps)
-    if bm * bn * 2 > shared and (async_mma or cc == 90 or cc == 100 or bm >= 256):
+        shared += _scale_bytes(vllm, bm, bn, warps, cc == 100 and async_mma)
+    if bm * bn * 2 > shared:
         raise CannotPredict(f"the {bm}x{bn} bf16 output tile ({bm * bn * 2} B) outgrows the K loop's {shared} B: the "
-                            "epilogue's layout conversion may need more (it does for vLLM fp8 256x128 on sm_89), not "
-                            "checked here; compile it")
+                            "epilogue's layout conversion may then be the larger allocation (it is for vLLM fp8 on "
+                            "sm_89 with 8 warps), not modelled; compile it")
     return shared
