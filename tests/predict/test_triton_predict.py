@@ -1,6 +1,6 @@
 """The triton-moe predictor equals Triton's compiled bytes where it answers, and says CannotPredict elsewhere.
 
-Random launches (engine, quant incl. fp8 block, arch among sm_89 / sm_90 / sm_100 / sm_120, the engine config entry, the GEMM
+Random launches (engine, quant incl. fp8 block, arch among sm_89 / sm_90 / sm_100 / sm_120, the config entry, the GEMM
 of a real model preset at a random tensor-parallel split) are compiled with the real Triton, drawn anew each run, and
 compared with the prediction; every committed compiled row (results/triton-moe/check-configs) is compared too.
 Skipped without Triton or the engine.
