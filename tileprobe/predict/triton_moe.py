@@ -20,15 +20,17 @@ vLLM's launcher clamps it to 128 for fp8 block (SGLang's does not).
 2. Which tiles are pipelined (cp.async moves at least 4 B per thread): a tile of R rows x BK (K contiguous) is
    loaded with min(BK, R*BK / (32*num_warps), v) contiguous elements per thread, v = 16 B / element size when K is
    divisible by 16 (Triton's divisibility specialisation of the strides), else 1 element. A tile under 4 B per
-   thread (every bf16 tile when K is not 16-divisible, SGLang's down GEMM at K = 232; fp8 16x32 with 8 warps), and
-   every tile at num_stages 1, is not pipelined and takes exactly one copy (the dot still reads it from shared).
+   thread (every bf16 tile when K is not 16-divisible, SGLang's down GEMM at K = 232), and every tile at num_stages
+   1, is not pipelined and takes exactly one copy (the dot still reads it from shared).
 3. sm_100 on the tcgen05 path: 16 B more, two 8-byte mbarriers.
 4. fp8 block, the per-K-block scales: a_scale is a vector of BM; b_scale a vector of BN in vLLM always, in SGLang
    only when BN > 128 (group_n; else a scalar). On the tcgen05 path the b_scale vector takes a 4 B-per-element
    buffer and a_scale nothing. Elsewhere a vector longer than 16 * num_warps is converted through shared memory,
    4 B per element; only launches where at most one vector is that long were checked (two: CannotPredict).
 
-CannotPredict, because the checks found the rules wrong or did not cover it: num_stages 1 with fp8 block or on
+CannotPredict, because the checks found the rules wrong or did not cover it: a tile under 4 B per thread with K
+16-divisible (fp8 16x32 with 8 warps: its one copy sometimes shares space with the other buffers, sometimes not);
+num_stages 1 with fp8 block or on
 sm_100 (unpipelined tiles leave shared memory or overlap the scale scratch); K not divisible by 16 with fp8 operands
 or on sm_100 (a tile skips shared memory, or keeps two copies); an output tile BM*BN*2 larger than the loop's bytes
 (the epilogue's layout conversion can then be the larger allocation: vLLM fp8 on sm_89 with 8 warps).
@@ -123,6 +125,9 @@ def predict(engine: str, quant: str, entry: dict, cc: int, triton_version: str, 
     vllm = engine.startswith("vllm")
     bk = min(entry["BLOCK_SIZE_K"], GROUP) if quant == "fp8-block" and vllm else entry["BLOCK_SIZE_K"]
     elem = 2 if quant == "bf16" else 1
+    if k % 16 == 0 and any(rows * bk // (32 * warps) * elem < 4 for rows in (bm, bn)):
+        raise CannotPredict(f"a {quant} tile of {min(bm, bn)}x{bk} with {warps} warps: under 4 B per thread, not "
+                            "pipelined, and whether its copy overlaps the other buffers is not modelled; compile it")
     eff_m = bn if _swap_ab(quant, entry, cc) else bm
     async_mma = cc in ASYNC_MMA_CCS and eff_m >= 64
     buffers = stages if async_mma else stages - 1
