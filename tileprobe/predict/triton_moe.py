@@ -20,20 +20,20 @@ vLLM's launcher clamps it to 128 for fp8 block (SGLang's does not).
 2. Which tiles are pipelined (cp.async moves at least 4 B per thread): a tile of R rows x BK (K contiguous) is
    loaded with min(BK, R*BK / (32*num_warps), v) contiguous elements per thread, v = 16 B / element size when K is
    divisible by 16 (Triton's divisibility specialisation of the strides), else 1 element. A tile under 4 B per
-   thread (every bf16 tile when K is not 16-divisible, SGLang's down GEMM at K = 232), and every tile at num_stages
-   1, is not pipelined and takes exactly one copy (the dot still reads it from shared).
+   thread (every bf16 tile when K is not 16-divisible, SGLang's down GEMM at K = 232), and every bf16 tile at
+   num_stages 1, is not pipelined and takes exactly one copy (the dot still reads it from shared).
 3. sm_100 on the tcgen05 path: 16 B more, two 8-byte mbarriers.
 4. fp8 block, the per-K-block scales: a_scale is a vector of BM; b_scale a vector of BN in vLLM always, in SGLang
    only when BN > 128 (group_n; else a scalar). On the tcgen05 path the b_scale vector takes a 4 B-per-element
    buffer and a_scale nothing. Elsewhere a vector longer than 16 * num_warps is converted through shared memory,
    4 B per element; only launches where at most one vector is that long were checked (two: CannotPredict).
 
-CannotPredict, because the checks found the rules wrong or did not cover it: a tile under 4 B per thread with K
-16-divisible (fp8 16x32 with 8 warps: its one copy sometimes shares space with the other buffers, sometimes not);
-num_stages 1 with fp8 block or on
-sm_100 (unpipelined tiles leave shared memory or overlap the scale scratch); K not divisible by 16 with fp8 operands
-or on sm_100 (a tile skips shared memory, or keeps two copies); an output tile BM*BN*2 larger than the loop's bytes
-(the epilogue's layout conversion can then be the larger allocation: vLLM fp8 on sm_89 with 8 warps).
+CannotPredict, because random launches found the rules wrong there or nothing checked them: a tile under 4 B per
+thread with K 16-divisible (fp8 16x32 with 8 warps: its one copy sometimes shares space with the other buffers);
+num_stages 1 with fp8 operands or on sm_100 (the two unpipelined tiles are sometimes not live together, or overlap
+the scale scratch); K not divisible by 16 with fp8 operands or on sm_100 (a tile skips shared memory, or keeps two
+copies); an output tile BM*BN*2 larger than the loop's bytes (the epilogue's layout conversion can then be the
+larger allocation: vLLM fp8 on sm_89 with 8 warps); fp8 block with both scale vectors over 16 * num_warps.
 
 Checked (tools/triton_predictor_coverage.py -> results/triton-moe/predictor-coverage.json; tools/
 triton_formula_check.py -> results/triton-moe/formula-check.json): every distinct launch of both engines' shipped
@@ -116,9 +116,9 @@ def predict(engine: str, quant: str, entry: dict, cc: int, triton_version: str, 
     if n % 16:
         raise CannotPredict(f"N={n}: not divisible by 16, not checked; compile it")
     bm, bn, stages, warps = entry["BLOCK_SIZE_M"], entry["BLOCK_SIZE_N"], entry["num_stages"], entry["num_warps"]
-    if stages < 2 and (quant == "fp8-block" or cc == 100):
-        raise CannotPredict(f"num_stages {stages} with {quant} on sm_{cc}: the unpipelined tiles and the scale or "
-                            "barrier bytes do not follow the rules there (seen); compile it")
+    if stages < 2 and (quant != "bf16" or cc == 100):
+        raise CannotPredict(f"num_stages {stages} with {quant} on sm_{cc}: whether the two unpipelined tiles (and the "
+                            "scale or barrier bytes) are live together is not modelled there; compile it")
     if k % 16 and (quant != "bf16" or cc == 100):
         raise CannotPredict(f"K={k}: not divisible by 16 ({quant}, sm_{cc}): how many copies of an unpipelined tile "
                             "stay in shared memory is not modelled there; compile it")
