@@ -39,7 +39,9 @@ def main() -> None:
     a = ap.parse_args()
     distinct: dict[tuple, dict] = {}
     for folder in a.folders:
+        kernel = json.loads((folder / "run.json").read_text())["kernel_sha256"]
         for r in read_rows(folder)[0]:
+            r["_kernel"] = kernel
             if r.get("family") != "triton-moe" or r.get("smem_bytes") is None:
                 continue
             e = entry(r)
@@ -51,6 +53,7 @@ def main() -> None:
     groups: dict[str, Counter] = defaultdict(Counter)
     flips, misses, wrong_pred = [], [], []
     answered = 0
+    cannot: Counter = Counter()
     for (engine, quant, gemm, arch, items, _), r in distinct.items():
         e = dict(items)
         est, got = estimate_pr28038(e, quant), r["smem_bytes"]
@@ -69,8 +72,9 @@ def main() -> None:
                           "estimate over, compiled fits"})
         cc = int(arch[3:].rstrip("a"))
         try:
-            p = predict(engine, quant, e, cc, r["triton_version"], *r["_nk"])
-        except CannotPredict:
+            p = predict(engine, quant, e, cc, r["triton_version"], *r["_nk"], kernel_sha256=r["_kernel"])
+        except CannotPredict as exc:
+            cannot[str(exc)] += 1
             continue
         answered += 1
         if p != got:
@@ -83,7 +87,8 @@ def main() -> None:
         "sources": [str(f) for f in a.folders], "limit_bytes": LIMIT, "distinct_launches": len(distinct),
         "by_group": {k: dict(v) for k, v in sorted(groups.items())},
         "estimate_wrong": len(misses), "verdict_flips": flips,
-        "predictor": {"answered": answered, "cannot_predict": len(distinct) - answered, "wrong": wrong_pred},
+        "predictor": {"answered": answered, "cannot_predict": len(distinct) - answered, "wrong": wrong_pred,
+                      "cannot_predict_why": dict(cannot.most_common())},
         "misses": misses,
     }
     a.out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,8 @@
 """The seed case in numbers: of an engine tuner's own search space (tileprobe.triton.tune.search_space: vLLM's /
 SGLang's 1920 CUDA configs), how many would raise OutOfResources on a 101376 B GPU, for one model's two GEMMs.
 
-Bytes per config from the predictor (tileprobe.predict.triton_moe: Triton 3.8.0, sm_120/121, bf16 and fp8
-per-tensor, exact on every compiled row of its scope; evidence `predicted`), and a random sample of the space compiled
+Bytes per config from the predictor (tileprobe.predict.triton_moe: Triton 3.8.0, exact on every checked launch of its
+scope; evidence `predicted`; a config it cannot predict is counted as `cannot_predict`), and a random sample of the space compiled
 with the real Triton for the target (evidence `compiled`) to check the predictor on this very space: a config counts as
 pruned when either GEMM it serves needs more than the limit. Writes results/triton-moe/tuner-space__<target>.json.
 
@@ -24,6 +24,7 @@ from tileprobe.backends.triton.compile import TritonBuild, compile_many
 from tileprobe.backends.triton.toolchain import installed
 from tileprobe.engines import triton_configs as tc
 from tileprobe.families import triton_moe as tm
+from tileprobe.predict._common import CannotPredict
 from tileprobe.predict.triton_moe import TRITON_VERSIONS, predict
 from tileprobe.targets import profile
 from tileprobe.triton.tune import SPACE_SOURCE, search_space
@@ -31,6 +32,14 @@ from tileprobe.triton.sweep import engine_kernel_source
 from tileprobe.workloads import PRESETS
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _need(label: str, quant: str, config: dict, cc: int, version: str, shapes: dict, kernel: str) -> int | None:
+    """The bytes a config needs for the larger of its two GEMMs (None: the predictor cannot say for one of them)."""
+    try:
+        return max(predict(label, quant, config, cc, version, *shapes[g], kernel_sha256=kernel) for g in tm.GEMMS)
+    except CannotPredict:
+        return None
 
 
 def main() -> None:
@@ -61,8 +70,8 @@ def main() -> None:
         for quant in ("bf16", "fp8"):
             space = search_space(engine, tc.scheme(quant))
             shapes = {g: tm.gemm_shape(g, model.hidden, model.inter) for g in tm.GEMMS}
-            need = [max(predict(src.label(), quant, c, cc, t.version, *shapes[g]) for g in tm.GEMMS) for c in space]
-            over = [i for i, b in enumerate(need) if b > target.smem_optin]
+            need = [_need(src.label(), quant, c, cc, t.version, shapes, source.sha256) for c in space]
+            over = [i for i, b in enumerate(need) if b is not None and b > target.smem_optin]
             sample = rng.sample(range(len(space)), min(a.sample, len(space)))
             jobs = [tm.launch_job(engine, source, quant, g, model.experts, *shapes[g], a.m, model.top_k, space[i], cc)
                     for i in sample for g in tm.GEMMS]
@@ -77,6 +86,7 @@ def main() -> None:
             rec = {"engine": src.label(), "quant": quant, "space": len(space), "space_source": SPACE_SOURCE[engine],
                    "gemms": {g: {"n": n, "k": k} for g, (n, k) in shapes.items()},
                    "over_limit": len(over), "left": len(space) - len(over),
+                   "cannot_predict": sum(b is None for b in need),  # counted in "left": not known to be over
                    "sample_compiled": len(checked), "sample_agree": sum(c["predicted"] == c["compiled"] for c in checked),
                    "sample_compile_s": round(secs, 1), "sample": checked}
             print(f"{src.label()} {quant}: {len(over)} of {len(space)} over {target.smem_optin} B on {target.name} "

@@ -245,7 +245,8 @@ def test_tma_entries_are_unsupported_rows(tmp_path, cache):
 def test_predict_only_equals_the_compiled_sweep(tmp_path, cache, rng):
     """`sweep --family triton-moe --predict-only` (no Triton: the predictor) and the same sweep compiled give the same
     rows, byte for byte, differing only in evidence (predicted / compiled), for a random engine, preset and batches
-    inside the predictor's scope; outside it (fp8-block) the predict-only sweep stops with one line, exit 2."""
+    inside the predictor's scope; outside it (fp8 with K = 360, gpt-oss-20b at tp 8) the predict-only sweep stops with
+    one line, exit 2."""
     engine = rng.choice(["vllm", "sglang"])
     _engine(engine)
     preset = rng.choice(["qwen3-30b-a3b", "mixtral-8x7b"])
@@ -267,5 +268,6 @@ def test_predict_only_equals_the_compiled_sweep(tmp_path, cache, rng):
         assert (r["smem_bytes"], r["verdict"], r["tile"], r["stages"]) == \
             (comp[key]["smem_bytes"], comp[key]["verdict"], comp[key]["tile"], comp[key]["stages"]), key
     assert json.loads((tmp_path / "pred" / "run.json").read_text())["evidence_mode"] == "predicted"
-    bad = _cli(*[a if a != quant else "fp8-block" for a in base], "--out", tmp_path / "blk", "--predict-only")
+    bad = _cli("sweep", "--family", "triton-moe", "--engine", engine, "--workload", "gpt-oss-20b", "--tp", "8", "--quant",
+               "fp8", "--target", target, "--batch", batches, "--out", tmp_path / "blk", "--predict-only")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "compile" in bad.stderr, bad.stderr

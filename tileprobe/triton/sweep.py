@@ -159,14 +159,14 @@ def outcome(cfg, build: TritonBuild | TritonCompileError | None, target: Target,
                                                  f"launch on this GPU raises OutOfResources)", info)
 
 
-def predicted_outcome(cfg, target: Target) -> Outcome:
+def predicted_outcome(cfg, target: Target, kernel_sha256: str) -> Outcome:
     """The predictor's verdict for one launch (tileprobe.predict.triton_moe: Triton 3.8.0's bytes inside the scope
     where its rule was exact on every compiled row); CannotPredict outside it, never a guess."""
     if cfg.unsupported_reason:
         return Outcome(cfg, Verdict.UNSUPPORTED, cfg.unsupported_reason)
     version = predict_tm.TRITON_VERSIONS[0]
     shared = predict_tm.predict(cfg.get("engine"), cfg.get("quant"), tm.entry_of(cfg), tm.arch_cc(cfg.arch), version,
-                                int(cfg.get("gemm_n")), int(cfg.get("gemm_k")))
+                                int(cfg.get("gemm_n")), int(cfg.get("gemm_k")), kernel_sha256=kernel_sha256)
     info = StaticInfo(stages=cfg.stages, smem_bytes=shared, threads_per_cta=int(cfg.get("num_warps")) * 32,
                       predicted=True)
     where = f"predicted for Triton {version}, {cfg.arch}, not compiled"
@@ -265,7 +265,7 @@ def prepare(opts) -> Prepared:
     predicted = []
     for p in mine if triton is None else ():  # before the results folder is touched: a launch not predicted stops
         try:
-            predicted.append(predicted_outcome(p.config, target))
+            predicted.append(predicted_outcome(p.config, target, source.sha256))
         except CannotPredict as exc:
             raise UsageError(f"--predict-only: {exc} ({p.point['problem']}); run without --predict-only to "
                              "compile instead") from None
