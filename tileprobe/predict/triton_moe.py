@@ -48,12 +48,14 @@ from tileprobe.predict._common import CannotPredict
 
 FAMILY = "triton-moe"
 # (Triton release, fused_moe_kernel source sha256) -> the engine release whose kernel that is: the pairs checked.
-# The hashes are of source.extract's module (the kernel and what it calls); the rules were first checked on the
-# earlier, larger extraction of the same files (617f495c... vLLM, 13d04c8d... SGLang): the same kernel function, the
-# same compiled bytes (tests/predict/test_triton_predict.py compiles random launches of this extraction every run).
+# Two extractions of the same kernel function per engine: source.extract's module (the kernel and what it calls;
+# tests/predict/test_triton_predict.py compiles random launches of it every run), and the earlier, larger module of
+# every @triton.jit function in the file, which the committed rows were compiled from (their run.json names it).
 CHECKED = {
     ("3.8.0", "1d1bb61d32d868e46010e17764f84d630a48e23c2790abf2195285d5f635f84e"): "vllm 0.33.0",
     ("3.8.0", "d11960be50ffb2a71e5f7368165bb44a622c465de9ac8e6ed9b8aacd161b8dc0"): "sglang 0.5.23",
+    ("3.8.0", "617f495cd848d93a839266fa30ff09329eb3a7f4f509c6ecdc7a2c2c302b5fa2"): "vllm 0.33.0",
+    ("3.8.0", "13d04c8d0cdd005be46f56590729089875c26cdc9028108d723ddca555d8988f"): "sglang 0.5.23",
 }
 TRITON_VERSIONS = tuple(dict.fromkeys(v for v, _ in CHECKED))
 ENGINES = tuple(dict.fromkeys(CHECKED.values()))
