@@ -166,6 +166,25 @@ def _cutlass_label(r: dict, c: Cells) -> str:
     return c.label(r)
 
 
+
+def _runtime_tail(tflops: bool) -> tuple:
+    """The timing, verdict and reason columns every runtime table ends with (TFLOP/s where the family counts flops)."""
+    return (
+        Column("us_median", "µs", field_of("us_median", 2)),
+        Column("us_graph_median", "µs (graph)", field_of("us_graph_median", 2)),
+        Column("us_spread", "± µs", field_of("us_spread", 2)),
+        *((Column("tflops", "TFLOP/s", field_of("tflops", 2)),) if tflops else ()),
+        Column("gbps", "GB/s", field_of("gbps", 0)),
+        Column("pct_peak_bw", "% peak", field_of("pct_peak_bw", 1)),
+        Column("pct_copy_bw", "% copy", field_of("pct_copy_bw", 1)),
+        Column("verdict", "verdict", field_of("verdict")),
+        Column("evidence", "evidence", field_of("evidence")),
+        Column("best", "best", lambda r, c: r.get("_best") or ""),
+        Column("reason", "reason", lambda r, c: "" if r.get("verdict") == "ok" else
+               c.fmt(r.get("launch_reason") or r.get("reason"))),
+    )
+
+
 CUTLASS_REPORT = ReportSpec(
     terminal=(
         Column("tile", "tile", raw("tile")),
@@ -231,18 +250,7 @@ CUTLASS_REPORT = ReportSpec(
         Column("stages", "stages", lambda r, c: c.stages(r)),
         Column("epilogue", "epilogue", field_of("epilogue")),
         Column("swap_ab", "swap", _swap),
-        Column("us_median", "µs", field_of("us_median", 2)),
-        Column("us_graph_median", "µs (graph)", field_of("us_graph_median", 2)),
-        Column("us_spread", "± µs", field_of("us_spread", 2)),
-        Column("tflops", "TFLOP/s", field_of("tflops", 2)),
-        Column("gbps", "GB/s", field_of("gbps", 0)),
-        Column("pct_peak_bw", "% peak", field_of("pct_peak_bw", 1)),
-        Column("pct_copy_bw", "% copy", field_of("pct_copy_bw", 1)),
-        Column("verdict", "verdict", field_of("verdict")),
-        Column("evidence", "evidence", field_of("evidence")),
-        Column("best", "best", lambda r, c: r.get("_best") or ""),
-        Column("reason", "reason", lambda r, c: "" if r.get("verdict") == "ok" else
-               c.fmt(r.get("launch_reason") or r.get("reason"))),
+        *_runtime_tail(tflops=True),
     ),
     evidence=CUTLASS_EVIDENCE,
     label=_cutlass_label,
@@ -422,17 +430,7 @@ TRITON_REPORT = ReportSpec(
         Column("group_size_m", "GROUP_M", field_of("group_size_m")),
         Column("num_warps", "num_warps", field_of("num_warps")),
         Column("stages", "num_stages", field_of("stages")),
-        Column("us_median", "µs", field_of("us_median", 2)),
-        Column("us_graph_median", "µs (graph)", field_of("us_graph_median", 2)),
-        Column("us_spread", "± µs", field_of("us_spread", 2)),
-        Column("gbps", "GB/s", field_of("gbps", 0)),
-        Column("pct_peak_bw", "% peak", field_of("pct_peak_bw", 1)),
-        Column("pct_copy_bw", "% copy", field_of("pct_copy_bw", 1)),
-        Column("verdict", "verdict", field_of("verdict")),
-        Column("evidence", "evidence", field_of("evidence")),
-        Column("best", "best", lambda r, c: r.get("_best") or ""),
-        Column("reason", "reason", lambda r, c: "" if r.get("verdict") == "ok" else
-               c.fmt(r.get("launch_reason") or r.get("reason"))),
+        *_runtime_tail(tflops=False),
     ),
     evidence=TRITON_EVIDENCE,
     label=_triton_label,
