@@ -1,0 +1,328 @@
+"""Launch capture: run an engine's own launcher, read from its wheel, on stand-in tensors, and record every Triton
+launch it makes, as the target would see it, without a GPU and without launching.
+
+Inside `engine_session` (a context manager; everything is put back after):
+- a `sys.meta_path` finder serves the engine's modules for an allowlist from the wheel (read as a zip, each file
+  written once under the cache by content and loaded from there, so Triton's `inspect.getsource` reads it), empty
+  packages for their parents (the engine's heavy `__init__`s never run), and stand-in modules for the platform
+  helpers (`stand_ins`: module name -> a function of the target that returns the module's attributes); any other
+  module of the engine is an ImportError naming it;
+- `torch.cuda` answers as the target (capability, device properties with `shared_memory_per_block_optin` and
+  `multi_processor_count`, `is_available`), before the engine's modules import, so capability globals cached at
+  import (SGLang's `CUDA_CAPABILITY = torch.cuda.get_device_capability()`) are the target's;
+- `JITFunction.run` records the launch (bound arguments: a tensor as dtype/shape/strides, numbers, constexprs; the
+  options num_warps, num_stages, ...; the grid; the kernel's file and function; the engine line of the `kernel[grid]`
+  call; the capability branches the launcher took) and launches nothing; `Autotuner.run` records one launch per
+  config left after the engine's own pruning (`prune_configs`: early_config_prune, perf_model) and benchmarks none;
+- a line tracer on the served files only records which lines ran since the last launch: an `if`/`elif`/`else`
+  whose test names the device (CUDA_CAPABILITY, is_cuda, current_platform, ...) and whose body ran is a taken branch.
+sys.modules is left as it was (every module the session added is removed; triton and torch are imported before).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import hashlib
+import importlib
+import importlib.abc
+import importlib.util
+import re
+import sys
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+from triton.runtime.autotuner import Autotuner
+from triton.runtime.jit import JITFunction
+
+from tileprobe.backends.triton.toolchain import cache_root
+from tileprobe.engines.triton_configs import EngineSource
+from tileprobe.errors import UsageError
+from tileprobe.targets import Target
+
+_TORCH_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64",
+                 torch.float8_e4m3fn: "fp8e4nv", torch.float8_e5m2: "fp8e5", torch.int8: "i8", torch.int16: "i16",
+                 torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8", torch.bool: "i1"}
+# Options a launch passes beside the kernel's parameters that tileprobe's compile takes (HIP-only ones dropped).
+COMPILE_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "launch_pdl")
+DEVICE_TEST = re.compile(r"CUDA_CAPABILITY|capability|_is_cuda|_is_hip|is_cuda\(|is_hip\(|is_sm\d+|current_platform|"
+                         r"is_blackwell|is_hopper|_is_gfx|device_capability")
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    dtype: str  # Triton's name: bf16, fp32, i32, ...
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{'x'.join(map(str, self.shape))}]"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One Triton launch the launcher made (or, for an autotuned kernel, would try: `autotune` = (index, of n left
+    after pruning, of n listed))."""
+
+    kernel: str  # the @triton.jit function's name
+    kernel_file: str  # its file inside the wheel (sglang/kernels/ops/attention/extend_attention.py)
+    args: tuple[tuple[str, object], ...]  # every parameter, in order: TensorArg, number, bool, None, 'tl.dtype'
+    options: tuple[tuple[str, object], ...]  # num_warps, num_stages, ... as launched
+    grid: tuple[int, ...]
+    call_site: str  # file:line of the kernel[grid](...) call in the engine
+    branches: tuple[str, ...]  # 'file:line if ...' of each device branch the launcher took before this launch
+    autotune: tuple[int, int, int] | None = None
+
+    def arg(self, name: str, default=None):
+        return dict(self.args).get(name, dict(self.options).get(name, default))
+
+    def identity(self) -> tuple:
+        return (self.kernel_file, self.kernel, self.args, self.options)
+
+
+def describe(value):
+    """A launch argument as data: a tensor by dtype/shape/strides, a Triton dtype by its name, numbers as they are."""
+    if isinstance(value, torch.Tensor):
+        if value.dtype not in _TORCH_DTYPES:
+            raise UsageError(f"a launch passes a {value.dtype} tensor, which tileprobe cannot compile for")
+        return TensorArg(_TORCH_DTYPES[value.dtype], tuple(value.shape), tuple(value.stride()))
+    if isinstance(value, tl.dtype):
+        return f"tl.{value.name}" if hasattr(tl, value.name) else str(value)
+    if isinstance(value, tl.constexpr):
+        return describe(value.value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, JITFunction):
+        return f"jit:{value.__name__}"
+    return repr(value)
+
+
+def _device_props(target: Target):
+    major, minor = (int(x) for x in target.cc.split("."))
+    return types.SimpleNamespace(name=target.device_name, major=major, minor=minor,
+                                 multi_processor_count=target.sms,
+                                 shared_memory_per_block_optin=target.smem_optin,
+                                 shared_memory_per_multiprocessor=target.smem_per_sm,
+                                 max_shared_memory_per_block_optin=target.smem_optin,
+                                 total_memory=0, L2_cache_size=target.l2_bytes,
+                                 regs_per_multiprocessor=target.regs_per_sm,
+                                 max_threads_per_multi_processor=target.max_threads_per_sm, warp_size=32,
+                                 gcnArchName="")
+
+
+def cuda_answers(target: Target) -> dict:
+    """torch.cuda's functions as the target answers them."""
+    major, minor = (int(x) for x in target.cc.split("."))
+    props = _device_props(target)
+    return {"get_device_capability": lambda device=None: (major, minor),
+            "get_device_properties": lambda device=None: props,
+            "get_device_name": lambda device=None: target.device_name,
+            "is_available": lambda: True, "device_count": lambda: 1, "current_device": lambda: 0}
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def __init__(self, session: "Session") -> None:
+        self.session = session
+
+    def find_spec(self, name, path=None, target=None):
+        s = self.session
+        if name.split(".")[0] != s.package:
+            return None
+        if name in s.stand_ins:
+            return importlib.util.spec_from_loader(name, _StandIn(s, name))
+        if name in s.allow:
+            file = s.file_of(name)
+            return importlib.util.spec_from_file_location(name, file)
+        if any(a.startswith(name + ".") for a in (*s.allow, *s.stand_ins)):  # a parent: an empty package
+            spec = importlib.util.spec_from_loader(name, _StandIn(s, name), is_package=True)
+            spec.submodule_search_locations = []
+            return spec
+        raise ImportError(f"tileprobe audit: {name} is not among the engine modules this kernel's entry serves "
+                          f"({', '.join(sorted(s.allow))}) or stands in for ({', '.join(sorted(s.stand_ins))})")
+
+
+class _StandIn(importlib.abc.Loader):
+    def __init__(self, session: "Session", name: str) -> None:
+        self.session, self.name = session, name
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module) -> None:
+        make = self.session.stand_ins.get(self.name)
+        if make is not None:
+            module.__dict__.update(make(self.session.target))
+
+
+@dataclass
+class Session:
+    """What one engine_session serves and what it recorded."""
+
+    source: EngineSource
+    target: Target
+    allow: frozenset[str]
+    stand_ins: dict
+    folder: Path
+    launches: list[Launch] = field(default_factory=list)
+    _ran: set = field(default_factory=set)  # (file, line) run since the last launch
+    _files: dict = field(default_factory=dict)  # served file path -> its path inside the wheel
+    _ifs: dict = field(default_factory=dict)  # served file path -> [(test line, text, body lines, else lines)]
+    _autotune: tuple | None = None
+
+    @property
+    def package(self) -> str:
+        return self.source.engine
+
+    def file_of(self, module: str) -> str:
+        rel = module.replace(".", "/") + ".py"
+        text = self.source.read_text(rel)
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        path = self.folder / digest / rel
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(text)
+            tmp.replace(path)
+        self._files[str(path)] = rel
+        self._ifs[str(path)] = _if_blocks(text)
+        return str(path)
+
+    def module(self, name: str):
+        """The engine module `name`, imported through the session's finder."""
+        return importlib.import_module(name)
+
+    # --- recording ------------------------------------------------------------------------------------------
+    def _trace(self, frame, event, arg):
+        if frame.f_code.co_filename not in self._files:
+            return None
+        ran = self._ran
+
+        def local(frame, event, arg):
+            if event == "line":
+                ran.add((frame.f_code.co_filename, frame.f_lineno))
+            return local
+
+        return local
+
+    def _branches(self) -> tuple[str, ...]:
+        out = []
+        for path, ifs in self._ifs.items():
+            lines = {ln for f, ln in self._ran if f == path}
+            if not lines:
+                continue
+            rel = self._files[path]
+            for line, text, body, orelse in ifs:
+                if not DEVICE_TEST.search(text):
+                    continue
+                if lines & body:
+                    out.append(f"{rel}:{line} {text}")
+                elif orelse and lines & orelse:
+                    out.append(f"{rel}:{min(orelse) - 1} else (of line {line} {text})")
+        return tuple(out)
+
+    def _call_site(self) -> str:
+        f = sys._getframe(2)
+        while f is not None:
+            if f.f_code.co_filename in self._files:
+                return f"{self._files[f.f_code.co_filename]}:{f.f_lineno}"
+            f = f.f_back
+        return "?"
+
+    def record(self, fn: JITFunction, args: tuple, grid, kwargs: dict) -> None:
+        names = [p.name for p in fn.params]
+        bound = dict(zip(names, args))
+        options = {}
+        for k, v in kwargs.items():
+            (bound if k in names else options)[k] = v
+        for p in fn.signature.parameters.values():
+            if p.name not in bound and p.default is not p.empty:
+                bound[p.name] = p.default
+        if callable(grid):
+            grid = grid({**bound, **options})
+        grid = tuple(int(g) for g in (grid if isinstance(grid, (tuple, list)) else (grid,)))
+        fn_file = fn.fn.__code__.co_filename
+        rel = self._files.get(fn_file, fn_file)
+        self.launches.append(Launch(fn.fn.__name__, rel, tuple((n, describe(bound.get(n))) for n in names),
+                                    tuple((k, describe(v)) for k, v in options.items()), grid,
+                                    self._call_site(), self._branches(), self._autotune))
+        self._ran.clear()
+
+
+def _if_blocks(text: str) -> list[tuple[int, str, set[int], set[int]]]:
+    """Every if/elif of a file: its line, `if <test>` text, its body's lines and its (non-elif) else's lines."""
+    out = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.If):
+            body = set(range(node.body[0].lineno, node.body[-1].end_lineno + 1))
+            orelse = set()
+            if node.orelse and not (len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If)):
+                orelse = set(range(node.orelse[0].lineno, node.orelse[-1].end_lineno + 1))
+            out.append((node.lineno, f"if {ast.unparse(node.test)}:", body, orelse))
+    return out
+
+
+@contextlib.contextmanager
+def _patched(obj, **values):
+    before = {k: obj.__dict__[k] if k in obj.__dict__ else getattr(obj, k) for k in values}
+    for k, v in values.items():
+        setattr(obj, k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            setattr(obj, k, v)
+
+
+@contextlib.contextmanager
+def engine_session(source: EngineSource, target: Target, allow, stand_ins: dict, cache_dir=None):
+    """A Session whose `module(name)` imports the engine's module from the wheel, under the target's stand-in
+    device, recording launches instead of making them (the module docstring); all of it undone on exit."""
+    session = Session(source, target, frozenset(allow), dict(stand_ins),
+                      cache_root(cache_dir) / "audit-src" / f"{source.engine}-{source.version}")
+    modules_before = dict(sys.modules)
+    finder = _Finder(session)
+
+    def jit_run(fn, *args, grid, warmup, **kwargs):
+        session.record(fn, args, grid, kwargs)
+
+    def autotune_run(tuner, *args, **kwargs):
+        tuner.nargs = dict(zip(tuner.arg_names, args))
+        configs = tuner.prune_configs(kwargs) if len(tuner.configs) > 1 else tuner.configs
+        try:
+            for i, config in enumerate(configs):
+                session._autotune = (i, len(configs), len(tuner.configs))
+                tuner.fn.run(*args, **kwargs, **config.all_kwargs())
+        finally:
+            session._autotune = None
+            tuner.nargs = None
+
+    trace_before = sys.gettrace()
+    sys.meta_path.insert(0, finder)
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_patched(torch.cuda, **cuda_answers(target)))
+            stack.enter_context(_patched(JITFunction, run=jit_run))
+            stack.enter_context(_patched(Autotuner, run=autotune_run))
+            sys.settrace(session._trace)
+            try:
+                yield session
+            finally:
+                sys.settrace(trace_before)
+    finally:
+        sys.meta_path.remove(finder)
+        for name in list(sys.modules):
+            if name not in modules_before:
+                del sys.modules[name]
+        for name, mod in modules_before.items():
+            if sys.modules.get(name) is not mod:
+                sys.modules[name] = mod
+        importlib.invalidate_caches()
+
+
+def triton_stand_in(target: Target) -> dict:
+    """A module whose names are the real triton's (vllm.triton_utils answers with the installed Triton)."""
+    return {"triton": triton, "tl": tl, "HAS_TRITON": True}

@@ -1,0 +1,144 @@
+"""The engines' kernels `tileprobe audit` sizes, as data: one entry per launcher.
+
+An entry names the engine, the launcher's module in the wheel and its function, the modules served from the wheel
+(the launcher's and the pure-Python ones it imports), the platform helpers it needs stand-ins for, the dtype the
+engine runs it in, and how its arguments follow from the model (a function of the AttentionConfig and the point:
+batch, sequence length, tensor parallelism, window). The launch parameters are never typed here: the engine's own
+launcher picks them (tileprobe.audit.capture).
+
+What each entry's arguments are, read from the engine's callers:
+- SGLang 0.5.23 `extend_attention_fwd` (sglang/kernels/ops/attention/extend_attention.py), as
+  sglang/srt/layers/attention/triton_backend.py `_forward_extend_kernel` calls it for MHA/GQA: q (T, H, D), k/v
+  (T, KV, D) contiguous, o (T, H, D), the KV pool buffers (slots, KV, D), qo_indptr / kv_indptr int32 (B+1),
+  kv_indices int64, no custom mask, causal, mask_indptr None, max_extend_len, k/v descale 1.0, sm_scale
+  1/sqrt(D), sliding_window_size (the window, -1 for full layers), sinks (fp32 per head, gpt-oss), page_size 1;
+  the model's dtype (the layer's q/k/v).
+- SGLang 0.5.23 `context_attention_fwd` (sglang/kernels/ops/attention/prefill_attention.py): q/k/v/o (B*S, H or KV,
+  D), b_start_loc / b_seq_len int32 (B), max_input_len S, causal.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from tileprobe.errors import UsageError
+from tileprobe.models import AttentionConfig
+from tileprobe.targets import Target
+
+TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+@dataclass(frozen=True)
+class Point:
+    """Where the model is sized: batch (sequences), seq_len (tokens each), tp (ranks the heads are split over),
+    window (the layer's sliding window, None for full attention)."""
+
+    batch: int
+    seq_len: int
+    tp: int = 1
+    window: int | None = None
+
+    def label(self) -> str:
+        w = f" window {self.window}" if self.window else ""
+        return f"batch {self.batch} seq {self.seq_len} tp {self.tp}{w}"
+
+
+@dataclass(frozen=True)
+class AuditKernel:
+    name: str  # tileprobe's name for the entry
+    engine: str  # vllm / sglang
+    release: str  # the release whose launcher this entry's arguments are read from
+    module: str  # the launcher's module (dotted, inside the wheel)
+    launcher: str  # its function
+    allow: tuple[str, ...]  # engine modules served from the wheel
+    stand_ins: dict  # module -> (target -> attributes)
+    arguments: Callable  # (AttentionConfig, Point) -> (args, kwargs) of the launcher
+    serves: Callable  # AttentionConfig -> None, or why this launcher does not serve the model
+    dtype_rule: str  # the dtype the engine runs it in, said in words
+
+    @property
+    def module_file(self) -> str:
+        return self.module.replace(".", "/") + ".py"
+
+
+def _sglang_utils(target: Target) -> dict:
+    """sglang.srt.utils' platform helpers, answering as a CUDA target."""
+    no = lambda *a, **k: False  # noqa: E731
+    return {"is_cuda": lambda: True, "is_hip": no, "is_npu": no, "is_xpu": no, "is_cpu": no, "is_musa": no,
+            "is_gfx95_supported": no, "is_gfx1250_supported": no,
+            "get_device_core_count": lambda device_id=0: target.sms,
+            "get_device_sm": lambda: int(target.cc.replace(".", ""))}
+
+
+SGLANG_STAND_INS = {"sglang.srt.utils": _sglang_utils}
+
+
+def _heads(model: AttentionConfig, tp: int) -> tuple[int, int]:
+    if model.heads % tp:
+        raise UsageError(f"--tp {tp}: {model.name}'s {model.heads} attention heads do not split over {tp} ranks")
+    return model.heads // tp, max(1, model.kv_heads // tp)
+
+
+def _empty(shape, dtype) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def _indptr(batch: int, each: int) -> torch.Tensor:
+    return torch.arange(batch + 1, dtype=torch.int32) * each
+
+
+def _sglang_extend(model: AttentionConfig, pt: Point):
+    h, kv = _heads(model, pt.tp)
+    d, dt, t = model.head_dim, TORCH[model.dtype], pt.batch * pt.seq_len
+    q, o = _empty((t, h, d), dt), _empty((t, h, d), dt)
+    k, v = _empty((t, kv, d), dt), _empty((t, kv, d), dt)
+    kbuf, vbuf = _empty((t, kv, d), dt), _empty((t, kv, d), dt)
+    args = (q, k, v, o, kbuf, vbuf, _indptr(pt.batch, pt.seq_len), _indptr(pt.batch, 0),
+            torch.empty(0, dtype=torch.int64), None, True, None, pt.seq_len, 1.0, 1.0)
+    kwargs = dict(sm_scale=1.0 / math.sqrt(d), logit_cap=0.0,
+                  sliding_window_size=pt.window - 1 if pt.window else -1,
+                  sinks=_empty((h,), torch.float32) if model.sinks else None, page_size=1)
+    return args, kwargs
+
+
+def _sglang_context(model: AttentionConfig, pt: Point):
+    h, kv = _heads(model, pt.tp)
+    d, dt, t = model.head_dim, TORCH[model.dtype], pt.batch * pt.seq_len
+    q, o = _empty((t, h, d), dt), _empty((t, h, d), dt)
+    k, v = _empty((t, kv, d), dt), _empty((t, kv, d), dt)
+    start = torch.arange(0, t, pt.seq_len, dtype=torch.int32)
+    lens = torch.full((pt.batch,), pt.seq_len, dtype=torch.int32)
+    return (q, k, v, o, start, lens, pt.seq_len), dict(is_causal=True)
+
+
+def _mha_gqa(model: AttentionConfig) -> str | None:
+    return "an MLA model: SGLang runs its MLA attention through other kernels" if model.mla else None
+
+
+KERNELS = {k.name: k for k in (
+    AuditKernel("sglang-extend-attention", "sglang", "0.5.23", "sglang.kernels.ops.attention.extend_attention",
+                "extend_attention_fwd",
+                ("sglang.kernels.ops.attention.extend_attention", "sglang.kernels.ops.attention.decode_attention",
+                 "sglang.kernels.ops.attention.score_mod", "sglang.srt.environ"),
+                SGLANG_STAND_INS, _sglang_extend, _mha_gqa, "the model's dtype (the layer's q/k/v)"),
+    AuditKernel("sglang-context-attention", "sglang", "0.5.23", "sglang.kernels.ops.attention.prefill_attention",
+                "context_attention_fwd", ("sglang.kernels.ops.attention.prefill_attention",),
+                SGLANG_STAND_INS, _sglang_context, _mha_gqa, "the model's dtype (q/k/v as the caller passes them)"),
+)}
+
+ENGINES = ("sglang", "vllm")
+
+
+def kernels_for(engine: str) -> list[AuditKernel]:
+    """The entries of `engine`; UsageError for an engine tileprobe does not audit or one with no entry yet."""
+    if engine not in ENGINES:
+        raise UsageError(f"--engine {engine}: tileprobe audits {', '.join(ENGINES)}")
+    found = [k for k in KERNELS.values() if k.engine == engine]
+    if not found:
+        raise UsageError(f"--engine {engine}: no audited kernel yet (audited: "
+                         f"{', '.join(sorted({k.engine for k in KERNELS.values()}))})")
+    return found
