@@ -169,6 +169,7 @@ class Session:
     folder: Path
     launches: list[Launch] = field(default_factory=list)
     _ran: set = field(default_factory=set)  # (file, line) run since the last launch
+    _imported: set = field(default_factory=set)  # (file, line) run while the modules imported (capability globals)
     _files: dict = field(default_factory=dict)  # served file path -> its path inside the wheel
     _ifs: dict = field(default_factory=dict)  # served file path -> [(test line, text, body lines, else lines)]
     _autotune: tuple | None = None
@@ -192,8 +193,12 @@ class Session:
         return str(path)
 
     def module(self, name: str):
-        """The engine module `name`, imported through the session's finder."""
-        return importlib.import_module(name)
+        """The engine module `name`, imported through the session's finder (the lines its import ran count for
+        every launch after: a capability global cached at import is a branch each launch took)."""
+        module = importlib.import_module(name)
+        self._imported |= self._ran
+        self._ran.clear()
+        return module
 
     # --- recording ------------------------------------------------------------------------------------------
     def _trace(self, frame, event, arg):
@@ -211,7 +216,7 @@ class Session:
     def _branches(self) -> tuple[str, ...]:
         out = []
         for path, ifs in self._ifs.items():
-            lines = {ln for f, ln in self._ran if f == path}
+            lines = {ln for f, ln in self._ran | self._imported if f == path}
             if not lines:
                 continue
             rel = self._files[path]

@@ -59,6 +59,7 @@ class AuditKernel:
     arguments: Callable  # (AttentionConfig, Point) -> (args, kwargs) of the launcher
     serves: Callable  # AttentionConfig -> None, or why this launcher does not serve the model
     dtype_rule: str  # the dtype the engine runs it in, said in words
+    windowed: bool = True  # the launcher takes the layer's sliding window (else one launch serves every layer)
 
     @property
     def module_file(self) -> str:
@@ -127,7 +128,8 @@ KERNELS = {k.name: k for k in (
                 SGLANG_STAND_INS, _sglang_extend, _mha_gqa, "the model's dtype (the layer's q/k/v)"),
     AuditKernel("sglang-context-attention", "sglang", "0.5.23", "sglang.kernels.ops.attention.prefill_attention",
                 "context_attention_fwd", ("sglang.kernels.ops.attention.prefill_attention",),
-                SGLANG_STAND_INS, _sglang_context, _mha_gqa, "the model's dtype (q/k/v as the caller passes them)"),
+                SGLANG_STAND_INS, _sglang_context, _mha_gqa, "the model's dtype (q/k/v as the caller passes them)",
+                windowed=False),
 )}
 
 ENGINES = ("sglang", "vllm")
