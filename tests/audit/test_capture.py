@@ -1,0 +1,133 @@
+"""tileprobe.audit.capture: the engine's own launcher, run from its wheel under a stand-in device, picks the target's
+branch; the captured launch compiles to the bytes Triton gives the engine's own kernel object; the session leaves the
+process as it was. The engine wheels come from the wheel cache (tests/conftest.py fetches them for triton tests);
+the expected block sizes are read from the engine file's branch text here, never typed."""
+
+from __future__ import annotations
+
+import ast
+import sys
+
+import pytest
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, make_backend
+from triton.runtime.autotuner import Autotuner
+from triton.runtime.jit import JITFunction, create_function_from_signature
+
+from tileprobe.audit import capture, jobs, kernels
+from tileprobe.backends.triton.compile import compile_job
+from tileprobe.engines.triton_configs import find_engine
+from tileprobe.errors import UsageError
+from tileprobe.models import AttentionConfig
+from tileprobe.targets import profile
+
+pytestmark = pytest.mark.triton
+
+EXTEND = kernels.KERNELS["sglang-extend-attention"]
+BRANCH = {"rtx-pro-6000": "CUDA_CAPABILITY[0] == 12", "h200": "CUDA_CAPABILITY[0] >= 9"}
+
+
+@pytest.fixture(scope="module")
+def sglang():
+    try:
+        return find_engine("sglang")
+    except UsageError as exc:
+        pytest.skip(f"no SGLang wheel: {exc}")
+
+
+def _model(rng, head_dim=None) -> AttentionConfig:
+    kv = rng.choice([1, 2, 4, 8])
+    return AttentionConfig("m", kv * rng.choice([1, 2, 4, 8]), kv, head_dim or rng.choice([64, 128, 256]))
+
+
+def _branch_blocks(text: str, branch: str, lq: int) -> tuple[int, tuple[int, int]]:
+    """The line of `if ... <branch>:` in _get_block_sizes_for_extend_attention, and the (BLOCK_M, BLOCK_N) its
+    body assigns for head size lq (its nested `if Lq <= ...` chain evaluated on lq)."""
+    fn = next(n for n in ast.parse(text).body
+              if isinstance(n, ast.FunctionDef) and n.name == "_get_block_sizes_for_extend_attention")
+    node = next(n for n in ast.walk(fn) if isinstance(n, ast.If) and branch in ast.unparse(n.test))
+    body = node.body
+    while True:
+        stmt = next(s for s in body if isinstance(s, (ast.If, ast.Assign)))
+        if isinstance(stmt, ast.Assign):
+            return node.lineno, tuple(ast.literal_eval(stmt.value))
+        body = stmt.body if eval(ast.unparse(stmt.test), {"Lq": lq, "Lv": lq}) else stmt.orelse  # noqa: S307
+
+
+def _capture(src, target, model, point):
+    with capture.engine_session(src, target, EXTEND.allow, EXTEND.stand_ins) as s:
+        args, kwargs = EXTEND.arguments(model, point)
+        getattr(s.module(EXTEND.module), EXTEND.launcher)(*args, **kwargs)
+    return s.launches
+
+
+@pytest.mark.parametrize("target_name", ["rtx-pro-6000", "h200"])
+def test_extend_attention_takes_the_targets_branch(sglang, rng, target_name):
+    model = _model(rng)
+    pt = kernels.Point(rng.randint(1, 16), rng.randint(1, 4096))
+    (launch,) = _capture(sglang, profile(target_name), model, pt)
+    line, (bm, bn) = _branch_blocks(sglang.read_text(EXTEND.module_file), BRANCH[target_name], model.head_dim)
+    assert (launch.arg("BLOCK_M"), launch.arg("BLOCK_N")) == (bm, bn), (target_name, model, launch.branches)
+    assert any(b.startswith(f"{EXTEND.module_file}:{line} ") and BRANCH[target_name] in b for b in launch.branches)
+    assert launch.call_site.startswith(EXTEND.module_file + ":") and launch.kernel == "_fwd_kernel"
+    q = dict(launch.args)["Q_Extend"]
+    assert q.dtype == "bf16" and q.shape == (pt.batch * pt.seq_len, model.heads, model.head_dim)
+
+
+def _triton_own_shared(src, target, model, point, tmp_path, monkeypatch) -> int:
+    """metadata.shared of the engine's own _fwd_kernel object (imported from the wheel), compiled by Triton's own
+    binder and triton.compile on the launcher's real arguments: no extract, no stand-in strings."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    got = []
+
+    def compile_run(fn, *args, grid, warmup, **kwargs):
+        gpu = GPUTarget("cuda", target.cc_int, 32)
+        backend = make_backend(gpu)
+        kwargs = {"debug": False, "instrumentation_mode": "", **kwargs}
+        bound, spec, options = create_function_from_signature(fn.signature, fn.params, backend)(*args, **kwargs)
+        options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, spec, options)
+        got.append(triton.compile(ASTSource(fn, signature, constexprs, attrs), target=gpu,
+                                  options=options.__dict__).metadata.shared)
+
+    with capture.engine_session(src, target, EXTEND.allow, EXTEND.stand_ins) as s:
+        monkeypatch.setattr(JITFunction, "run", compile_run)
+        args, kwargs = EXTEND.arguments(model, point)
+        getattr(s.module(EXTEND.module), EXTEND.launcher)(*args, **kwargs)
+        monkeypatch.undo()
+    return got[0]
+
+
+def test_captured_launch_bytes_are_tritons_own(sglang, rng, tmp_path, monkeypatch):
+    target = profile(rng.choice(["rtx-pro-6000", "h200"]))
+    model = _model(rng, head_dim=rng.choice([64, 128]))
+    pt = kernels.Point(rng.randint(2, 8), rng.randint(64, 2048))
+    (launch,) = _capture(sglang, target, model, pt)
+    build = compile_job(jobs.job_of(sglang, launch, target.cc_int))
+    assert build.shared == _triton_own_shared(sglang, target, model, pt, tmp_path, monkeypatch), (target.name, model)
+
+
+def test_the_session_leaves_the_process_as_it_was(sglang, rng):
+    before = dict(sys.modules)
+    cuda = {k: getattr(torch.cuda, k) for k in capture.cuda_answers(profile("h200"))}
+    runs, meta_path, trace = (JITFunction.run, Autotuner.run), list(sys.meta_path), sys.gettrace()
+    target = profile(rng.choice(["rtx-pro-6000", "h200", "b200"]))
+    with capture.engine_session(sglang, target, EXTEND.allow, EXTEND.stand_ins) as s:
+        s.module(EXTEND.module)
+        assert torch.cuda.get_device_capability() == tuple(int(x) for x in target.cc.split("."))
+        assert torch.cuda.get_device_properties(0).shared_memory_per_block_optin == target.smem_optin
+        assert "sglang.kernels.ops.attention.extend_attention" in sys.modules
+    assert dict(sys.modules) == before
+    assert {k: getattr(torch.cuda, k) for k in cuda} == cuda
+    assert (JITFunction.run, Autotuner.run) == runs and sys.meta_path == meta_path and sys.gettrace() is trace
+
+
+def test_a_module_outside_the_allowlist_is_an_import_error_naming_it(sglang, rng):
+    left_out = rng.choice([m for m in EXTEND.allow if m != EXTEND.module])
+    before = dict(sys.modules)
+    with capture.engine_session(sglang, profile("h200"), [m for m in EXTEND.allow if m != left_out],
+                                EXTEND.stand_ins) as s:
+        with pytest.raises(ImportError, match=f"{left_out} is not among the engine modules"):
+            s.module(EXTEND.module)
+    assert dict(sys.modules) == before
