@@ -33,20 +33,22 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-import triton
-import triton.language as tl
-from triton.runtime.autotuner import Autotuner
-from triton.runtime.jit import JITFunction
-
 from tileprobe.backends.triton.toolchain import cache_root
 from tileprobe.engines.triton_configs import EngineSource
 from tileprobe.errors import UsageError
+from tileprobe.lazy import LazyModule
 from tileprobe.targets import Target
 
-_TORCH_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64",
-                 torch.float8_e4m3fn: "fp8e4nv", torch.float8_e5m2: "fp8e5", torch.int8: "i8", torch.int16: "i16",
-                 torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8", torch.bool: "i1"}
+torch = LazyModule("torch")  # torch and Triton load at the first capture, not with the CLI
+triton = LazyModule("triton")
+tl = LazyModule("triton.language")
+_jit = LazyModule("triton.runtime.jit")
+_autotuner = LazyModule("triton.runtime.autotuner")
+
+# torch dtype name -> Triton's pointer dtype name
+_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64",
+                 "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5", "int8": "i8", "int16": "i16",
+                 "int32": "i32", "int64": "i64", "uint8": "u8", "bool": "i1"}
 # Options a launch passes beside the kernel's parameters that tileprobe's compile takes (HIP-only ones dropped).
 COMPILE_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "launch_pdl")
 DEVICE_TEST = re.compile(r"CUDA_CAPABILITY|capability|_is_cuda|_is_hip|is_cuda\(|is_hip\(|is_sm\d+|current_platform|"
@@ -87,16 +89,17 @@ class Launch:
 def describe(value):
     """A launch argument as data: a tensor by dtype/shape/strides, a Triton dtype by its name, numbers as they are."""
     if isinstance(value, torch.Tensor):
-        if value.dtype not in _TORCH_DTYPES:
+        name = str(value.dtype).removeprefix("torch.")
+        if name not in _TORCH_DTYPES:
             raise UsageError(f"a launch passes a {value.dtype} tensor, which tileprobe cannot compile for")
-        return TensorArg(_TORCH_DTYPES[value.dtype], tuple(value.shape), tuple(value.stride()))
+        return TensorArg(_TORCH_DTYPES[name], tuple(value.shape), tuple(value.stride()))
     if isinstance(value, tl.dtype):
         return f"tl.{value.name}" if hasattr(tl, value.name) else str(value)
     if isinstance(value, tl.constexpr):
         return describe(value.value)
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    if isinstance(value, JITFunction):
+    if isinstance(value, _jit.JITFunction):
         return f"jit:{value.__name__}"
     return repr(value)
 
@@ -237,7 +240,7 @@ class Session:
             f = f.f_back
         return "?"
 
-    def record(self, fn: JITFunction, args: tuple, grid, kwargs: dict) -> None:
+    def record(self, fn, args: tuple, grid, kwargs: dict) -> None:
         names = [p.name for p in fn.params]
         bound = dict(zip(names, args))
         options = {}
@@ -286,6 +289,8 @@ def _patched(obj, **values):
 def engine_session(source: EngineSource, target: Target, allow, stand_ins: dict, cache_dir=None):
     """A Session whose `module(name)` imports the engine's module from the wheel, under the target's stand-in
     device, recording launches instead of making them (the module docstring); all of it undone on exit."""
+    jit_cls, tuner_cls = _jit.JITFunction, _autotuner.Autotuner  # torch and Triton in sys.modules before the snapshot
+    torch.cuda.get_device_capability  # noqa: B018
     session = Session(source, target, frozenset(allow), dict(stand_ins),
                       cache_root(cache_dir) / "audit-src" / f"{source.engine}-{source.version}")
     modules_before = dict(sys.modules)
@@ -310,8 +315,8 @@ def engine_session(source: EngineSource, target: Target, allow, stand_ins: dict,
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(_patched(torch.cuda, **cuda_answers(target)))
-            stack.enter_context(_patched(JITFunction, run=jit_run))
-            stack.enter_context(_patched(Autotuner, run=autotune_run))
+            stack.enter_context(_patched(jit_cls, run=jit_run))
+            stack.enter_context(_patched(tuner_cls, run=autotune_run))
             sys.settrace(session._trace)
             try:
                 yield session
@@ -330,4 +335,4 @@ def engine_session(source: EngineSource, target: Target, allow, stand_ins: dict,
 
 def triton_stand_in(target: Target) -> dict:
     """A module whose names are the real triton's (vllm.triton_utils answers with the installed Triton)."""
-    return {"triton": triton, "tl": tl, "HAS_TRITON": True}
+    return {"triton": triton.load(), "tl": tl.load(), "HAS_TRITON": True}

@@ -23,13 +23,13 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-import torch
-
 from tileprobe.errors import UsageError
+from tileprobe.lazy import LazyModule
 from tileprobe.models import AttentionConfig
 from tileprobe.targets import Target
 
-TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+torch = LazyModule("torch")  # loaded at the first capture, not with the CLI
+TORCH = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}  # the model's dtype -> torch's name
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def _indptr(batch: int, each: int) -> torch.Tensor:
 
 def _sglang_extend(model: AttentionConfig, pt: Point):
     h, kv = _heads(model, pt.tp)
-    d, dt, t = model.head_dim, TORCH[model.dtype], pt.batch * pt.seq_len
+    d, dt, t = model.head_dim, getattr(torch, TORCH[model.dtype]), pt.batch * pt.seq_len
     q, o = _empty((t, h, d), dt), _empty((t, h, d), dt)
     k, v = _empty((t, kv, d), dt), _empty((t, kv, d), dt)
     kbuf, vbuf = _empty((t, kv, d), dt), _empty((t, kv, d), dt)
@@ -108,7 +108,7 @@ def _sglang_extend(model: AttentionConfig, pt: Point):
 
 def _sglang_context(model: AttentionConfig, pt: Point):
     h, kv = _heads(model, pt.tp)
-    d, dt, t = model.head_dim, TORCH[model.dtype], pt.batch * pt.seq_len
+    d, dt, t = model.head_dim, getattr(torch, TORCH[model.dtype]), pt.batch * pt.seq_len
     q, o = _empty((t, h, d), dt), _empty((t, h, d), dt)
     k, v = _empty((t, kv, d), dt), _empty((t, kv, d), dt)
     start = torch.arange(0, t, pt.seq_len, dtype=torch.int32)
