@@ -13,6 +13,11 @@ What each entry's arguments are, read from the engine's callers:
   kv_indices int64, no custom mask, causal, mask_indptr None, max_extend_len, k/v descale 1.0, sm_scale
   1/sqrt(D), sliding_window_size (the window, -1 for full layers), sinks (fp32 per head, gpt-oss), page_size 1;
   the model's dtype (the layer's q/k/v).
+- SGLang 0.5.23 `decode_attention_fwd` (sglang/kernels/ops/attention/decode_attention.py), as triton_backend.py's
+  forward_decode calls it: q/o (B, H, D), the KV pool buffers, kv_indptr int32, kv_indices int64, attn_logits fp32
+  (B, H, max_kv_splits, D), attn_lse fp32 (B, H, max_kv_splits), num_kv_splits int32 (B), max_kv_splits 8 (the
+  CUDA default), k/v descale 1.0, sinks; use_pdl left False (a launch option, not a size); the window is applied
+  through kv_indices, not the kernel.
 - SGLang 0.5.23 `context_attention_fwd` (sglang/kernels/ops/attention/prefill_attention.py): q/k/v/o (B*S, H or KV,
   D), b_start_loc / b_seq_len int32 (B), max_input_len S, causal.
 """
@@ -116,6 +121,20 @@ def _sglang_context(model: AttentionConfig, pt: Point):
     return (q, k, v, o, start, lens, pt.seq_len), dict(is_causal=True)
 
 
+MAX_KV_SPLITS = 8  # SGLang's --triton-attention-num-kv-splits on CUDA (16 is its AMD hook's, platform_hook.py)
+
+
+def _sglang_decode(model: AttentionConfig, pt: Point):
+    h, kv = _heads(model, pt.tp)
+    d, dt, b = model.head_dim, getattr(torch, TORCH[model.dtype]), pt.batch
+    slots = b * pt.seq_len
+    args = (_empty((b, h, d), dt), _empty((slots, kv, d), dt), _empty((slots, kv, d), dt), _empty((b, h, d), dt),
+            _indptr(b, pt.seq_len), torch.empty(slots, dtype=torch.int64),
+            _empty((b, h, MAX_KV_SPLITS, d), torch.float32), _empty((b, h, MAX_KV_SPLITS), torch.float32),
+            torch.full((b,), MAX_KV_SPLITS, dtype=torch.int32), MAX_KV_SPLITS, 1.0 / math.sqrt(d), 1.0, 1.0)
+    return args, dict(logit_cap=0.0, sinks=_empty((h,), torch.float32) if model.sinks else None, page_size=1)
+
+
 def _mha_gqa(model: AttentionConfig) -> str | None:
     return "an MLA model: SGLang runs its MLA attention through other kernels" if model.mla else None
 
@@ -129,6 +148,12 @@ KERNELS = {k.name: k for k in (
     AuditKernel("sglang-context-attention", "sglang", "0.5.23", "sglang.kernels.ops.attention.prefill_attention",
                 "context_attention_fwd", ("sglang.kernels.ops.attention.prefill_attention",),
                 SGLANG_STAND_INS, _sglang_context, _mha_gqa, "the model's dtype (q/k/v as the caller passes them)",
+                windowed=False),
+    AuditKernel("sglang-decode-attention", "sglang", "0.5.23", "sglang.kernels.ops.attention.decode_attention",
+                "decode_attention_fwd",
+                ("sglang.kernels.ops.attention.decode_attention", "sglang.kernels.ops.attention.score_mod",
+                 "sglang.srt.environ"),
+                SGLANG_STAND_INS, _sglang_decode, _mha_gqa, "the model's dtype; split-K partials in fp32",
                 windowed=False),
 )}
 

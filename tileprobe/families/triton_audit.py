@@ -1,6 +1,7 @@
 """Family triton-audit: a Triton launch an engine's own launcher makes for a model (tileprobe audit), compiled for a
 target. The config is the launch as captured (tileprobe.audit.capture): the kernel, its engine file, the launch's
-BLOCK_M / BLOCK_N / BLOCK_DMODEL constexprs (tile m / n / k), num_warps, num_stages, and where they were set: the
+BLOCK_M (or BLOCK_H) / BLOCK_N / BLOCK_DMODEL (or HEAD_SIZE_PADDED, BLOCK_DV) constexprs (tile m / n / k; 0 where
+the kernel takes none), num_warps, num_stages, and where they were set: the
 engine line of the `kernel[grid](...)` call and the device branch the launcher took (config_source). Nothing of it
 is typed here; rows reuse the Triton report's columns (families.columns.TRITON_REPORT) with the audit's own tables.
 """
@@ -28,8 +29,9 @@ def make_config(engine: str, kernel: str, op: str, block_m: int, block_n: int, b
 
 
 def row_fields(cfg: Config) -> dict:
-    return {"kernel": cfg.get("kernel"), "block_m": cfg.tile.m, "block_n": cfg.tile.n, "block_k": cfg.tile.k,
-            "gemm": cfg.get("op")}
+    """kernel, op, and the BLOCK_* a kernel takes (None where it takes none: tile 0)."""
+    return {"kernel": cfg.get("kernel"), "block_m": cfg.tile.m or None, "block_n": cfg.tile.n or None,
+            "block_k": cfg.tile.k or None, "gemm": cfg.get("op")}
 
 
 def _rules(tile: Tile, schedule: str, cutlass_version: str | None) -> None:
