@@ -5,7 +5,8 @@ Inside `engine_session` (a context manager; everything is put back after):
 - a `sys.meta_path` finder serves the engine's modules for an allowlist from the wheel (read as a zip, each file
   written once under the cache by content and loaded from there, so Triton's `inspect.getsource` reads it), empty
   packages for their parents (the engine's heavy `__init__`s never run), and stand-in modules for the platform
-  helpers (`stand_ins`: module name -> a function of the target that returns the module's attributes); any other
+  helpers (`stand_ins`: module name -> a function of the target and the engine release that returns the module's
+  attributes; it may import served modules, e.g. to subclass the engine's own platform class); any other
   module of the engine is an ImportError naming it;
 - `torch.cuda` answers as the target (capability, device properties with `shared_memory_per_block_optin` and
   `multi_processor_count`, `is_available`), before the engine's modules import, so capability globals cached at
@@ -135,12 +136,16 @@ class _Finder(importlib.abc.MetaPathFinder):
         s = self.session
         if name.split(".")[0] != s.package:
             return None
+        parent = any(a.startswith(name + ".") for a in (*s.allow, *s.stand_ins))
         if name in s.stand_ins:
-            return importlib.util.spec_from_loader(name, _StandIn(s, name))
+            spec = importlib.util.spec_from_loader(name, _StandIn(s, name), is_package=parent)
+            if parent:
+                spec.submodule_search_locations = []
+            return spec
         if name in s.allow:
             file = s.file_of(name)
             return importlib.util.spec_from_file_location(name, file)
-        if any(a.startswith(name + ".") for a in (*s.allow, *s.stand_ins)):  # a parent: an empty package
+        if parent:  # a parent of served modules: an empty package (the engine's own __init__ never runs)
             spec = importlib.util.spec_from_loader(name, _StandIn(s, name), is_package=True)
             spec.submodule_search_locations = []
             return spec
@@ -158,7 +163,7 @@ class _StandIn(importlib.abc.Loader):
     def exec_module(self, module) -> None:
         make = self.session.stand_ins.get(self.name)
         if make is not None:
-            module.__dict__.update(make(self.session.target))
+            module.__dict__.update(make(self.session.target, self.session.source))
 
 
 @dataclass
@@ -333,6 +338,6 @@ def engine_session(source: EngineSource, target: Target, allow, stand_ins: dict,
         importlib.invalidate_caches()
 
 
-def triton_stand_in(target: Target) -> dict:
+def triton_stand_in(target: Target, source: EngineSource) -> dict:
     """A module whose names are the real triton's (vllm.triton_utils answers with the installed Triton)."""
     return {"triton": triton.load(), "tl": tl.load(), "HAS_TRITON": True}

@@ -21,11 +21,17 @@ def kernel_source(source: EngineSource, launch: Launch) -> KernelSource:
 def stand_in_value(value):
     if isinstance(value, TensorArg):
         return f"*{value.dtype}"
-    return value
+    return value_of(value)
 
 
-def job_of(source: EngineSource, launch: Launch, cc: int) -> KernelJob:
-    """The compile of `launch` for capability `cc` (120, 90, ...)."""
+def job_of(source: EngineSource, launch: Launch, cc: int, kernel_source=kernel_source) -> KernelJob:
+    """The compile of `launch` for capability `cc` (120, 90, ...); `kernel_source(source, launch)` gives the kernel's
+    module (default: cut from its file; tileprobe.audit.loader's stub where the kernel cannot be cut out)."""
     kwargs = [(k, stand_in_value(v)) for k, v in launch.args]
     kwargs += [(k, v) for k, v in launch.options if k in COMPILE_OPTIONS and v is not None]
     return KernelJob(kernel_source(source, launch), (), tuple(kwargs), cc)
+
+
+def value_of(v):
+    """An IntEnum constexpr (vLLM's KVQuantMode) as the int Triton compares it as."""
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) and type(v) is not int else v

@@ -18,6 +18,9 @@ What each entry's arguments are, read from the engine's callers:
   (B, H, max_kv_splits, D), attn_lse fp32 (B, H, max_kv_splits), num_kv_splits int32 (B), max_kv_splits 8 (the
   CUDA default), k/v descale 1.0, sinks; use_pdl left False (a launch option, not a size); the window is applied
   through kv_indices, not the kernel.
+- vLLM 0.33.0 `unified_attention` (vllm/v1/attention/ops/triton_unified_attention.py), as TritonAttentionImpl
+  calls it for a prefill batch (its 2D launch; `_vllm_unified` says the layout); compiled from the engine's own module
+  (its kernel calls helpers of triton_attention_helpers.py and reads module globals in its defaults).
 - SGLang 0.5.23 `context_attention_fwd` (sglang/kernels/ops/attention/prefill_attention.py): q/k/v/o (B*S, H or KV,
   D), b_start_loc / b_seq_len int32 (B), max_input_len S, causal.
 """
@@ -28,6 +31,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+from tileprobe.audit import vllm_stand_ins
+from tileprobe.engines.triton_configs import EngineSource
 from tileprobe.errors import UsageError
 from tileprobe.lazy import LazyModule
 from tileprobe.models import AttentionConfig
@@ -65,13 +70,15 @@ class AuditKernel:
     serves: Callable  # AttentionConfig -> None, or why this launcher does not serve the model
     dtype_rule: str  # the dtype the engine runs it in, said in words
     windowed: bool = True  # the launcher takes the layer's sliding window (else one launch serves every layer)
+    compile_from: str = "extract"  # the kernel's module for the compile: cut from its file, or "module": the
+    # engine's own module imported under the session (tileprobe.audit.loader), for kernels that cannot be cut out
 
     @property
     def module_file(self) -> str:
         return self.module.replace(".", "/") + ".py"
 
 
-def _sglang_utils(target: Target) -> dict:
+def _sglang_utils(target: Target, source: EngineSource) -> dict:
     """sglang.srt.utils' platform helpers, answering as a CUDA target."""
     no = lambda *a, **k: False  # noqa: E731
     return {"is_cuda": lambda: True, "is_hip": no, "is_npu": no, "is_xpu": no, "is_cpu": no, "is_musa": no,
@@ -135,6 +142,34 @@ def _sglang_decode(model: AttentionConfig, pt: Point):
     return args, dict(logit_cap=0.0, sinks=_empty((h,), torch.float32) if model.sinks else None, page_size=1)
 
 
+VLLM_BLOCK_SIZE = 16  # vLLM's KV block size on CUDA (TritonAttentionBackend: MultipleOf(16); the default 16)
+
+
+def _vllm_unified(model: AttentionConfig, pt: Point):
+    """As TritonAttentionImpl.forward (vllm/v1/attention/backends/triton_attn.py) calls it for a prefill batch: the
+    KV cache (blocks, KV, block_size, 2*D) transposed to (blocks, block_size, KV, 2*D) and split into K and V views,
+    k/v descale the layer's (1,) scale expanded to (B, KV), block_table int32, no split-K scratch (the 2D launch)."""
+    h, kv = _heads(model, pt.tp)
+    d, dt, b = model.head_dim, getattr(torch, TORCH[model.dtype]), pt.batch
+    per_seq = -(-pt.seq_len // VLLM_BLOCK_SIZE)
+    cache = _empty((b * per_seq, kv, VLLM_BLOCK_SIZE, 2 * d), dt).transpose(1, 2)
+    k, v = cache.split(d, dim=-1)
+    t = b * pt.seq_len
+    scale = _empty((1,), torch.float32).expand(b, kv)
+    window = (pt.window - 1, 0) if pt.window else (-1, -1)
+    kwargs = dict(q=_empty((t, h, d), dt), k=k, v=v, out=_empty((t, h, d), dt), cu_seqlens_q=_indptr(b, pt.seq_len),
+                  max_seqlen_q=pt.seq_len, seqused_k=torch.full((b,), pt.seq_len, dtype=torch.int32),
+                  max_seqlen_k=pt.seq_len, softmax_scale=1.0 / math.sqrt(d), causal=True, window_size=window,
+                  block_table=torch.empty((b, per_seq), dtype=torch.int32), softcap=0.0, q_descale=None,
+                  k_descale=scale, v_descale=scale,
+                  sinks=_empty((h,), torch.float32) if model.sinks else None)
+    return (), kwargs
+
+
+VLLM_ALLOW = ("vllm.v1.attention.ops.triton_unified_attention", "vllm.v1.attention.ops.triton_attention_helpers",
+              "vllm.envs", "vllm.platforms.interface", "vllm.v1.attention.backends.registry")
+
+
 def _mha_gqa(model: AttentionConfig) -> str | None:
     return "an MLA model: SGLang runs its MLA attention through other kernels" if model.mla else None
 
@@ -155,6 +190,9 @@ KERNELS = {k.name: k for k in (
                  "sglang.srt.environ"),
                 SGLANG_STAND_INS, _sglang_decode, _mha_gqa, "the model's dtype; split-K partials in fp32",
                 windowed=False),
+    AuditKernel("vllm-unified-attention", "vllm", "0.33.0", "vllm.v1.attention.ops.triton_unified_attention",
+                "unified_attention", VLLM_ALLOW, vllm_stand_ins.STAND_INS, _vllm_unified, _mha_gqa,
+                "the model's dtype (the layer's query and KV cache)", compile_from="module"),
 )}
 
 ENGINES = ("sglang", "vllm")

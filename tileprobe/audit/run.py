@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tileprobe import preflight, progress
-from tileprobe.audit import capture, jobs
+from tileprobe.audit import capture, jobs, loader
 from tileprobe.audit.kernels import AuditKernel, Point, kernels_for
 from tileprobe.backends.triton.compile import KernelJob, TritonBuild, TritonCompileError, compile_many
 from tileprobe.backends.triton.toolchain import TritonInstall, require_triton
@@ -84,6 +84,8 @@ def capture_all(src: EngineSource, target: Target, model: AttentionConfig, entri
     for k in entries:
         windows = model.windows() if k.windowed else (None,)
         points = [Point(b, s, opts.tp, w) for w in windows for b in opts.batches for s in opts.seq_lens]
+        cut = jobs.kernel_source if k.compile_from == "extract" else \
+            (lambda s, launch, k=k: loader.module_source(k, s, target, launch.kernel))
         with capture.engine_session(src, target, k.allow, k.stand_ins, opts.cache_dir) as session:
             launcher = getattr(session.module(k.module), k.launcher)
             for pt in points:
@@ -91,7 +93,7 @@ def capture_all(src: EngineSource, target: Target, model: AttentionConfig, entri
                 start = len(session.launches)
                 launcher(*args, **kwargs)
                 for launch in session.launches[start:]:
-                    job = jobs.job_of(src, launch, cc)
+                    job = jobs.job_of(src, launch, cc, cut)
                     key = (k.name, job, launch.call_site, launch.branches)
                     if key not in planned:
                         planned[key] = Planned(k, launch, job)
