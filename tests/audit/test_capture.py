@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from triton.compiler import ASTSource, make_backend
 from triton.runtime.autotuner import Autotuner
 from triton.runtime.jit import JITFunction, create_function_from_signature
 
-from tileprobe.audit import capture, jobs, kernels
+from tileprobe.audit import capture, jobs, kernels, loader
 from tileprobe.backends.triton.compile import compile_job
 from tileprobe.engines.triton_configs import find_engine
 from tileprobe.errors import UsageError
@@ -76,8 +77,8 @@ def test_extend_attention_takes_the_targets_branch(sglang, rng, target_name):
     assert q.dtype == "bf16" and q.shape == (pt.batch * pt.seq_len, model.heads, model.head_dim)
 
 
-def _triton_own_shared(src, target, model, point, tmp_path, monkeypatch) -> int:
-    """metadata.shared of the engine's own _fwd_kernel object (imported from the wheel), compiled by Triton's own
+def _triton_own_shared(src, target, model, point, tmp_path, monkeypatch, entry=EXTEND) -> int:
+    """metadata.shared of the engine's own kernel object (imported from the wheel), compiled by Triton's own
     binder and triton.compile on the launcher's real arguments: no extract, no stand-in strings."""
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     got = []
@@ -91,10 +92,10 @@ def _triton_own_shared(src, target, model, point, tmp_path, monkeypatch) -> int:
         got.append(triton.compile(ASTSource(fn, signature, constexprs, attrs), target=gpu,
                                   options=options.__dict__).metadata.shared)
 
-    with capture.engine_session(src, target, EXTEND.allow, EXTEND.stand_ins) as s:
+    with capture.engine_session(src, target, entry.allow, entry.stand_ins) as s:
         monkeypatch.setattr(JITFunction, "run", compile_run)
-        args, kwargs = EXTEND.arguments(model, point)
-        getattr(s.module(EXTEND.module), EXTEND.launcher)(*args, **kwargs)
+        args, kwargs = entry.arguments(model, point)
+        getattr(s.module(entry.module), entry.launcher)(*args, **kwargs)
         monkeypatch.undo()
     return got[0]
 
@@ -106,6 +107,33 @@ def test_captured_launch_bytes_are_tritons_own(sglang, rng, tmp_path, monkeypatc
     (launch,) = _capture(sglang, target, model, pt)
     build = compile_job(jobs.job_of(sglang, launch, target.cc_int))
     assert build.shared == _triton_own_shared(sglang, target, model, pt, tmp_path, monkeypatch), (target.name, model)
+
+
+@pytest.fixture(scope="module")
+def vllm():
+    try:
+        return find_engine("vllm")
+    except UsageError as exc:
+        pytest.skip(f"no vLLM wheel: {exc}")
+
+
+def test_vllm_unified_attention_compiles_from_the_engines_own_module_to_tritons_bytes(vllm, rng, tmp_path,
+                                                                                      monkeypatch):
+    """vLLM's kernel calls helpers of another engine module and reads module globals in its defaults: it is compiled
+    from the engine's own module (tileprobe.audit.loader), and its bytes are still Triton's own."""
+    entry = kernels.KERNELS["vllm-unified-attention"]
+    target = profile(rng.choice(["rtx-pro-6000", "h200"]))
+    model = replace(_model(rng, head_dim=rng.choice([64, 128])), dtype=rng.choice(["bf16", "fp32"]))
+    pt = kernels.Point(rng.randint(2, 8), rng.randint(64, 2048), window=rng.choice([None, 128, 4096]))
+    with capture.engine_session(vllm, target, entry.allow, entry.stand_ins) as s:
+        args, kwargs = entry.arguments(model, pt)
+        getattr(s.module(entry.module), entry.launcher)(*args, **kwargs)
+    (launch,) = s.launches
+    assert dict(launch.args)["query_ptr"].dtype == model.dtype and launch.arg("HEAD_SIZE") == model.head_dim
+    assert launch.arg("SLIDING_WINDOW") == (pt.window or 0)
+    job = jobs.job_of(vllm, launch, target.cc_int, lambda src, la: loader.module_source(entry, src, target, la.kernel))
+    build = compile_job(job)
+    assert build.shared == _triton_own_shared(vllm, target, model, pt, tmp_path, monkeypatch, entry), (target, model)
 
 
 def test_the_session_leaves_the_process_as_it_was(sglang, rng):

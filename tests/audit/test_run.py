@@ -57,7 +57,7 @@ def test_config_wrong_type_is_one_line_naming_it(tmp_path, rng):
 
 
 def test_unknown_engine_model_and_unserved_model_are_one_line(tmp_path, rng):
-    assert "--engine" in _one_line_exit_2(_cli("--engine", rng.choice(["trtllm", "vllm2"]), "--model",
+    assert "--engine" in _one_line_exit_2(_cli("--engine", rng.choice(["trtllm", "vllm2", "SGLang"]), "--model",
                                                "qwen3-30b-a3b"))
     assert "preset" in _one_line_exit_2(_cli("--engine", "sglang", "--model", tmp_path / "nope"))
     doc = _config(rng) | {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128}
