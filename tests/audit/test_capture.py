@@ -159,3 +159,28 @@ def test_a_module_outside_the_allowlist_is_an_import_error_naming_it(sglang, rng
         with pytest.raises(ImportError, match=f"{left_out} is not among the engine modules"):
             s.module(EXTEND.module)
     assert dict(sys.modules) == before
+
+
+def test_vllm_follows_its_blackwell_large_head_choice(vllm, rng):
+    """unified_attention's `tuned_large_head` (head 256, prefill, capability family 10.x) picks BLOCK_M and the
+    launch's warps and stages: the captured launch has what the engine file's `if tuned_large_head:` body assigns
+    on b200, and the row's branch text says the expression's value, on each target."""
+    entry = kernels.KERNELS["vllm-unified-attention"]
+    text = vllm.read_text(entry.module_file)
+    body = next(n for n in ast.walk(ast.parse(text))
+                if isinstance(n, ast.If) and ast.unparse(n.test) == "tuned_large_head").body
+    set_to = {ast.unparse(s.targets[0]): ast.literal_eval(s.value) for s in body
+              if isinstance(s, ast.Assign) and isinstance(s.value, ast.Constant)}
+    kv = rng.choice([1, 2, 4, 8])
+    model = AttentionConfig("m", kv * rng.choice([1, 2, 4, 8]), kv, 256)
+    pt = kernels.Point(rng.randint(1, 8), rng.randint(16, 4096))
+    for name, tuned in (("b200", True), (rng.choice(["rtx-pro-6000", "h200"]), False)):
+        with capture.engine_session(vllm, profile(name), entry.allow, entry.stand_ins) as s:
+            args, kwargs = entry.arguments(model, pt)
+            getattr(s.module(entry.module), entry.launcher)(*args, **kwargs)
+        (launch,) = s.launches
+        (branch,) = [b for b in launch.branches if b.split(" ", 2)[1] == "tuned_large_head"]
+        assert branch.endswith(f"-> {tuned}"), (name, branch)
+        got = (launch.arg("BLOCK_M"), launch.arg("num_warps"), launch.arg("num_stages"))
+        want = (set_to["BLOCK_M"], set_to["launch_num_warps"], set_to["launch_num_stages"])
+        assert (got == want) is tuned, (name, got, want)

@@ -221,7 +221,9 @@ class Session:
 
         return local
 
-    def _branches(self) -> tuple[str, ...]:
+    def _branches(self, values: dict) -> tuple[str, ...]:
+        """The device branches taken; `values`: the launcher frame's locals (an assigned device expression is
+        shown with the value it had at the launch)."""
         out = []
         for path, ifs in self._ifs.items():
             lines = {ln for f, ln in self._ran | self._imported if f == path}
@@ -231,19 +233,23 @@ class Session:
             for line, text, body, orelse in ifs:
                 if not DEVICE_TEST.search(text):
                     continue
-                if lines & body:
+                if body is None:  # a device expression assigned (vLLM: tuned_large_head = ... and capability)
+                    name = text.split(" = ", 1)[0]
+                    if line in lines:
+                        got = f" -> {values[name]!r}" if name in values else ""
+                        out.append(f"{rel}:{line} {text}{got}")
+                elif lines & body:
                     out.append(f"{rel}:{line} {text}")
                 elif orelse and lines & orelse:
                     out.append(f"{rel}:{min(orelse) - 1} else (of line {line} {text})")
         return tuple(out)
 
-    def _call_site(self) -> str:
+    def _launcher_frame(self):
+        """The innermost engine frame of the kernel[grid](...) call."""
         f = sys._getframe(2)
-        while f is not None:
-            if f.f_code.co_filename in self._files:
-                return f"{self._files[f.f_code.co_filename]}:{f.f_lineno}"
+        while f is not None and f.f_code.co_filename not in self._files:
             f = f.f_back
-        return "?"
+        return f
 
     def record(self, fn, args: tuple, grid, kwargs: dict) -> None:
         names = [p.name for p in fn.params]
@@ -259,16 +265,25 @@ class Session:
         grid = tuple(int(g) for g in (grid if isinstance(grid, (tuple, list)) else (grid,)))
         fn_file = fn.fn.__code__.co_filename
         rel = self._files.get(fn_file, fn_file)
+        frame = self._launcher_frame()
+        site = f"{self._files[frame.f_code.co_filename]}:{frame.f_lineno}" if frame else "?"
+        values = dict(frame.f_locals) if frame else {}
         self.launches.append(Launch(fn.fn.__name__, rel, tuple((n, describe(bound.get(n))) for n in names),
-                                    tuple((k, describe(v)) for k, v in options.items()), grid,
-                                    self._call_site(), self._branches(), self._autotune))
+                                    tuple((k, describe(v)) for k, v in options.items()), grid, site,
+                                    self._branches(values), self._autotune))
         self._ran.clear()
 
 
-def _if_blocks(text: str) -> list[tuple[int, str, set[int], set[int]]]:
-    """Every if/elif of a file: its line, `if <test>` text, its body's lines and its (non-elif) else's lines."""
+def _if_blocks(text: str) -> list[tuple[int, str, set[int] | None, set[int]]]:
+    """Every if/elif of a file: its line, `if <test>` text, its body's lines and its (non-elif) else's lines; and
+    every assignment whose value is an expression over the device (body None: evaluated when its line ran)."""
     out = []
     for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.BoolOp, ast.Compare, ast.IfExp)):
+            value = ast.unparse(node.value)
+            if DEVICE_TEST.search(value):
+                out.append((node.lineno, f"{ast.unparse(node.targets[0])} = {' '.join(value.split())} "
+                                         "(evaluated)", None, set()))
         if isinstance(node, ast.If):
             body = set(range(node.body[0].lineno, node.body[-1].end_lineno + 1))
             orelse = set()

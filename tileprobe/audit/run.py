@@ -114,8 +114,8 @@ def branch_line(launch: capture.Launch) -> str:
 def config_of(p: Planned, src: EngineSource, arch: str):
     launch = p.launch
     num = lambda name: int(launch.arg(name) or 0)  # noqa: E731
-    return fam.make_config(src.label(), launch.kernel, p.op(), num("BLOCK_M") or num("BLOCK_H"), num("BLOCK_N"),
-                           num("BLOCK_DMODEL") or num("HEAD_SIZE_PADDED") or num("BLOCK_DV"),
+    return fam.make_config(src.label(), launch.kernel, p.op(), num("BLOCK_M") or num("BLOCK_H"),
+                           num("BLOCK_N") or num("TILE_SIZE"), num("BLOCK_DMODEL") or num("HEAD_SIZE_PADDED") or num("BLOCK_DV"),
                            int(launch.arg("num_warps", 4)),
                            int(launch.arg("num_stages", 3)), arch, branch_line(launch), _launch_hash(p))
 

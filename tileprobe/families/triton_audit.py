@@ -1,6 +1,6 @@
 """Family triton-audit: a Triton launch an engine's own launcher makes for a model (tileprobe audit), compiled for a
 target. The config is the launch as captured (tileprobe.audit.capture): the kernel, its engine file, the launch's
-BLOCK_M (or BLOCK_H) / BLOCK_N / BLOCK_DMODEL (or HEAD_SIZE_PADDED, BLOCK_DV) constexprs (tile m / n / k; 0 where
+BLOCK_M (or BLOCK_H) / BLOCK_N (or TILE_SIZE) / BLOCK_DMODEL (or HEAD_SIZE_PADDED, BLOCK_DV) constexprs (tile m / n / k; 0 where
 the kernel takes none), num_warps, num_stages, and where they were set: the
 engine line of the `kernel[grid](...)` call and the device branch the launcher took (config_source). Nothing of it
 is typed here; rows reuse the Triton report's columns (families.columns.TRITON_REPORT) with the audit's own tables.
