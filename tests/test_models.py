@@ -108,11 +108,13 @@ def test_attention_fields_read_as_named(tmp_path, rng):
     assert not a.mla and not a.sinks
 
 
-@pytest.mark.parametrize("field", ["num_attention_heads", "torch_dtype", "layer_types", "kv_lora_rank"])
+@pytest.mark.parametrize("field", ["num_attention_heads", "torch_dtype", "layer_types", "kv_lora_rank",
+                                   "attn_type_list"])
 def test_attention_field_of_the_wrong_type_is_named(tmp_path, rng, field):
     doc = {"num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "torch_dtype": "bfloat16"}
     doc[field] = rng.choice({"num_attention_heads": ["32", 0, -4], "torch_dtype": [16, "float8"],
-                             "layer_types": ["full", [1, 2]], "kv_lora_rank": ["512", 2.5]}[field])
+                             "layer_types": ["full", [1, 2]], "kv_lora_rank": ["512", 2.5],
+                             "attn_type_list": [[0, "1"], [True, 1], "01"]}[field])
     (tmp_path / "config.json").write_text(json.dumps(doc))
     with pytest.raises(UsageError, match=field):
         read_attention(tmp_path / "config.json")

@@ -154,7 +154,8 @@ class AttentionConfig:
     heads: `num_attention_heads`; kv_heads: `num_key_value_heads` (absent: = heads, MHA); head_dim: `head_dim`, else
     hidden_size / heads; sliding_window: `sliding_window` (None: full attention); layer_types: `layer_types`
     (e.g. sliding_attention / full_attention per layer; empty when absent); dtype: `torch_dtype` (or `dtype`) as
-    bf16/fp16/fp32, bf16 when absent; sinks: attention sinks (gpt-oss); MLA ranks (DeepSeek/Kimi) when present."""
+    bf16/fp16/fp32, bf16 when absent; sinks: attention sinks (gpt-oss); MLA ranks (DeepSeek/Kimi) when present;
+    linear_attention: `attn_type_list` (MiniMax-Text-01 / M1) holds a 0, a lightning-attention layer."""
 
     name: str
     heads: int
@@ -169,6 +170,7 @@ class AttentionConfig:
     qk_rope_head_dim: int | None = None
     qk_nope_head_dim: int | None = None
     v_head_dim: int | None = None
+    linear_attention: bool = False  # some layers are linear attention (MiniMax attn_type_list: 0 = linear)
 
     @property
     def mla(self) -> bool:
@@ -187,6 +189,9 @@ ATTENTION_PRESETS = {
     "gpt-oss-120b": AttentionConfig("gpt-oss-120b", 64, 8, 64, "bf16", sliding_window=128,
                                     layer_types=("sliding_attention", "full_attention"), sinks=True,
                                     model_type="gpt_oss"),
+    # MiniMax-M1 (config.json: hidden 6144, 64 heads, 8 KV heads, head_dim 128, attn_type_list 0/1: lightning
+    # attention in 7 of every 8 layers)
+    "minimax-m1": AttentionConfig("minimax-m1", 64, 8, 128, "bf16", model_type="minimax_m1", linear_attention=True),
 }
 
 
@@ -233,9 +238,13 @@ def read_attention(path: str | Path) -> AttentionConfig:
     mla = {k: _int(doc, k, s, where, optional=True) for k in
            ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")}
     model_type = _str(doc, "model_type", s, where)
+    kinds = doc.get("attn_type_list") or ()
+    if not (isinstance(kinds, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in kinds)):
+        raise UsageError(f"{s}: {where}attn_type_list is {kinds!r}, not a list of whole numbers")
     return AttentionConfig(p.resolve().parent.name or str(model_type or p.name), heads, kv_heads, head_dim,
                            DTYPES[raw_dtype], _int(doc, "sliding_window", s, where, optional=True),
-                           tuple(layer_types), model_type == "gpt_oss", model_type, **mla)
+                           tuple(layer_types), model_type == "gpt_oss", model_type, **mla,
+                           linear_attention=0 in kinds)
 
 
 def attention_model(name_or_path: str) -> AttentionConfig:

@@ -77,27 +77,29 @@ def test_extend_attention_takes_the_targets_branch(sglang, rng, target_name):
     assert q.dtype == "bf16" and q.shape == (pt.batch * pt.seq_len, model.heads, model.head_dim)
 
 
-def _triton_own_shared(src, target, model, point, tmp_path, monkeypatch, entry=EXTEND) -> int:
+def _triton_own_shared(src, target, model, point, tmp_path, monkeypatch, entry=EXTEND, only=None) -> dict:
     """metadata.shared of the engine's own kernel object (imported from the wheel), compiled by Triton's own
     binder and triton.compile on the launcher's real arguments: no extract, no stand-in strings."""
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     got = []
 
     def compile_run(fn, *args, grid, warmup, **kwargs):
+        if only is not None and fn.__name__ != only:
+            return
         gpu = GPUTarget("cuda", target.cc_int, 32)
         backend = make_backend(gpu)
         kwargs = {"debug": False, "instrumentation_mode": "", **kwargs}
         bound, spec, options = create_function_from_signature(fn.signature, fn.params, backend)(*args, **kwargs)
         options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, spec, options)
-        got.append(triton.compile(ASTSource(fn, signature, constexprs, attrs), target=gpu,
-                                  options=options.__dict__).metadata.shared)
+        got.append((fn.__name__, triton.compile(ASTSource(fn, signature, constexprs, attrs), target=gpu,
+                                                options=options.__dict__).metadata.shared))
 
     with capture.engine_session(src, target, entry.allow, entry.stand_ins) as s:
         monkeypatch.setattr(JITFunction, "run", compile_run)
         args, kwargs = entry.arguments(model, point)
         getattr(s.module(entry.module), entry.launcher)(*args, **kwargs)
         monkeypatch.undo()
-    return got[0]
+    return dict(got)
 
 
 def test_captured_launch_bytes_are_tritons_own(sglang, rng, tmp_path, monkeypatch):
@@ -106,7 +108,8 @@ def test_captured_launch_bytes_are_tritons_own(sglang, rng, tmp_path, monkeypatc
     pt = kernels.Point(rng.randint(2, 8), rng.randint(64, 2048))
     (launch,) = _capture(sglang, target, model, pt)
     build = compile_job(jobs.job_of(sglang, launch, target.cc_int))
-    assert build.shared == _triton_own_shared(sglang, target, model, pt, tmp_path, monkeypatch), (target.name, model)
+    own = _triton_own_shared(sglang, target, model, pt, tmp_path, monkeypatch)
+    assert build.shared == own["_fwd_kernel"], (target.name, model)
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +136,8 @@ def test_vllm_unified_attention_compiles_from_the_engines_own_module_to_tritons_
     assert launch.arg("SLIDING_WINDOW") == (pt.window or 0)
     job = jobs.job_of(vllm, launch, target.cc_int, lambda src, la: loader.module_source(entry, src, target, la.kernel))
     build = compile_job(job)
-    assert build.shared == _triton_own_shared(vllm, target, model, pt, tmp_path, monkeypatch, entry), (target, model)
+    own = _triton_own_shared(vllm, target, model, pt, tmp_path, monkeypatch, entry)
+    assert build.shared == own["kernel_unified_attention"], (target, model)
 
 
 def test_the_session_leaves_the_process_as_it_was(sglang, rng):
@@ -184,3 +188,27 @@ def test_vllm_follows_its_blackwell_large_head_choice(vllm, rng):
         got = (launch.arg("BLOCK_M"), launch.arg("num_warps"), launch.arg("num_stages"))
         want = (set_to["BLOCK_M"], set_to["launch_num_warps"], set_to["launch_num_stages"])
         assert (got == want) is tuned, (name, got, want)
+
+
+def test_vllm_lightning_attention_runs_in_fp32_and_its_kv_parallel_bytes_are_tritons(vllm, rng, tmp_path,
+                                                                                    monkeypatch):
+    """Every kernel lightning_attention launches (the `NAME[grid](` calls of the engine file, in order) is captured,
+    in fp32 whatever the model's dtype; _fwd_kv_parallel (the one vllm #41508 reports) compiles to Triton's bytes."""
+    entry = kernels.KERNELS["vllm-lightning-attention"]
+    text = vllm.read_text(entry.module_file)
+    launched = [n.func.value.id for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Subscript) and isinstance(n.func.value, ast.Name)
+                and n.func.value.id.startswith("_fwd")]
+    target = profile(rng.choice(["rtx-pro-6000", "h200"]))
+    model = replace(_model(rng, head_dim=rng.choice([64, 128])), dtype=rng.choice(["bf16", "fp16"]),
+                    linear_attention=True)
+    pt = kernels.Point(1, rng.randint(300, 4096))
+    with capture.engine_session(vllm, target, entry.allow, entry.stand_ins) as s:
+        args, kwargs = entry.arguments(model, pt)
+        getattr(s.module(entry.module), entry.launcher)(*args, **kwargs)
+    assert [la.kernel for la in s.launches] == sorted(launched, key=lambda k: text.index(f"{k}[grid]"))
+    assert {v.dtype for la in s.launches for _, v in la.args if isinstance(v, capture.TensorArg)} == {"fp32"}
+    kvp = next(la for la in s.launches if la.kernel == "_fwd_kv_parallel")
+    build = compile_job(jobs.job_of(vllm, kvp, target.cc_int))
+    own = _triton_own_shared(vllm, target, model, pt, tmp_path, monkeypatch, entry, only="_fwd_kv_parallel")
+    assert build.shared == own["_fwd_kv_parallel"], (target.name, model)

@@ -21,6 +21,9 @@ What each entry's arguments are, read from the engine's callers:
 - vLLM 0.33.0 `unified_attention` (vllm/v1/attention/ops/triton_unified_attention.py), as TritonAttentionImpl
   calls it for a prefill batch (its 2D launch; `_vllm_unified` says the layout); compiled from the engine's own module
   (its kernel calls helpers of triton_attention_helpers.py and reads module globals in its defaults).
+- vLLM 0.33.0 `lightning_attention` (vllm/model_executor/layers/lightning_attn.py), the linear-attention layers of
+  MiniMax-Text-01 / M1 (`_vllm_lightning`): four launches (_fwd_diag_kernel, _fwd_kv_parallel, _fwd_kv_reduce,
+  _fwd_none_diag_kernel), in fp32.
 - SGLang 0.5.23 `context_attention_fwd` (sglang/kernels/ops/attention/prefill_attention.py): q/k/v/o (B*S, H or KV,
   D), b_start_loc / b_seq_len int32 (B), max_input_len S, causal.
 """
@@ -170,6 +173,21 @@ VLLM_ALLOW = ("vllm.v1.attention.ops.triton_unified_attention", "vllm.v1.attenti
               "vllm.envs", "vllm.platforms.interface", "vllm.v1.attention.backends.registry")
 
 
+def _vllm_lightning(model: AttentionConfig, pt: Point):
+    """As MiniMaxText01LinearAttention's prefill calls it, one sequence at a time: q/k/v (1, H, S, D) cast to fp32
+    (the layer's `.float()`, whatever the model's dtype), the slope rate (H,) fp32, block_size 256, the sequence's
+    kv state (1, H, D, D) fp32."""
+    h, _ = _heads(model, pt.tp)
+    d, f32 = model.head_dim, torch.float32
+    q = _empty((1, h, pt.seq_len, d), f32)
+    return (q, _empty((1, h, pt.seq_len, d), f32), _empty((1, h, pt.seq_len, d), f32), _empty((h,), f32)), dict(
+        block_size=256, kv_history=_empty((1, h, d, d), f32))
+
+
+def _linear(model: AttentionConfig) -> str | None:
+    return None if model.linear_attention else "no linear-attention layers (config.json attn_type_list has no 0)"
+
+
 def _mha_gqa(model: AttentionConfig) -> str | None:
     return "an MLA model: SGLang runs its MLA attention through other kernels" if model.mla else None
 
@@ -193,6 +211,11 @@ KERNELS = {k.name: k for k in (
     AuditKernel("vllm-unified-attention", "vllm", "0.33.0", "vllm.v1.attention.ops.triton_unified_attention",
                 "unified_attention", VLLM_ALLOW, vllm_stand_ins.STAND_INS, _vllm_unified, _mha_gqa,
                 "the model's dtype (the layer's query and KV cache)", compile_from="module"),
+    AuditKernel("vllm-lightning-attention", "vllm", "0.33.0", "vllm.model_executor.layers.lightning_attn",
+                "lightning_attention", ("vllm.model_executor.layers.lightning_attn", "vllm.platforms.interface",
+                                        "vllm.v1.attention.backends.registry"),
+                vllm_stand_ins.STAND_INS, _vllm_lightning, _linear, "fp32 (the layer casts q/k/v to float)",
+                windowed=False),
 )}
 
 ENGINES = ("sglang", "vllm")

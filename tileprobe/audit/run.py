@@ -111,11 +111,15 @@ def branch_line(launch: capture.Launch) -> str:
     return launch.branches[-1].split(" ", 1)[0] if launch.branches else launch.call_site
 
 
+# The constexprs shown as BLOCK_M / BLOCK_N / BLOCK_DMODEL, the first a kernel takes (the engines' own names)
+BLOCK_NAMES = (("BLOCK_M", "BLOCK_H", "BLOCK"), ("BLOCK_N", "TILE_SIZE", "CBLOCK"),
+               ("BLOCK_DMODEL", "HEAD_SIZE_PADDED", "BLOCK_DV", "D_FBLOCK"))
+
+
 def config_of(p: Planned, src: EngineSource, arch: str):
     launch = p.launch
-    num = lambda name: int(launch.arg(name) or 0)  # noqa: E731
-    return fam.make_config(src.label(), launch.kernel, p.op(), num("BLOCK_M") or num("BLOCK_H"),
-                           num("BLOCK_N") or num("TILE_SIZE"), num("BLOCK_DMODEL") or num("HEAD_SIZE_PADDED") or num("BLOCK_DV"),
+    m, n, d = (next((int(launch.arg(k)) for k in names if isinstance(launch.arg(k), int)), 0) for names in BLOCK_NAMES)
+    return fam.make_config(src.label(), launch.kernel, p.op(), m, n, d,
                            int(launch.arg("num_warps", 4)),
                            int(launch.arg("num_stages", 3)), arch, branch_line(launch), _launch_hash(p))
 

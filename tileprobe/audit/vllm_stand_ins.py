@@ -6,6 +6,7 @@ the engine release that returns the stand-in module's attributes).
   vLLM's semantics; only `get_device_capability` (the target's) and the CUDA enum are set here.
 - `vllm.triton_utils`: the installed Triton (HAS_TRITON), as vllm/triton_utils/__init__.py exports it.
 - `vllm.utils.import_utils`: resolve_obj_by_qualname only (the module imports the third-party `regex`).
+- `vllm.v1.attention.backends.utils`: PAD_SLOT_ID, read from the wheel's text.
 - `vllm.logger`: `init_logger` gives a logging.Logger with vLLM's *_once methods.
 - `vllm.v1.kv_cache_interface`: `KVQuantMode`, the enum class read from the wheel's own text (the module's other
   imports pull in vLLM's config tree).
@@ -86,5 +87,14 @@ def import_utils(target: Target, source: EngineSource) -> dict:
     return {"resolve_obj_by_qualname": resolve_obj_by_qualname}
 
 
-STAND_INS = {"vllm.utils.import_utils": import_utils, "vllm.platforms": platforms, "vllm.triton_utils": triton_utils, "vllm.logger": logger,
+def backend_utils(target: Target, source: EngineSource) -> dict:
+    """PAD_SLOT_ID, the one name lightning_attn.py takes from vllm/v1/attention/backends/utils.py (read from its
+    text; the module imports vLLM's config tree)."""
+    text = source.read_text("vllm/v1/attention/backends/utils.py")
+    node = next(n for n in ast.parse(text).body if isinstance(n, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "PAD_SLOT_ID" for t in n.targets))
+    return {"PAD_SLOT_ID": ast.literal_eval(node.value)}
+
+
+STAND_INS = {"vllm.v1.attention.backends.utils": backend_utils, "vllm.utils.import_utils": import_utils, "vllm.platforms": platforms, "vllm.triton_utils": triton_utils, "vllm.logger": logger,
              "vllm.v1.kv_cache_interface": kv_cache_interface}
