@@ -94,5 +94,7 @@ def test_audit_writes_a_row_per_distinct_launch_and_exits_by_the_fit_rule(tmp_pa
     assert len([ln for ln in p.stdout.splitlines() if ln.startswith("OVER ")]) == len(over)
     extend = next(r for r in rows if r["gemm"].startswith("extend"))
     want = "CUDA_CAPABILITY[0] == 12" if target == "rtx-pro-6000" else "CUDA_CAPABILITY[0] >= 9"
-    assert want in extend["reason"] and extend["config_source"].startswith("sglang/kernels/ops/attention/")
+    file, line = extend["config_source"].rsplit(":", 1)
+    assert want in extend["reason"] and file == "sglang/kernels/ops/attention/extend_attention.py", extend
+    assert want in find_engine("sglang").read_text(file).splitlines()[int(line) - 1], extend["config_source"]
     assert (out / "report.md").is_file() and (out / "results.csv").is_file()

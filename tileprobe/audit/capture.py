@@ -267,7 +267,7 @@ class Session:
         rel = self._files.get(fn_file, fn_file)
         frame = self._launcher_frame()
         site = f"{self._files[frame.f_code.co_filename]}:{frame.f_lineno}" if frame else "?"
-        values = dict(frame.f_locals) if frame else {}
+        values = {**frame.f_globals, **frame.f_locals} if frame else {}
         self.launches.append(Launch(fn.fn.__name__, rel, tuple((n, describe(bound.get(n))) for n in names),
                                     tuple((k, describe(v)) for k, v in options.items()), grid, site,
                                     self._branches(values), self._autotune))

@@ -107,8 +107,11 @@ def _launch_hash(p: Planned) -> str:
 
 
 def branch_line(launch: capture.Launch) -> str:
-    """The engine line that set the launch's parameters: the last device branch taken, else the launch call."""
-    return launch.branches[-1].split(" ", 1)[0] if launch.branches else launch.call_site
+    """The engine line that set the launch's parameters: the last device branch taken in the launching file (a
+    helper module's import-time branches do not count), else the launch call."""
+    here = launch.call_site.rsplit(":", 1)[0] + ":"
+    mine = [b.split(" ", 1)[0] for b in launch.branches if b.startswith(here)]
+    return mine[-1] if mine else launch.call_site
 
 
 # The constexprs shown as BLOCK_M / BLOCK_N / BLOCK_DMODEL, the first a kernel takes (the engines' own names)
