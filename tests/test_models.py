@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tileprobe.errors import UsageError
-from tileprobe.models import EXPERT_FIELDS, read_config
+from tileprobe.models import EXPERT_FIELDS, read_attention, read_config
 from tileprobe.workloads import MoEModel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,3 +89,32 @@ def test_wrong_type_is_named_and_the_cli_says_it_in_one_line(tmp_path, rng):
     doc["quantization_config"] = {"quant_method": "fp8", "weight_block_size": "128,128"}
     with pytest.raises(UsageError, match="weight_block_size"):
         read_config(_write(tmp_path, doc))
+
+
+def test_attention_fields_read_as_named(tmp_path, rng):
+    """read_attention: KV heads default to the heads (MHA), head_dim to hidden_size / heads, dtype from torch_dtype,
+    the windows the layers attend with from layer_types; under text_config for a multimodal config."""
+    heads = rng.choice([8, 16, 32, 64])
+    hidden = heads * rng.choice([64, 80, 128])
+    window = rng.choice([128, 512, 4096])
+    doc = {"num_attention_heads": heads, "hidden_size": hidden, "sliding_window": window, "torch_dtype": "float32",
+           "layer_types": rng.choice([["sliding_attention", "full_attention"], ["full_attention"]]),
+           "model_type": "x"}
+    nested = rng.random() < 0.5
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": doc} if nested else doc))
+    a = read_attention(tmp_path / "config.json")
+    assert (a.heads, a.kv_heads, a.head_dim, a.dtype) == (heads, heads, hidden // heads, "fp32")
+    assert set(a.windows()) == {window if "sliding" in t else None for t in doc["layer_types"]}
+    assert not a.mla and not a.sinks
+
+
+@pytest.mark.parametrize("field", ["num_attention_heads", "torch_dtype", "layer_types", "kv_lora_rank",
+                                   "attn_type_list"])
+def test_attention_field_of_the_wrong_type_is_named(tmp_path, rng, field):
+    doc = {"num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "torch_dtype": "bfloat16"}
+    doc[field] = rng.choice({"num_attention_heads": ["32", 0, -4], "torch_dtype": [16, "float8"],
+                             "layer_types": ["full", [1, 2]], "kv_lora_rank": ["512", 2.5],
+                             "attn_type_list": [[0, "1"], [True, 1], "01"]}[field])
+    (tmp_path / "config.json").write_text(json.dumps(doc))
+    with pytest.raises(UsageError, match=field):
+        read_attention(tmp_path / "config.json")

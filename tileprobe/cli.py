@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from tileprobe import doctor as tileprobe_doctor
+from tileprobe.audit import run as audit_run
 from tileprobe import families, ray_sweep
 from tileprobe.triton import sweep as triton_sweep
 from tileprobe.triton import audit as triton_audit
@@ -303,6 +304,40 @@ def check_configs(
                      f"plan {s['plan_s']} s, compile {s['compile_s']} s; evidence: compiled, not launched)\n")
     if res.exit_code():
         raise typer.Exit(res.exit_code())
+
+
+@app.command()
+def audit(
+    engine: Annotated[str, typer.Option("--engine", help="vllm or sglang: whose launchers run")],
+    model: Annotated[str, typer.Option("--model", help="a Hugging Face config.json (or its folder), or a preset: qwen3-30b-a3b, gpt-oss-120b")],
+    target: Annotated[Optional[str], typer.Option("--target", help="the GPU profile the launchers see (rtx-pro-6000, h200, ...)")] = None,
+    tp: Annotated[int, typer.Option("--tp", help="tensor-parallel ranks the heads split over")] = 1,
+    batch: Annotated[Optional[list[str]], typer.Option("--batch", help="sequences per batch (comma list)")] = None,
+    seq_len: Annotated[Optional[list[str]], typer.Option("--seq-len", help="tokens per sequence (comma list)")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="results folder (default audit-ENGINE-MODEL-TARGET)")] = None,
+    engine_wheel: Annotated[Optional[str], typer.Option("--engine-wheel", help="the engine's wheel, read as a zip (default: a cached wheel)")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles", show_default="cores")] = os.cpu_count() or 1,
+    cache_dir: CacheOpt = None,
+) -> None:
+    """Every Triton launch the engine's own launchers make for the model on the target (captured from the engine's
+    code under a stand-in device, compiled with Triton, not launched): one row each; exit 1 with one line per launch
+    that does not fit."""
+    opts = audit_run.AuditOptions(engine, model, target, tp, tuple(_ints(batch, "--batch") or (1, 8)),
+                                  tuple(_ints(seq_len, "--seq-len") or (1024,)), out, jobs,
+                                  cache_dir, engine_wheel, sw.command_line())
+    res = audit_run.run_audit(opts)
+    console = Console(width=WIDTH)
+    print_rows(res.rows, console)
+    try:
+        write_reports(res.out, console)
+    except Exception as exc:  # the rows are already safe on disk; a report problem must not fail the audit
+        console.print(f"[yellow]report not written: {type(exc).__name__}: {exc}[/]")
+    sys.stdout.writelines(f"OVER {line}\n" for line in res.failures)
+    sys.stdout.write(f"{len(res.failures)} of {len(res.rows)} launches do not fit {res.target.name} "
+                     f"({res.target.smem_optin} B opt-in; capture {res.seconds['capture_s']} s, compile "
+                     f"{res.seconds['compile_s']} s; evidence: compiled, not launched)\n")
+    if res.failures:
+        raise typer.Exit(1)
 
 
 known_good_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Known-good tile sets (results/known_good/<target>__<family>.json).")

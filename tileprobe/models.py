@@ -138,3 +138,123 @@ def read_config(path: str | Path) -> ModelConfig:
     return ModelConfig(s, folder or str(model_type or p.name), model_type if isinstance(model_type, str) else None,
                        _int(doc, "hidden_size", s, where), experts, experts_field, top_k, inter, inter_field,
                        _int(doc, "n_shared_experts", s, where, optional=True) or 0, _quantization(*((top, s, "") if "quantization_config" in top else (doc, s, where))))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Attention fields (tileprobe audit)
+# ----------------------------------------------------------------------------------------------------------------
+
+DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """The attention fields of a config.json (or a preset): what the engines' attention launchers are sized by.
+
+    heads: `num_attention_heads`; kv_heads: `num_key_value_heads` (absent: = heads, MHA); head_dim: `head_dim`, else
+    hidden_size / heads; sliding_window: `sliding_window` (None: full attention); layer_types: `layer_types`
+    (e.g. sliding_attention / full_attention per layer; empty when absent); dtype: `torch_dtype` (or `dtype`) as
+    bf16/fp16/fp32, bf16 when absent; sinks: attention sinks (gpt-oss); MLA ranks (DeepSeek/Kimi) when present;
+    linear_attention: `attn_type_list` (MiniMax-Text-01 / M1) holds a 0, a lightning-attention layer."""
+
+    name: str
+    heads: int
+    kv_heads: int
+    head_dim: int
+    dtype: str = "bf16"
+    sliding_window: int | None = None
+    layer_types: tuple[str, ...] = ()
+    sinks: bool = False
+    model_type: str | None = None
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    qk_nope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    linear_attention: bool = False  # some layers are linear attention (MiniMax attn_type_list: 0 = linear)
+
+    @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    def windows(self) -> tuple[int | None, ...]:
+        """The distinct windows the layers attend with (None: full attention)."""
+        if not self.layer_types:
+            return (self.sliding_window,)
+        kinds = dict.fromkeys(self.layer_types)
+        return tuple(self.sliding_window if "sliding" in k else None for k in kinds)
+
+
+ATTENTION_PRESETS = {
+    "qwen3-30b-a3b": AttentionConfig("qwen3-30b-a3b", 32, 4, 128, "bf16", model_type="qwen3_moe"),
+    "gpt-oss-120b": AttentionConfig("gpt-oss-120b", 64, 8, 64, "bf16", sliding_window=128,
+                                    layer_types=("sliding_attention", "full_attention"), sinks=True,
+                                    model_type="gpt_oss"),
+    # MiniMax-M1 (config.json: hidden 6144, 64 heads, 8 KV heads, head_dim 128, attn_type_list 0/1: lightning
+    # attention in 7 of every 8 layers)
+    "minimax-m1": AttentionConfig("minimax-m1", 64, 8, 128, "bf16", model_type="minimax_m1", linear_attention=True),
+}
+
+
+def _str(doc: dict, key: str, path: str, where: str) -> str | None:
+    v = doc.get(key)
+    if v is not None and not isinstance(v, str):
+        raise UsageError(f"{path}: {where}{key} is {v!r}, not a string")
+    return v
+
+
+def read_attention(path: str | Path) -> AttentionConfig:
+    """The attention fields of a Hugging Face config.json (AttentionConfig's names); a missing or wrong-typed field
+    is a UsageError naming it."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except OSError as exc:
+        raise UsageError(f"--model {path}: cannot read ({exc.strerror or exc})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--model {path}: not JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise UsageError(f"--model {path}: a config.json is an object, this is {type(doc).__name__}")
+    where = ""
+    if "num_attention_heads" not in doc and isinstance(doc.get("text_config"), dict):
+        doc, where = doc["text_config"], "text_config."
+    s = str(path)
+    heads = _int(doc, "num_attention_heads", s, where)
+    kv_heads = _int(doc, "num_key_value_heads", s, where, optional=True) or heads
+    if heads % kv_heads:
+        raise UsageError(f"{s}: {where}num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
+    head_dim = _int(doc, "head_dim", s, where, optional=True)
+    if head_dim is None:
+        hidden = _int(doc, "hidden_size", s, where)
+        if hidden % heads:
+            raise UsageError(f"{s}: no {where}head_dim, and hidden_size {hidden} is not a multiple of "
+                             f"num_attention_heads {heads}")
+        head_dim = hidden // heads
+    raw_dtype = _str(doc, "torch_dtype", s, where) or _str(doc, "dtype", s, where) or "bfloat16"
+    if raw_dtype not in DTYPES:
+        raise UsageError(f"{s}: {where}torch_dtype {raw_dtype!r}: tileprobe audits {', '.join(DTYPES)}")
+    layer_types = doc.get("layer_types") or ()
+    if not (isinstance(layer_types, (list, tuple)) and all(isinstance(t, str) for t in layer_types)):
+        raise UsageError(f"{s}: {where}layer_types is {layer_types!r}, not a list of strings")
+    mla = {k: _int(doc, k, s, where, optional=True) for k in
+           ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")}
+    model_type = _str(doc, "model_type", s, where)
+    kinds = doc.get("attn_type_list") or ()
+    if not (isinstance(kinds, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in kinds)):
+        raise UsageError(f"{s}: {where}attn_type_list is {kinds!r}, not a list of whole numbers")
+    return AttentionConfig(p.resolve().parent.name or str(model_type or p.name), heads, kv_heads, head_dim,
+                           DTYPES[raw_dtype], _int(doc, "sliding_window", s, where, optional=True),
+                           tuple(layer_types), model_type == "gpt_oss", model_type, **mla,
+                           linear_attention=0 in kinds)
+
+
+def attention_model(name_or_path: str) -> AttentionConfig:
+    """A preset's AttentionConfig, else the config.json at the path (a folder: its config.json)."""
+    if name_or_path in ATTENTION_PRESETS:
+        return ATTENTION_PRESETS[name_or_path]
+    p = Path(name_or_path)
+    if p.is_dir():
+        p = p / "config.json"
+    if not p.exists():
+        raise UsageError(f"--model {name_or_path}: neither a preset ({', '.join(ATTENTION_PRESETS)}) nor a "
+                         "config.json")
+    return read_attention(p)

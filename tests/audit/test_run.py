@@ -1,0 +1,100 @@
+"""`tileprobe audit` end to end (a subprocess, as a user runs it): rows written per distinct launch, exit per the fit
+rule with one OVER line per launch over the limit; bad input is one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tileprobe.engines.triton_configs import find_engine
+from tileprobe.errors import UsageError
+from tileprobe.models import ATTENTION_PRESETS
+from tileprobe.targets import PROFILES
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cli(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "tileprobe", "audit", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT, env=os.environ | {"PYTHONPATH": str(ROOT)})
+
+
+def _one_line_exit_2(p) -> str:
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tileprobe: error:") and "Traceback" not in p.stderr, p.stderr
+    return lines[0]
+
+
+def _config(rng) -> dict:
+    kv = rng.choice([1, 2, 4, 8])
+    return {"model_type": "llama", "num_attention_heads": kv * rng.choice([1, 2, 4]), "num_key_value_heads": kv,
+            "head_dim": rng.choice([64, 128]), "hidden_size": 4096, "torch_dtype": "bfloat16"}
+
+
+@pytest.mark.parametrize("field", ["num_attention_heads", "hidden_size"])
+def test_config_missing_a_field_is_one_line_naming_it(tmp_path, rng, field):
+    doc = _config(rng)
+    doc.pop(field)
+    doc.pop("head_dim")  # hidden_size is needed only where head_dim is absent
+    (tmp_path / "config.json").write_text(json.dumps(doc))
+    line = _one_line_exit_2(_cli("--engine", "sglang", "--model", tmp_path, "--target", "rtx-pro-6000"))
+    assert field in line and "config.json" in line, line
+
+
+def test_config_wrong_type_is_one_line_naming_it(tmp_path, rng):
+    doc = _config(rng)
+    field = rng.choice(["num_key_value_heads", "head_dim", "sliding_window"])
+    doc[field] = rng.choice(["128", 1.5, [8], True])
+    (tmp_path / "config.json").write_text(json.dumps(doc))
+    line = _one_line_exit_2(_cli("--engine", "sglang", "--model", tmp_path / "config.json", "--target", "h200"))
+    assert field in line, line
+
+
+def test_unknown_engine_model_and_unserved_model_are_one_line(tmp_path, rng):
+    assert "--engine" in _one_line_exit_2(_cli("--engine", rng.choice(["trtllm", "vllm2", "SGLang"]), "--model",
+                                               "qwen3-30b-a3b"))
+    assert "preset" in _one_line_exit_2(_cli("--engine", "sglang", "--model", tmp_path / "nope"))
+    doc = _config(rng) | {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128}
+    (tmp_path / "config.json").write_text(json.dumps(doc))
+    assert "MLA" in _one_line_exit_2(_cli("--engine", "sglang", "--model", tmp_path, "--target", "h200"))
+
+
+@pytest.mark.triton
+def test_audit_writes_a_row_per_distinct_launch_and_exits_by_the_fit_rule(tmp_path, rng):
+    try:
+        find_engine("sglang")
+    except UsageError as exc:
+        pytest.skip(f"no SGLang wheel: {exc}")
+    preset = rng.choice(sorted(ATTENTION_PRESETS))
+    target = rng.choice(["rtx-pro-6000", "h200"])
+    batch, seq = rng.randint(2, 64), rng.randint(16, 8192)
+    out = tmp_path / "out"
+    p = _cli("--engine", "sglang", "--model", preset, "--target", target, "--batch", batch, "--seq-len", seq,
+             "--out", out, "--jobs", 1)
+    assert p.returncode in (0, 1) and "Traceback" not in p.stderr, (p.returncode, p.stdout[-2000:], p.stderr)
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
+    model = ATTENTION_PRESETS[preset]
+    windows = len(set(model.windows()))
+    # extend attention once per layer window, context attention once (batch > 1: no int specialised to 1), decode
+    # attention's split-K stages (stage 1, stage 2)
+    ops = [r["gemm"].split()[0] for r in rows]
+    assert (ops.count("extend_attention_fwd"), ops.count("context_attention_fwd"), ops.count("decode_attention_fwd")) \
+        == (windows, 1, 2), rows
+    limit = PROFILES[target].smem_optin
+    over = [r for r in rows if r["smem_bytes"] > limit]
+    assert all(r["evidence"] == "compiled" and r["smem_limit_bytes"] == limit for r in rows)
+    assert all(r["verdict"] == ("smem-over-limit" if r in over else "fits") for r in rows), rows
+    assert p.returncode == (1 if over else 0)
+    assert len([ln for ln in p.stdout.splitlines() if ln.startswith("OVER ")]) == len(over)
+    extend = next(r for r in rows if r["gemm"].startswith("extend"))
+    want = "CUDA_CAPABILITY[0] == 12" if target == "rtx-pro-6000" else "CUDA_CAPABILITY[0] >= 9"
+    file, line = extend["config_source"].rsplit(":", 1)
+    assert want in extend["reason"] and file == "sglang/kernels/ops/attention/extend_attention.py", extend
+    assert want in find_engine("sglang").read_text(file).splitlines()[int(line) - 1], extend["config_source"]
+    assert (out / "report.md").is_file() and (out / "results.csv").is_file()

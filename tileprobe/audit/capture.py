@@ -1,0 +1,358 @@
+"""Launch capture: run an engine's own launcher, read from its wheel, on stand-in tensors, and record every Triton
+launch it makes, as the target would see it, without a GPU and without launching.
+
+Inside `engine_session` (a context manager; everything is put back after):
+- a `sys.meta_path` finder serves the engine's modules for an allowlist from the wheel (read as a zip, each file
+  written once under the cache by content and loaded from there, so Triton's `inspect.getsource` reads it), empty
+  packages for their parents (the engine's heavy `__init__`s never run), and stand-in modules for the platform
+  helpers (`stand_ins`: module name -> a function of the target and the engine release that returns the module's
+  attributes; it may import served modules, e.g. to subclass the engine's own platform class); any other
+  module of the engine is an ImportError naming it;
+- `torch.cuda` answers as the target (capability, device properties with `shared_memory_per_block_optin` and
+  `multi_processor_count`, `is_available`), before the engine's modules import, so capability globals cached at
+  import (SGLang's `CUDA_CAPABILITY = torch.cuda.get_device_capability()`) are the target's;
+- `JITFunction.run` records the launch (bound arguments: a tensor as dtype/shape/strides, numbers, constexprs; the
+  options num_warps, num_stages, ...; the grid; the kernel's file and function; the engine line of the `kernel[grid]`
+  call; the capability branches the launcher took) and launches nothing; `Autotuner.run` records one launch per
+  config left after the engine's own pruning (`prune_configs`: early_config_prune, perf_model) and benchmarks none;
+- a line tracer on the served files only records which lines ran since the last launch: an `if`/`elif`/`else`
+  whose test names the device (CUDA_CAPABILITY, is_cuda, current_platform, ...) and whose body ran is a taken branch.
+sys.modules is left as it was (every module the session added is removed; triton and torch are imported before).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import hashlib
+import importlib
+import importlib.abc
+import importlib.util
+import re
+import sys
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tileprobe.backends.triton.toolchain import cache_root
+from tileprobe.engines.triton_configs import EngineSource
+from tileprobe.errors import UsageError
+from tileprobe.lazy import LazyModule
+from tileprobe.targets import Target
+
+torch = LazyModule("torch")  # torch and Triton load at the first capture, not with the CLI
+triton = LazyModule("triton")
+tl = LazyModule("triton.language")
+_jit = LazyModule("triton.runtime.jit")
+_autotuner = LazyModule("triton.runtime.autotuner")
+
+# torch dtype name -> Triton's pointer dtype name
+_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64",
+                 "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5", "int8": "i8", "int16": "i16",
+                 "int32": "i32", "int64": "i64", "uint8": "u8", "bool": "i1"}
+# Options a launch passes beside the kernel's parameters that tileprobe's compile takes (HIP-only ones dropped).
+COMPILE_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "launch_pdl")
+DEVICE_TEST = re.compile(r"CUDA_CAPABILITY|capability|_is_cuda|_is_hip|is_cuda\(|is_hip\(|is_sm\d+|current_platform|"
+                         r"is_blackwell|is_hopper|_is_gfx|device_capability")
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    dtype: str  # Triton's name: bf16, fp32, i32, ...
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{'x'.join(map(str, self.shape))}]"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One Triton launch the launcher made (or, for an autotuned kernel, would try: `autotune` = (index, of n left
+    after pruning, of n listed))."""
+
+    kernel: str  # the @triton.jit function's name
+    kernel_file: str  # its file inside the wheel (sglang/kernels/ops/attention/extend_attention.py)
+    args: tuple[tuple[str, object], ...]  # every parameter, in order: TensorArg, number, bool, None, 'tl.dtype'
+    options: tuple[tuple[str, object], ...]  # num_warps, num_stages, ... as launched
+    grid: tuple[int, ...]
+    call_site: str  # file:line of the kernel[grid](...) call in the engine
+    branches: tuple[str, ...]  # 'file:line if ...' of each device branch the launcher took before this launch
+    autotune: tuple[int, int, int] | None = None
+
+    def arg(self, name: str, default=None):
+        return dict(self.args).get(name, dict(self.options).get(name, default))
+
+    def identity(self) -> tuple:
+        return (self.kernel_file, self.kernel, self.args, self.options)
+
+
+def describe(value):
+    """A launch argument as data: a tensor by dtype/shape/strides, a Triton dtype by its name, numbers as they are."""
+    if isinstance(value, torch.Tensor):
+        name = str(value.dtype).removeprefix("torch.")
+        if name not in _TORCH_DTYPES:
+            raise UsageError(f"a launch passes a {value.dtype} tensor, which tileprobe cannot compile for")
+        return TensorArg(_TORCH_DTYPES[name], tuple(value.shape), tuple(value.stride()))
+    if isinstance(value, tl.dtype):
+        return f"tl.{value.name}" if hasattr(tl, value.name) else str(value)
+    if isinstance(value, tl.constexpr):
+        return describe(value.value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, _jit.JITFunction):
+        return f"jit:{value.__name__}"
+    return repr(value)
+
+
+def _device_props(target: Target):
+    major, minor = (int(x) for x in target.cc.split("."))
+    return types.SimpleNamespace(name=target.device_name, major=major, minor=minor,
+                                 multi_processor_count=target.sms,
+                                 shared_memory_per_block_optin=target.smem_optin,
+                                 shared_memory_per_multiprocessor=target.smem_per_sm,
+                                 max_shared_memory_per_block_optin=target.smem_optin,
+                                 total_memory=0, L2_cache_size=target.l2_bytes,
+                                 regs_per_multiprocessor=target.regs_per_sm,
+                                 max_threads_per_multi_processor=target.max_threads_per_sm, warp_size=32,
+                                 gcnArchName="")
+
+
+def cuda_answers(target: Target) -> dict:
+    """torch.cuda's functions as the target answers them."""
+    major, minor = (int(x) for x in target.cc.split("."))
+    props = _device_props(target)
+    return {"get_device_capability": lambda device=None: (major, minor),
+            "get_device_properties": lambda device=None: props,
+            "get_device_name": lambda device=None: target.device_name,
+            "is_available": lambda: True, "device_count": lambda: 1, "current_device": lambda: 0}
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def __init__(self, session: "Session") -> None:
+        self.session = session
+
+    def find_spec(self, name, path=None, target=None):
+        s = self.session
+        if name.split(".")[0] != s.package:
+            return None
+        parent = any(a.startswith(name + ".") for a in (*s.allow, *s.stand_ins))
+        if name in s.stand_ins:
+            spec = importlib.util.spec_from_loader(name, _StandIn(s, name), is_package=parent)
+            if parent:
+                spec.submodule_search_locations = []
+            return spec
+        if name in s.allow:
+            file = s.file_of(name)
+            return importlib.util.spec_from_file_location(name, file)
+        if parent:  # a parent of served modules: an empty package (the engine's own __init__ never runs)
+            spec = importlib.util.spec_from_loader(name, _StandIn(s, name), is_package=True)
+            spec.submodule_search_locations = []
+            return spec
+        raise ImportError(f"tileprobe audit: {name} is not among the engine modules this kernel's entry serves "
+                          f"({', '.join(sorted(s.allow))}) or stands in for ({', '.join(sorted(s.stand_ins))})")
+
+
+class _StandIn(importlib.abc.Loader):
+    def __init__(self, session: "Session", name: str) -> None:
+        self.session, self.name = session, name
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module) -> None:
+        make = self.session.stand_ins.get(self.name)
+        if make is not None:
+            module.__dict__.update(make(self.session.target, self.session.source))
+
+
+@dataclass
+class Session:
+    """What one engine_session serves and what it recorded."""
+
+    source: EngineSource
+    target: Target
+    allow: frozenset[str]
+    stand_ins: dict
+    folder: Path
+    launches: list[Launch] = field(default_factory=list)
+    _ran: set = field(default_factory=set)  # (file, line) run since the last launch
+    _imported: set = field(default_factory=set)  # (file, line) run while the modules imported (capability globals)
+    _files: dict = field(default_factory=dict)  # served file path -> its path inside the wheel
+    _ifs: dict = field(default_factory=dict)  # served file path -> [(test line, text, body lines, else lines)]
+    _autotune: tuple | None = None
+
+    @property
+    def package(self) -> str:
+        return self.source.engine
+
+    def file_of(self, module: str) -> str:
+        rel = module.replace(".", "/") + ".py"
+        text = self.source.read_text(rel)
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        path = self.folder / digest / rel
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(text)
+            tmp.replace(path)
+        self._files[str(path)] = rel
+        self._ifs[str(path)] = _if_blocks(text)
+        return str(path)
+
+    def module(self, name: str):
+        """The engine module `name`, imported through the session's finder (the lines its import ran count for
+        every launch after: a capability global cached at import is a branch each launch took)."""
+        module = importlib.import_module(name)
+        self._imported |= self._ran
+        self._ran.clear()
+        return module
+
+    # --- recording ------------------------------------------------------------------------------------------
+    def _trace(self, frame, event, arg):
+        if frame.f_code.co_filename not in self._files:
+            return None
+        ran = self._ran
+
+        def local(frame, event, arg):
+            if event == "line":
+                ran.add((frame.f_code.co_filename, frame.f_lineno))
+            return local
+
+        return local
+
+    def _branches(self, values: dict) -> tuple[str, ...]:
+        """The device branches taken; `values`: the launcher frame's locals (an assigned device expression is
+        shown with the value it had at the launch)."""
+        out = []
+        for path, ifs in self._ifs.items():
+            lines = {ln for f, ln in self._ran | self._imported if f == path}
+            if not lines:
+                continue
+            rel = self._files[path]
+            for line, text, body, orelse in ifs:
+                if not DEVICE_TEST.search(text):
+                    continue
+                if body is None:  # a device expression assigned (vLLM: tuned_large_head = ... and capability)
+                    name = text.split(" = ", 1)[0]
+                    if line in lines:
+                        got = f" -> {values[name]!r}" if name in values else ""
+                        out.append(f"{rel}:{line} {text}{got}")
+                elif lines & body:
+                    out.append(f"{rel}:{line} {text}")
+                elif orelse and lines & orelse:
+                    out.append(f"{rel}:{min(orelse) - 1} else (of line {line} {text})")
+        return tuple(out)
+
+    def _launcher_frame(self):
+        """The innermost engine frame of the kernel[grid](...) call."""
+        f = sys._getframe(2)
+        while f is not None and f.f_code.co_filename not in self._files:
+            f = f.f_back
+        return f
+
+    def record(self, fn, args: tuple, grid, kwargs: dict) -> None:
+        names = [p.name for p in fn.params]
+        bound = dict(zip(names, args))
+        options = {}
+        for k, v in kwargs.items():
+            (bound if k in names else options)[k] = v
+        for p in fn.signature.parameters.values():
+            if p.name not in bound and p.default is not p.empty:
+                bound[p.name] = p.default
+        if callable(grid):
+            grid = grid({**bound, **options})
+        grid = tuple(int(g) for g in (grid if isinstance(grid, (tuple, list)) else (grid,)))
+        fn_file = fn.fn.__code__.co_filename
+        rel = self._files.get(fn_file, fn_file)
+        frame = self._launcher_frame()
+        site = f"{self._files[frame.f_code.co_filename]}:{frame.f_lineno}" if frame else "?"
+        values = {**frame.f_globals, **frame.f_locals} if frame else {}
+        self.launches.append(Launch(fn.fn.__name__, rel, tuple((n, describe(bound.get(n))) for n in names),
+                                    tuple((k, describe(v)) for k, v in options.items()), grid, site,
+                                    self._branches(values), self._autotune))
+        self._ran.clear()
+
+
+def _if_blocks(text: str) -> list[tuple[int, str, set[int] | None, set[int]]]:
+    """Every if/elif of a file: its line, `if <test>` text, its body's lines and its (non-elif) else's lines; and
+    every assignment whose value is an expression over the device (body None: evaluated when its line ran)."""
+    out = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.BoolOp, ast.Compare, ast.IfExp)):
+            value = ast.unparse(node.value)
+            if DEVICE_TEST.search(value):
+                out.append((node.lineno, f"{ast.unparse(node.targets[0])} = {' '.join(value.split())} "
+                                         "(evaluated)", None, set()))
+        if isinstance(node, ast.If):
+            body = set(range(node.body[0].lineno, node.body[-1].end_lineno + 1))
+            orelse = set()
+            if node.orelse and not (len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If)):
+                orelse = set(range(node.orelse[0].lineno, node.orelse[-1].end_lineno + 1))
+            out.append((node.lineno, f"if {ast.unparse(node.test)}:", body, orelse))
+    return out
+
+
+@contextlib.contextmanager
+def _patched(obj, **values):
+    before = {k: obj.__dict__[k] if k in obj.__dict__ else getattr(obj, k) for k in values}
+    for k, v in values.items():
+        setattr(obj, k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            setattr(obj, k, v)
+
+
+@contextlib.contextmanager
+def engine_session(source: EngineSource, target: Target, allow, stand_ins: dict, cache_dir=None):
+    """A Session whose `module(name)` imports the engine's module from the wheel, under the target's stand-in
+    device, recording launches instead of making them (the module docstring); all of it undone on exit."""
+    jit_cls, tuner_cls = _jit.JITFunction, _autotuner.Autotuner  # torch and Triton in sys.modules before the snapshot
+    torch.cuda.get_device_capability  # noqa: B018
+    session = Session(source, target, frozenset(allow), dict(stand_ins),
+                      cache_root(cache_dir) / "audit-src" / f"{source.engine}-{source.version}")
+    modules_before = dict(sys.modules)
+    finder = _Finder(session)
+
+    def jit_run(fn, *args, grid, warmup, **kwargs):
+        session.record(fn, args, grid, kwargs)
+
+    def autotune_run(tuner, *args, **kwargs):
+        tuner.nargs = dict(zip(tuner.arg_names, args))
+        configs = tuner.prune_configs(kwargs) if len(tuner.configs) > 1 else tuner.configs
+        try:
+            for i, config in enumerate(configs):
+                session._autotune = (i, len(configs), len(tuner.configs))
+                tuner.fn.run(*args, **kwargs, **config.all_kwargs())
+        finally:
+            session._autotune = None
+            tuner.nargs = None
+
+    trace_before = sys.gettrace()
+    sys.meta_path.insert(0, finder)
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_patched(torch.cuda, **cuda_answers(target)))
+            stack.enter_context(_patched(jit_cls, run=jit_run))
+            stack.enter_context(_patched(tuner_cls, run=autotune_run))
+            sys.settrace(session._trace)
+            try:
+                yield session
+            finally:
+                sys.settrace(trace_before)
+    finally:
+        sys.meta_path.remove(finder)
+        for name in list(sys.modules):
+            if name not in modules_before:
+                del sys.modules[name]
+        for name, mod in modules_before.items():
+            if sys.modules.get(name) is not mod:
+                sys.modules[name] = mod
+        importlib.invalidate_caches()
+
+
+def triton_stand_in(target: Target, source: EngineSource) -> dict:
+    """A module whose names are the real triton's (vllm.triton_utils answers with the installed Triton)."""
+    return {"triton": triton.load(), "tl": tl.load(), "HAS_TRITON": True}

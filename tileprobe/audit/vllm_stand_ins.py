@@ -1,0 +1,100 @@
+"""vLLM's platform helpers as the target answers them, for tileprobe.audit.capture (each a function of the target and
+the engine release that returns the stand-in module's attributes).
+
+- `vllm.platforms`: `current_platform` is a subclass of vLLM's own `Platform` (vllm/platforms/interface.py, served
+  from the wheel), so is_device_capability / has_device_capability / is_device_capability_family / fp8_dtype keep
+  vLLM's semantics; only `get_device_capability` (the target's) and the CUDA enum are set here.
+- `vllm.triton_utils`: the installed Triton (HAS_TRITON), as vllm/triton_utils/__init__.py exports it.
+- `vllm.utils.import_utils`: resolve_obj_by_qualname only (the module imports the third-party `regex`).
+- `vllm.v1.attention.backends.utils`: PAD_SLOT_ID, read from the wheel's text.
+- `vllm.logger`: `init_logger` gives a logging.Logger with vLLM's *_once methods.
+- `vllm.v1.kv_cache_interface`: `KVQuantMode`, the enum class read from the wheel's own text (the module's other
+  imports pull in vLLM's config tree).
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+import importlib
+import logging
+
+from tileprobe.engines.triton_configs import EngineSource
+from tileprobe.lazy import LazyModule
+from tileprobe.targets import Target
+
+_triton = LazyModule("triton")
+_tl = LazyModule("triton.language")
+
+
+class _Logger(logging.LoggerAdapter):
+    def debug_once(self, msg, *args, **kwargs):
+        self.debug(msg, *args)
+
+    def info_once(self, msg, *args, **kwargs):
+        self.info(msg, *args)
+
+    def warning_once(self, msg, *args, **kwargs):
+        self.warning(msg, *args)
+
+
+def logger(target: Target, source: EngineSource) -> dict:
+    return {"init_logger": lambda name: _Logger(logging.getLogger(f"tileprobe.audit.{name}"), {})}
+
+
+def triton_utils(target: Target, source: EngineSource) -> dict:
+    tl = _tl.load()
+    return {"triton": _triton.load(), "tl": tl, "HAS_TRITON": True, "LOG2E": 1.4426950408889634,
+            "LOGE2": 0.6931471805599453}
+
+
+def platforms(target: Target, source: EngineSource) -> dict:
+    interface = importlib.import_module("vllm.platforms.interface")
+    major, minor = (int(x) for x in target.cc.split("."))
+
+    class TargetPlatform(interface.Platform):
+        _enum = interface.PlatformEnum.CUDA
+        device_name = "cuda"
+        device_type = "cuda"
+        dispatch_key = "CUDA"
+
+        @classmethod
+        def get_device_capability(cls, device_id: int = 0):
+            return interface.DeviceCapability(major, minor)
+
+        @classmethod
+        def get_device_name(cls, device_id: int = 0) -> str:
+            return target.device_name
+
+    return {"current_platform": TargetPlatform()}
+
+
+def kv_cache_interface(target: Target, source: EngineSource) -> dict:
+    text = source.read_text("vllm/v1/kv_cache_interface.py")
+    node = next(n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == "KVQuantMode")
+    scope = {"IntEnum": enum.IntEnum}
+    exec(compile(ast.Module([node], []), "vllm/v1/kv_cache_interface.py", "exec"), scope)  # noqa: S102
+    return {"KVQuantMode": scope["KVQuantMode"]}
+
+
+def import_utils(target: Target, source: EngineSource) -> dict:
+    """resolve_obj_by_qualname (the one name vllm/v1/attention/backends/registry.py takes; the module itself needs
+    the third-party `regex`)."""
+    def resolve_obj_by_qualname(qualname: str):
+        module, _, name = qualname.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+    return {"resolve_obj_by_qualname": resolve_obj_by_qualname}
+
+
+def backend_utils(target: Target, source: EngineSource) -> dict:
+    """PAD_SLOT_ID, the one name lightning_attn.py takes from vllm/v1/attention/backends/utils.py (read from its
+    text; the module imports vLLM's config tree)."""
+    text = source.read_text("vllm/v1/attention/backends/utils.py")
+    node = next(n for n in ast.parse(text).body if isinstance(n, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "PAD_SLOT_ID" for t in n.targets))
+    return {"PAD_SLOT_ID": ast.literal_eval(node.value)}
+
+
+STAND_INS = {"vllm.v1.attention.backends.utils": backend_utils, "vllm.utils.import_utils": import_utils, "vllm.platforms": platforms, "vllm.triton_utils": triton_utils, "vllm.logger": logger,
+             "vllm.v1.kv_cache_interface": kv_cache_interface}
