@@ -48,10 +48,12 @@ _BLOCKS = Column("block", "BLOCK_M/N/D", lambda r, c: "/".join(c.fmt(r.get(k)) f
 REPORT = replace(
     TRITON_REPORT,
     terminal=(
-        Column("kernel", "kernel", field_of("kernel")),
-        Column("gemm", "op", field_of("gemm")),
-        Column("problem", "shape", field_of("problem"), wrap=True, min_width=14),
-        Column("config_source", "set at (engine line)", field_of("config_source"), wrap=True, min_width=14),
+        Column("gemm", "op", field_of("gemm"), wrap=True, min_width=12),
+        Column("kernel", "kernel", field_of("kernel"), wrap=True, min_width=12),
+        # the engine file's name and line (the whole path and the launch's shapes: report.md and the CSV)
+        Column("config_source", "set at", lambda r, c: c.fmt(r.get("config_source") and
+                                                             str(r["config_source"]).rsplit("/", 1)[-1]),
+               wrap=True, min_width=16),
         _BLOCKS,
         Column("num_warps", "warps", field_of("num_warps")),
         Column("stages", "stages", field_of("stages")),
