@@ -605,6 +605,9 @@ def export_triton_configs(
     tp: Annotated[int, typer.Option("--tp", help="no input file: tensor-parallel ways (the file's N is the expert intermediate size / tp)")] = 1,
     ep: Annotated[int, typer.Option("--ep", help="no input file: expert-parallel ways (the file's E is the experts / ep)")] = 1,
     quant: Annotated[Optional[str], typer.Option("--quant", help="no input file: bf16, fp8 or fp8-block (default: --model's quantization_config, else bf16)")] = None,
+    compile_all: CompileAllOpt = False,
+    verify: VerifyOpt = 0,
+    verify_seed: VerifySeedOpt = None,
 ) -> None:
     """Engine config files for TARGET in the engine's names and layout, every entry fitting (an over-limit entry
     becomes the nearest fitting config by a stated rule; compiled, not timed; provenance beside them). With --tune,
@@ -615,11 +618,17 @@ def export_triton_configs(
                                 ("--seed", seed), ("--prune-only", prune_only or None)) if v is not None]
     if tune_only and not tune:
         raise UsageError(f"{', '.join(tune_only)} apply with --tune only")
+    policy = PredictPolicy(compile_all, verify, verify_seed).check()
+    if tune and (compile_all or verify or verify_seed is not None):
+        raise UsageError("--compile-all, --verify and --verify-seed do not apply with --tune (it compiles its space)")
     if inputs is None:
         if tune:
             raise UsageError("--tune starts from an input file (the shipped file to tune, e.g. the H200 one)")
-        lines = triton_resolve.run(engine, engine_wheel, workload, model, tp, ep, quant, target, out,
-                                   _split_csv(device_name), max(1, jobs), cache_dir, any_triton)
+        try:
+            lines = triton_resolve.run(engine, engine_wheel, workload, model, tp, ep, quant, target, out,
+                                       _split_csv(device_name), max(1, jobs), cache_dir, any_triton, policy)
+        except PredictionMismatch as exc:
+            _mismatch_exit(exc)
         sys.stdout.write("".join(line + "\n" for line in lines))
         return
     given = [o for o, v in (("--workload", workload), ("--model", model), ("--tp", tp != 1), ("--ep", ep != 1),
@@ -639,13 +648,17 @@ def export_triton_configs(
         for line in triton_tune.summary(tuned, prov):
             sys.stdout.write(line + "\n")
         return
-    written = triton_export.run(inputs, engine, engine_wheel, target, out, _split_csv(device_name), hidden,
-                                max(1, jobs), cache_dir, any_triton)
+    try:
+        written = triton_export.run(inputs, engine, engine_wheel, target, out, _split_csv(device_name), hidden,
+                                    max(1, jobs), cache_dir, any_triton, policy=policy)
+    except PredictionMismatch as exc:
+        _mismatch_exit(exc)
     for w in written:
         sys.stdout.write(f"{w.path}: {w.entries} entries, {w.substituted} substituted\n")
     env = "VLLM_TUNED_CONFIG_FOLDER" if (engine or triton_audit.guess_engine([w.path.name for w in written])) == "vllm" \
         else "SGLANG_MOE_CONFIG_DIR"
-    sys.stdout.write(f"use: export {env}={out} (provenance: {out / triton_export.PROVENANCE}; compiled, not timed)\n")
+    sys.stdout.write(f"use: export {env}={out} (provenance: {out / triton_export.PROVENANCE}; "
+                     f"{written[0].evidence if written else 'compiled, not timed'})\n")
 
 
 @export_app.command("flashinfer-ids-diff")

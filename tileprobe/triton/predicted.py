@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from tileprobe.backends.triton.compile import TritonBuild, TritonCompileError
+from tileprobe.backends.triton.compile import TritonBuild, TritonCompileError, compile_many
 from tileprobe.backends.triton.source import KernelSource
 from tileprobe.errors import TileprobeError, UsageError
 from tileprobe.families import triton_moe as tm
@@ -164,3 +164,16 @@ def prediction_columns(pred, build) -> dict:
     if build.shared == pred:
         return {"predicted_smem_bytes": pred, "prediction": "exact"}
     return {"predicted_smem_bytes": pred, "prediction": f"MODEL ERROR: predicted {pred} B, compiled {build.shared} B"}
+
+
+def verify_sample(launches: list[tuple[str, object, int]], n: int, seed: int | None, n_jobs: int, cache_dir
+                  ) -> tuple[int, int, list[str]]:
+    """After the fact (export's substitute search decides from predictions batch by batch): compile a seeded sample
+    of `n` distinct predicted launches (name, KernelJob, predicted bytes) and compare. Returns (seed, how many were
+    compiled, mismatch lines)."""
+    seed = seed if seed is not None else random.randrange(2**31)
+    distinct = list({job: (name, job, b) for name, job, b in launches}.values())
+    picked = random.Random(seed).sample(distinct, min(n, len(distinct)))
+    builds = compile_many([job for _, job, _ in picked], n_jobs, cache_dir)
+    ans = Answers([b for _, _, b in picked], [True] * len(picked), [True] * len(picked), seed)
+    return seed, len(picked), ans.mismatches(builds, [name for name, _, _ in picked])
