@@ -183,6 +183,16 @@ def run(inputs: Path | None, engine: str | None, wheel: str | None, target_name:
             if e is None:
                 raise UsageError(f"{f.rel} [{key}]: cannot size this entry ({why})")
             entries[key], raw_keep[key] = e, raw
+        def fit_prefix(cs: list[dict], key: int) -> list[dict]:
+            """The candidates up to the first the predictor says fits (nothing after it needs a compile)."""
+            if policy.compile_all:
+                return cs
+            for i, c in enumerate(cs):
+                got = [pred_mod.predict_launch(cfg, source, triton.version) for cfg, _ in launches_for(c, key)]
+                if all(isinstance(g, int) for g in got) and max(got) <= target.smem_optin:
+                    return cs[:i + 1]
+            return cs
+
         per = len(gemms)
         first = sized(list(entries.items()), f"export {f.rel}")
         out_entries: dict[str, dict] = {}
@@ -206,7 +216,7 @@ def run(inputs: Path | None, engine: str | None, wheel: str | None, target_name:
         chosen: dict[int, tuple[dict, int, str]] = {}
         step = max(2, jobs)
         for start in range(0, max((len(c) for c in cand.values()), default=0), step):
-            flat = [(key, c) for key, cs in cand.items() if key not in chosen for c in cs[start:start + step]]
+            flat = [(key, c) for key, cs in cand.items() if key not in chosen for c in fit_prefix(cs[start:start + step], key)]
             if not flat:
                 break
             for (key, c), (bs, how) in zip(flat, sized(flat, f"export {f.rel}: substitutes")):
