@@ -465,8 +465,7 @@ TRITON_REPORT = ReportSpec(
     csv_first=("family", "target", "device_name", "cc", "gpu_index", "arch", "kernel", "kernel_file", "engine",
                "engine_hash", "triton_version", "quant", "gemm", "batch", "batch_range", "config_origin",
                "config_file", "config_key", "config_rule", "config_source", "block_m", "block_n", "block_k",
-               "group_size_m", "num_warps", "stages", "smem_bytes", "predicted_smem_bytes", "prediction",
-               "smem_limit_bytes", "headroom_bytes",
+               "group_size_m", "num_warps", "stages", "smem_bytes", "smem_limit_bytes", "headroom_bytes",
                "regs_per_thread", "spill_bytes", "verdict", "evidence", "reason"),
     csv_drop=TRITON_CUTLASS_ONLY,
 )
