@@ -19,6 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tileprobe import cli
+from tileprobe import sweep as sw
 from tileprobe.backends.triton.toolchain import installed
 from tileprobe.engines import triton_configs as tc
 from tileprobe.engines import vllm
@@ -26,6 +27,7 @@ from tileprobe.errors import UsageError
 from tileprobe.predict import triton_moe as predict_tm
 from tileprobe.targets import DEVICE_NAMES
 from tileprobe.triton import audit, predicted
+from tileprobe.triton.sweep import TritonOptions
 
 SESSION_CACHE = os.environ.get("TILEPROBE_TEST_CACHE")
 
@@ -186,16 +188,13 @@ def test_sweep_predictor_first_rows_carry_the_prediction(tmp_path, rng):
     """sweep --family triton-moe at one M: each launch is predicted (bytes = predicted_smem_bytes) or compiled with
     the prediction beside it; --verify 1 compiles one predicted launch, whose prediction is exact."""
     _need_engine()
-    from tileprobe import sweep as sw
-    from tileprobe.triton.sweep import TritonOptions
-
     opts = sw.SweepOptions(family="triton-moe", target="rtx-pro-6000", out=tmp_path / "o", jobs=2,
                            cache_dir=SESSION_CACHE, static_only=True,
                            workload={"presets": ["qwen3-30b-a3b"], "batches": [rng.choice([1, 2, 4, 8, 16])],
                                      "seed": rng.randrange(2**31)},
                            triton=TritonOptions(engine="vllm", device_names=[rng.choice(DEVICE_NAMES["rtx-pro-6000"])],
                                                 verify=1))
-    rows = sw.run(opts, cli.console if hasattr(cli, "console") else None)
+    rows = sw.run(opts, cli.console)
     assert rows and all(r["prediction"] for r in rows), rows
     for r in rows:
         if r["evidence"] == "predicted":
