@@ -610,7 +610,7 @@ def export_triton_configs(
     verify_seed: VerifySeedOpt = None,
 ) -> None:
     """Engine config files for TARGET in the engine's names and layout, every entry fitting (an over-limit entry
-    becomes the nearest fitting config by a stated rule; compiled, not timed; provenance beside them). With --tune,
+    becomes the nearest fitting config by a stated rule; bytes predicted where exact, else compiled; not timed; provenance beside them). With --tune,
     on a GPU of TARGET's arch, every entry is the fastest verified config of the engine's tuning space instead.
     Without INPUTS: per SKU name, what --engine loads today for the model (its shipped file, or its default
     heuristic), made to fit."""

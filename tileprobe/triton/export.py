@@ -1,5 +1,5 @@
 """`tileprobe export triton-configs`: a folder of engine config files for a GPU without one to tune on, in the
-engine's own names and layout, every entry fitting the target (compiled, not timed).
+engine's own names and layout, every entry fitting the target (predicted or compiled, not timed).
 
 Input: engine config files (a file or folder: e.g. the shipped H200 file for the model), or, with none, what the
 engine loads on the target today for a model (tileprobe.triton.resolve: Inputs built there). Output, for every device
