@@ -56,8 +56,27 @@ def plan_only(engine: str) -> dict:
     return {"files": len(files), "entry_launches": len(todo), "answers": ans.record([c.job for c in todo])}
 
 
-def run(engine: str, jobs: int, cache: Path, out: Path, verify: int, timeout: float) -> dict:
-    cmd = [sys.executable, "-m", "tileprobe", "check-configs", "--engine", engine, "--jobs", str(jobs),
+def subset_tree(engine: str, dest: Path, ccs: set[int]) -> int:
+    """The engine's shipped files named after a device of these compute capabilities, in the engine's layout."""
+    src = tc.find_engine(engine)
+    mod = triton_lookup.engine_module(engine)
+    devices = audit.device_targets(engine)
+    n = 0
+    for f in tc.read_source_tree(src, mod.CONFIGS_DIR):
+        t = devices.get(f.name.device_name)
+        if t is None or t.cc_int not in ccs:
+            continue
+        out = dest / f.rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(src.read_text(f"{mod.CONFIGS_DIR}/{f.rel}"))
+        n += 1
+    return n
+
+
+def run(engine: str, jobs: int, cache: Path, out: Path, verify: int, timeout: float, tree: Path | None = None
+        ) -> dict:
+    cmd = [sys.executable, "-m", "tileprobe", "check-configs", *([str(tree)] if tree else []), "--engine", engine,
+           "--jobs", str(jobs),
            "--cache-dir", str(cache), "--out", str(out)] + (["--verify", str(verify)] if verify else [])
     load0, cpu0, t0 = os.getloadavg()[0], _cpu(), time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
@@ -80,6 +99,8 @@ def main() -> None:
     ap.add_argument("--verify", type=int, default=0, help="then the same run on the warm cache with --verify N")
     ap.add_argument("--timeout", type=float, default=7200)
     ap.add_argument("--plan-only", action="store_true", help="record the predictor's split only; compile nothing")
+    ap.add_argument("--only-cc", default="", help="only the files named after a device of these capabilities "
+                                                  "(e.g. 120,121: the predictor's scope), copied to a temporary tree")
     ap.add_argument("--no-save", action="store_true")
     a = ap.parse_args()
     base = {"benchmark": "triton_predictor_first", "commit": _commit(), "cores": os.cpu_count(),
@@ -92,12 +113,17 @@ def main() -> None:
         else:
             with tempfile.TemporaryDirectory() as tmp:
                 cache = Path(tmp) / "cache"  # cold: a fresh build cache
-                cold = run(engine, a.jobs, cache, Path(tmp) / "cold", 0, a.timeout)
-                recs.append({**base, "engine": tc.find_engine(engine).label(), "mode": "cold", **cold})
+                tree, extra = None, {}
+                if a.only_cc:
+                    tree = Path(tmp) / "tree"
+                    ccs = {int(x) for x in a.only_cc.split(",")}
+                    extra = {"only_cc": sorted(ccs), "files": subset_tree(engine, tree, ccs)}
+                cold = run(engine, a.jobs, cache, Path(tmp) / "cold", 0, a.timeout, tree)
+                recs.append({**base, "engine": tc.find_engine(engine).label(), "mode": "cold", **extra, **cold})
                 if a.verify:
-                    warm = run(engine, a.jobs, cache, Path(tmp) / "verify", a.verify, a.timeout)
+                    warm = run(engine, a.jobs, cache, Path(tmp) / "verify", a.verify, a.timeout, tree)
                     recs.append({**base, "engine": tc.find_engine(engine).label(),
-                                 "mode": f"verify {a.verify} (warm cache of the cold run)", **warm})
+                                 "mode": f"verify {a.verify} (warm cache of the cold run)", **extra, **warm})
         for rec in recs:
             rec["date"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
             print(json.dumps(rec, indent=1))
