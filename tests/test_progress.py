@@ -190,8 +190,8 @@ def _triton_engine():
 
 @pytest.mark.triton
 def test_check_configs_reports_each_compiled_entry_with_its_bytes(tmp_path, rng):
-    """compile_many's on_result, through check-configs on a one-file tree: one line per entry launch compiled,
-    each with the bytes its row says."""
+    """compile_many's on_result, through check-configs on a one-file tree (--compile-all: every launch compiled,
+    none answered by the predictor): one line per entry launch compiled, each with the bytes its row says."""
     _triton_engine()
     f = tmp_path / vllm.config_file_name(rng.choice([64, 128]), rng.choice([256, 768]), tc.scheme("bf16"),
                                          rng.choice(DEVICE_NAMES["rtx-pro-6000"]))
@@ -199,7 +199,7 @@ def test_check_configs_reports_each_compiled_entry_with_its_bytes(tmp_path, rng)
     f.write_text(json.dumps({str(k): {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": rng.choice([32, 64]),
                                       "BLOCK_SIZE_K": rng.choice([64, 128]), "GROUP_SIZE_M": 1, "num_warps": 4,
                                       "num_stages": rng.choice([2, 3])} for k in keys}))
-    p = _cli("check-configs", f, "--out", tmp_path / "out", "--jobs", "2")
+    p = _cli("check-configs", f, "--out", tmp_path / "out", "--jobs", "2", "--compile-all")
     assert p.returncode == 0, p.stdout + p.stderr
     rows = _rows(tmp_path / "out")
     got = _progress_lines(p.stderr)
@@ -209,7 +209,7 @@ def test_check_configs_reports_each_compiled_entry_with_its_bytes(tmp_path, rng)
     assert all(m[4] == "fits" for m in got) and not _progress_lines(p.stdout)
     # export triton-configs of the same file (the same launches: from the cache): one line per entry and GEMM,
     # with the bytes check-configs compiled
-    e = _cli("export", "triton-configs", f, "--target", "rtx-pro-6000", "--out", tmp_path / "exp", "--jobs", "2")
+    e = _cli("export", "triton-configs", f, "--target", "rtx-pro-6000", "--out", tmp_path / "exp", "--jobs", "2", "--compile-all")
     assert e.returncode == 0, e.stdout + e.stderr
     lines = _progress_lines(e.stderr)
     assert sorted((re.search(r"M=\d+", m[3])[0] + " " + m[3].split()[-1], int(m[5])) for m in lines) == sorted(
@@ -246,7 +246,7 @@ def test_a_triton_moe_sweep_reports_each_launch_compiled(tmp_path, rng):
         "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": rng.choice([2, 3])}}))
     p = _cli("sweep", "--family", "triton-moe", "--engine", "vllm", "--workload", "qwen3-30b-a3b", "--quant", "bf16",
              "--target", "rtx-pro-6000", "--device-name", dev, "--config-dir", folder, "--batch", m, "--out",
-             tmp_path / "o", "--jobs", "2", "--json")
+             tmp_path / "o", "--jobs", "2", "--json", "--compile-all")
     assert p.returncode == 0, p.stderr
     rows = _rows(tmp_path / "o")
     got = _progress_lines(p.stderr)

@@ -20,6 +20,7 @@ from tileprobe.triton import audit as triton_audit
 from tileprobe.triton import export as triton_export
 from tileprobe.triton import resolve as triton_resolve
 from tileprobe.triton import tune as triton_tune
+from tileprobe.triton.predicted import Policy as PredictPolicy, PredictionMismatch
 from tileprobe.engines import flashinfer_blocklist as blocklist
 from tileprobe.engines import flashinfer_blocklist_check as bl_check
 from tileprobe.reports import compare
@@ -77,6 +78,16 @@ TargetOpt = Annotated[Optional[str], typer.Option(
 CutlassOpt = Annotated[Optional[str], typer.Option("--cutlass-dir", help="CUTLASS checkout or include dir")]
 NvccOpt = Annotated[Optional[str], typer.Option("--nvcc", help="path to nvcc")]
 CacheOpt = Annotated[Optional[str], typer.Option("--cache-dir", help="build cache (default: user cache dir)")]
+CompileAllOpt = Annotated[bool, typer.Option("--compile-all", help="triton-moe: compile every launch, even those tileprobe's predictor answers exactly (default: predictor first, compile only what it cannot predict)")]
+VerifySeedOpt = Annotated[Optional[int], typer.Option("--verify-seed", help="the --verify sample's seed (default: a fresh one, printed and recorded)")]
+VerifyOpt = Annotated[int, typer.Option("--verify", metavar="N", help="triton-moe: also compile a random sample of N predicted launches (seed printed and recorded); exit 1 naming each whose bytes differ")]
+
+
+def _mismatch_exit(exc: PredictionMismatch) -> None:
+    """--verify found predicted launches whose compile differs: one line each (launch, predicted, compiled), exit 1."""
+    sys.stdout.writelines(f"MISMATCH {line}\n" for line in exc.lines)
+    sys.stderr.write(f"tileprobe: {exc}\n")
+    raise typer.Exit(1)
 
 
 def _split_csv(values: list[str] | None) -> list[str] | None:
@@ -155,6 +166,8 @@ def sweep(
     config_dir: Annotated[Optional[Path], typer.Option("--config-dir", help="triton-moe: the user's config folder the engine reads first (VLLM_TUNED_CONFIG_FOLDER / SGLANG_MOE_CONFIG_DIR)")] = None,
     device_name: Annotated[Optional[list[str]], typer.Option("--device-name", help="triton-moe: the exact device name(s) to answer for (default: every SKU of --target)")] = None,
     any_triton: Annotated[bool, typer.Option("--any-triton", help="triton-moe: size with the installed Triton even when it is not the engines' 3.8.0")] = False,
+    compile_all: CompileAllOpt = False,
+    verify: VerifyOpt = 0,
     cutlass_dir: CutlassOpt = None,
     nvcc: NvccOpt = None,
     cache_dir: CacheOpt = None,
@@ -189,12 +202,16 @@ def sweep(
                   "batches": _ints(batch, "--batch"), "routing": routing, "tp": tp, "ep": ep, "seed": seed},
         triton=triton_sweep.TritonOptions(engine=engine, quant=quant, engine_wheel=engine_wheel and str(engine_wheel),
                                              config_dir=config_dir and str(config_dir),
-                                             device_names=_split_csv(device_name), any_triton=any_triton),
+                                             device_names=_split_csv(device_name), any_triton=any_triton,
+                                             compile_all=compile_all, verify=verify),
     )
     if ray_shards is not None and ray is None:
         raise UsageError("--ray-shards applies with --ray only")
     res = ray_sweep.run(opts, console, ray, ray_shards) if ray else None
-    rows = res.rows if res else sw.run(opts, console)
+    try:
+        rows = res.rows if res else sw.run(opts, console)
+    except PredictionMismatch as exc:
+        _mismatch_exit(exc)
     if as_json:
         for r in rows:
             sys.stdout.write(json.dumps(r) + "\n")
@@ -283,16 +300,24 @@ def check_configs(
     jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles", show_default="cores")] = os.cpu_count() or 1,
     any_triton: Annotated[bool, typer.Option("--any-triton", help="compile with an installed Triton other than the engines' pinned release")] = False,
     cache_dir: CacheOpt = None,
+    compile_all: CompileAllOpt = False,
+    verify: VerifyOpt = 0,
+    verify_seed: VerifySeedOpt = None,
 ) -> None:
-    """Every entry's exact shared bytes (compiled with Triton for the target, not launched). One line per entry that
+    """Every entry's exact shared bytes (from tileprobe's predictor where it is exact, else compiled with Triton for
+    the target; not launched). One line per entry that
     does not fit (OVER), that Triton did not compile (COMPILE-ERROR) or that was not checked (NOT-CHECKED); exit 0
     when every entry was checked and fits, 2 when nothing could be checked, else 1."""
 
     res = triton_audit.run(path, engine, engine_wheel, target, out, jobs, cache_dir, hidden, any_triton,
-                           sw.command_line())
+                           sw.command_line(), PredictPolicy(compile_all, verify, verify_seed))
     for n in res.notes:
         sys.stdout.write(f"note: {n}\n")
-    for word, lines in (("NOT-CHECKED", res.not_checked), ("COMPILE-ERROR", res.compile_errors), ("OVER", res.over)):
+    if res.answers.get("verify_seed") is not None:
+        sys.stdout.write(f"note: --verify {verify}: {res.answers['verified']} predicted launches compiled, sample "
+                         f"seed {res.answers['verify_seed']} (--verify-seed to repeat it)\n")
+    for word, lines in (("NOT-CHECKED", res.not_checked), ("COMPILE-ERROR", res.compile_errors), ("OVER", res.over),
+                        ("MISMATCH", res.mismatches)):
         sys.stdout.writelines(f"{word} {line}\n" for line in lines)
     if res.exit_code() == 2:
         raise UsageError(f"nothing checked: none of the {len(res.not_checked)} file(s) or entry launches named above "
@@ -300,8 +325,10 @@ def check_configs(
     s = res.seconds
     sys.stdout.write(f"{len(res.over)} of {res.checked} entry launches do not fit, {len(res.compile_errors)} did not "
                      f"compile ({len(res.not_checked)} not checked; "
-                     f"{s['distinct']} distinct compiles, {s['compiled']} new, {s['cached']} cached; "
-                     f"plan {s['plan_s']} s, compile {s['compile_s']} s; evidence: compiled, not launched)\n")
+                     f"{s['launches_predicted']} distinct launches predicted, {s['distinct']} compiled "
+                     f"({s['launches_cannot_predict']} the predictor cannot answer), {s['compiled']} new, "
+                     f"{s['cached']} cached; plan {s['plan_s']} s, compile {s['compile_s']} s; evidence: "
+                     f"{res.evidence})\n")
     if res.exit_code():
         raise typer.Exit(res.exit_code())
 
@@ -613,9 +640,12 @@ def export_triton_configs(
     tp: Annotated[int, typer.Option("--tp", help="no input file: tensor-parallel ways (the file's N is the expert intermediate size / tp)")] = 1,
     ep: Annotated[int, typer.Option("--ep", help="no input file: expert-parallel ways (the file's E is the experts / ep)")] = 1,
     quant: Annotated[Optional[str], typer.Option("--quant", help="no input file: bf16, fp8 or fp8-block (default: --model's quantization_config, else bf16)")] = None,
+    compile_all: CompileAllOpt = False,
+    verify: VerifyOpt = 0,
+    verify_seed: VerifySeedOpt = None,
 ) -> None:
     """Engine config files for TARGET in the engine's names and layout, every entry fitting (an over-limit entry
-    becomes the nearest fitting config by a stated rule; compiled, not timed; provenance beside them). With --tune,
+    becomes the nearest fitting config by a stated rule; bytes predicted where exact, else compiled; not timed; provenance beside them). With --tune,
     on a GPU of TARGET's arch, every entry is the fastest verified config of the engine's tuning space instead.
     Without INPUTS: per SKU name, what --engine loads today for the model (its shipped file, or its default
     heuristic), made to fit."""
@@ -623,11 +653,17 @@ def export_triton_configs(
                                 ("--seed", seed), ("--prune-only", prune_only or None)) if v is not None]
     if tune_only and not tune:
         raise UsageError(f"{', '.join(tune_only)} apply with --tune only")
+    policy = PredictPolicy(compile_all, verify, verify_seed).check()
+    if tune and (compile_all or verify or verify_seed is not None):
+        raise UsageError("--compile-all, --verify and --verify-seed do not apply with --tune (it compiles its space)")
     if inputs is None:
         if tune:
             raise UsageError("--tune starts from an input file (the shipped file to tune, e.g. the H200 one)")
-        lines = triton_resolve.run(engine, engine_wheel, workload, model, tp, ep, quant, target, out,
-                                   _split_csv(device_name), max(1, jobs), cache_dir, any_triton)
+        try:
+            lines = triton_resolve.run(engine, engine_wheel, workload, model, tp, ep, quant, target, out,
+                                       _split_csv(device_name), max(1, jobs), cache_dir, any_triton, policy)
+        except PredictionMismatch as exc:
+            _mismatch_exit(exc)
         sys.stdout.write("".join(line + "\n" for line in lines))
         return
     given = [o for o, v in (("--workload", workload), ("--model", model), ("--tp", tp != 1), ("--ep", ep != 1),
@@ -647,13 +683,17 @@ def export_triton_configs(
         for line in triton_tune.summary(tuned, prov):
             sys.stdout.write(line + "\n")
         return
-    written = triton_export.run(inputs, engine, engine_wheel, target, out, _split_csv(device_name), hidden,
-                                max(1, jobs), cache_dir, any_triton)
+    try:
+        written = triton_export.run(inputs, engine, engine_wheel, target, out, _split_csv(device_name), hidden,
+                                    max(1, jobs), cache_dir, any_triton, policy=policy)
+    except PredictionMismatch as exc:
+        _mismatch_exit(exc)
     for w in written:
         sys.stdout.write(f"{w.path}: {w.entries} entries, {w.substituted} substituted\n")
     env = "VLLM_TUNED_CONFIG_FOLDER" if (engine or triton_audit.guess_engine([w.path.name for w in written])) == "vllm" \
         else "SGLANG_MOE_CONFIG_DIR"
-    sys.stdout.write(f"use: export {env}={out} (provenance: {out / triton_export.PROVENANCE}; compiled, not timed)\n")
+    sys.stdout.write(f"use: export {env}={out} (provenance: {out / triton_export.PROVENANCE}; "
+                     f"{written[0].evidence if written else 'compiled, not timed'})\n")
 
 
 @export_app.command("flashinfer-ids-diff")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tileprobe import preflight, progress
 from tileprobe.triton import sweep as triton_sweep
+from tileprobe.triton import predicted as triton_predicted
 from tileprobe.predict import modeled
 from tileprobe.backends.cutlass import peer
 from tileprobe.backends.cutlass.build import cache_root
@@ -343,6 +344,8 @@ def run_triton(opts: SweepOptions, console) -> list[dict]:
         for row in triton_sweep.rows(s, seed, console):
             rec.write(row)
         rec.meta["phases"] = s.phases
+    if s.mismatches:  # --verify: the rows are written (with MODEL ERROR); the run fails naming each launch
+        raise triton_predicted.PredictionMismatch(s.mismatches)
     return rec.rows
 
 

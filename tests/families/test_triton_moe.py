@@ -114,7 +114,7 @@ def test_sweep_answers_per_m_with_the_users_file(tmp_path, cache):
     out = tmp_path / "out"
     p = _cli("sweep", "--family", "triton-moe", "--engine", "vllm", "--workload", "qwen3-30b-a3b", "--quant", "bf16",
              "--target", "rtx-pro-6000", "--config-dir", folder, "--batch", "1,64", "--out", out, "--jobs", "2",
-             "--cache-dir", cache, "--json")
+             "--cache-dir", cache, "--json", "--compile-all")
     assert p.returncode == 0, p.stderr
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 3 * 2 * 2  # three SKUs x two GEMMs x two batch sizes
@@ -258,7 +258,7 @@ def test_predict_only_equals_the_compiled_sweep(tmp_path, cache, rng):
     print(engine, preset, quant, target, batches)
     p = _cli(*base, "--out", tmp_path / "pred", "--predict-only")
     assert p.returncode == 0, p.stderr
-    c = _cli(*base, "--out", tmp_path / "comp", "--jobs", "2", "--cache-dir", cache)
+    c = _cli(*base, "--out", tmp_path / "comp", "--jobs", "2", "--cache-dir", cache, "--compile-all")
     assert c.returncode == 0, c.stderr
     read = lambda d: {(r["device_name"], r["gemm"], r["batch"]): r for r in map(json.loads, (d / "results.jsonl").read_text().splitlines())}  # noqa: E731
     pred, comp = read(tmp_path / "pred"), read(tmp_path / "comp")

@@ -140,12 +140,13 @@ def test_resume_refuses_rows_of_another_triton_or_kernel(what, monkeypatch, caps
 
 
 def test_resume_refuses_compiled_rows_under_predicted_ones(monkeypatch, capsys, tmp_path, rng):
-    """Predicted rows, then the same sweep compiled with --resume: refused before any compile (one run.json cannot
-    say both)."""
+    """Predicted rows, then the same sweep compiled (--compile-all) with --resume: refused before any compile (one
+    run.json cannot say both)."""
     base = _base(rng)
     code, err = _run(monkeypatch, capsys, *base, "--predict-only", "--out", tmp_path)
     assert code == 0, err
-    line = _one_line_exit_2(*_run(monkeypatch, capsys, *base, "--resume", "--out", tmp_path, "--jobs", "1"))
+    line = _one_line_exit_2(*_run(monkeypatch, capsys, *base, "--resume", "--out", tmp_path, "--jobs", "1",
+                                  "--compile-all"))
     assert "evidence predicted -> compiled" in line, line
 
 

@@ -289,7 +289,7 @@ TRITON_TIE_RULE = ("two configs tie when their medians differ by no more than th
                    "wins (more headroom), then the lower config name")
 TRITON_CUTLASS_ONLY = ("tile_bytes_k", "schedule", "cluster", "dtypes", "tactic", "smem_mainloop_bytes",
                        "smem_epilogue_bytes", "smem_kernel_bytes", "cutlass_cap_bytes", "predicted_stages",
-                       "predicted_smem_bytes", "prediction", "smem_limit_device_bytes", "cutlass_version",
+                       "smem_limit_device_bytes", "cutlass_version",
                        "cutlass_source", "cutlass_hash", "nvcc_version", "host_compiler", "bad_groups", "worst_group",
                        "worst_ratio", "peer", "peer_us", "speedup")
 _GEMM_ORDER = {"gate_up": 0, "down": 1}
@@ -412,6 +412,8 @@ TRITON_REPORT = ReportSpec(
         Column("stages", "num_stages", field_of("stages")),
         Column("swap_ab", "SWAP_AB", lambda r, c: "on" if r.get("swap_ab") else "off", show="varies"),
         Column("smem_bytes", "metadata.shared B", field_of("smem_bytes")),
+        Column("predicted_smem_bytes", "predicted B", field_of("predicted_smem_bytes"), show="present"),
+        Column("prediction", "prediction", field_of("prediction"), show="present"),
         Column("smem_limit_bytes", "limit B", field_of("smem_limit_bytes")),
         Column("headroom_bytes", "headroom B", field_of("headroom_bytes")),
         Column("regs_per_thread", "regs", field_of("regs_per_thread")),

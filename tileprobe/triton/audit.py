@@ -7,6 +7,10 @@ whose experts and intermediate size match (E = experts / ep, N = inter / tp), el
 the row as assumed). Each entry is compiled as the engine launches it for M = its key: both GEMMs for vLLM (one
 config serves both) and for an SGLang up file with no _down file beside it, the down GEMM only for a _down file.
 
+Predictor first (tileprobe.triton.predicted): an entry launch the predictor answers exactly is answered by it
+(evidence `predicted`); only the others are compiled, unless --compile-all; --verify N compiles a seeded sample of N
+predicted launches too and fails naming each whose bytes differ. Compiled rows carry the prediction beside the bytes.
+
 Compiles are shared across files: ints the kernel does not take as constexprs enter Triton's specialisation only as
 "equal to 1", "divisible by 16" or neither, so they are replaced by 1, 16 or 17 before the cache key is taken.
 """
@@ -30,7 +34,8 @@ from tileprobe.families import triton_moe as tm
 from tileprobe.results.rows import make_row
 from tileprobe.results.writer import recording
 from tileprobe.targets import Target, profile
-from tileprobe.triton.sweep import engine_kernel_source, outcome, toolchain_columns
+from tileprobe.triton import predicted as pred_mod
+from tileprobe.triton.sweep import engine_kernel_source, outcome, predicted_outcome, toolchain_columns
 from tileprobe.workloads import PRESETS
 
 ASSUMED_HIDDEN = 4096
@@ -169,21 +174,31 @@ class AuditResult:
     seconds: dict
     compile_errors: list[str] = field(default_factory=list)  # one line per entry launch Triton did not compile
     not_checked: list[str] = field(default_factory=list)  # one line per file or entry launch not checked, and why
+    mismatches: list[str] = field(default_factory=list)  # --verify: a sampled launch whose compile differs
+    answers: dict = field(default_factory=dict)  # how the launches were answered (predicted.Answers.record)
 
     def exit_code(self) -> int:
         if self.checked == 0:
             return 2
-        return 1 if self.over or self.compile_errors or self.not_checked else 0
+        return 1 if self.over or self.compile_errors or self.not_checked or self.mismatches else 0
+
+    @property
+    def evidence(self) -> str:
+        """What the rows claim together, in words (the summary line's)."""
+        words = sorted({r["evidence"] for r in self.rows if r.get("evidence") in ("predicted", "compiled")})
+        return (" and ".join(words) or "none") + ", not launched"
 
 
 def run(path: Path | None, engine: str | None, wheel: str | None, target_name: str | None, out: Path | None,
-        jobs: int, cache_dir: str | None, hidden: int | None, any_triton: bool, command: str) -> AuditResult:
+        jobs: int, cache_dir: str | None, hidden: int | None, any_triton: bool, command: str,
+        policy: pred_mod.Policy = pred_mod.Policy()) -> AuditResult:
     if path is None and engine is None:
         raise UsageError("check-configs needs PATH (a config file or folder) or --engine vllm|sglang")
     if jobs < 1:
         raise UsageError("--jobs must be at least 1")
     if hidden is not None and hidden < 1:
         raise UsageError("--hidden must be at least 1")
+    policy.check()
     t0 = time.perf_counter()
     if path is not None:
         if not Path(path).exists():
@@ -199,25 +214,31 @@ def run(path: Path | None, engine: str | None, wheel: str | None, target_name: s
     checks, notes = plan(files, engine, source, target, hidden)
     t_plan = time.perf_counter() - t0
     todo = [c for c in checks if c.job is not None]
-    if todo:
-        preflight.check_triton(triton, todo[0].job.cc, cache_dir)  # a Triton that compiles nothing: one line
+    ans = pred_mod.answer([c.config for c in todo], [c.job for c in todo], source, triton.version, policy)
+    build_these = [c for c, yes in zip(todo, ans.compile) if yes]
+    if build_these:
+        preflight.check_triton(triton, build_these[0].job.cc, cache_dir)  # a Triton that compiles nothing: one line
     t1 = time.perf_counter()
-    with progress.track(len(todo), "check-configs") as bar:
-        builds = compile_many([c.job for c in todo], jobs, cache_dir, on_result=bar.each(
-            [f"{progress.unit(c.config, c.key)} on {c.target.name}" for c in todo],
-            lambda i, b: outcome(todo[i].config, b, todo[i].target, triton)))
+    with progress.track(len(build_these), "check-configs") as bar:
+        built = iter(compile_many([c.job for c in build_these], jobs, cache_dir, on_result=bar.each(
+            [f"{progress.unit(c.config, c.key)} on {c.target.name}" for c in build_these],
+            lambda i, b: outcome(build_these[i].config, b, build_these[i].target, triton))))
+    builds = [next(built) if yes else None for yes in ans.compile]
     t_compile = time.perf_counter() - t1
     cols = toolchain_columns(triton)
     rows, over, errors = [], [], []
-    for c, b in zip(todo, builds):
-        o = outcome(c.config, b, c.target, triton)
+    for i, (c, b) in enumerate(zip(todo, builds)):
+        shared = ans.predicted(i)
+        o = outcome(c.config, b, c.target, triton) if shared is None else \
+            predicted_outcome(c.config, c.target, shared, triton.version)
         point = {"workload": c.file.rel, "gemm": c.gemm, "batch": c.key, "routing": "config-file",
                  "device_name": c.file.name.device_name,
                  "problem": f"M={c.key} E={c.file.name.E} N={c.config.get('gemm_n')} K={c.config.get('gemm_k')} ({c.problem.how})",
                  "problems_hash": f"{c.file.rel}#{c.key}#{c.gemm}",
                  "config_origin": "shipped" if path is None else "user"}
         row = make_row(c.config, c.target, cols, o, point=point,
-                       extra={"engine": src.label(), "engine_hash": source.sha256[:16]})
+                       extra={"engine": src.label(), "engine_hash": source.sha256[:16]}
+                       | pred_mod.prediction_columns(ans.predictions[i], b))
         rows.append(row)
         line = f"{c.file.rel} [M={c.key}] {c.gemm} on {c.target.name}: {row['verdict']}: {o.reason}"
         if row["verdict"] == "compile-error":
@@ -226,19 +247,23 @@ def run(path: Path | None, engine: str | None, wheel: str | None, target_name: s
             over.append(line)
     not_checked = notes  # plan's notes: files not sized, on unknown devices, for archs not compiled
     not_checked += [f"{c.file.rel} [M={c.key}] {c.gemm}: not compiled ({c.why_not})" for c in checks if c.job is None]
-    distinct = {c.job: b for c, b in zip(todo, builds)}
+    distinct = {c.job: b for c, b in zip(todo, builds) if b is not None}
     seconds = {"plan_s": round(t_plan, 2), "compile_s": round(t_compile, 2),
+               **{f"launches_{k}": v for k, v in ans.counts([c.job for c in todo]).items()},
                "compiled": sum(1 for b in distinct.values() if not getattr(b, "cached", True)),
                "cached": sum(1 for b in distinct.values() if getattr(b, "cached", False)),
                "distinct": len(distinct),
                "compiler_s": round(sum(getattr(b, "seconds", 0.0) for b in distinct.values()
                                        if not getattr(b, "cached", True)), 2)}
+    mismatches = ans.mismatches(builds, [f"{c.file.rel} [M={c.key}] {c.gemm} on {c.target.name}" for c in todo])
+    record = ans.record([c.job for c in todo])
     if out is not None:
-        meta = {"family": tm.NAME, "target": (target or (todo[0].target if todo else profile("rtx-pro-6000"))).as_dict(),
+        meta = {"answers": record, "family": tm.NAME, "target": (target or (todo[0].target if todo else profile("rtx-pro-6000"))).as_dict(),
                 "devices": [], "configs": len(todo), "engine_origin": src.origin, "phases": seconds,
                 "toolchain": cols | {"engine": src.label(), "kernel_sha256": source.sha256},
                 "checked": str(path) if path is not None else f"{src.label()} shipped tree"}
-        with recording(out, meta, "compiled", command) as rec:
+        with recording(out, meta, ans.mode(), command) as rec:
             for row in rows:
                 rec.write(row)
-    return AuditResult(rows, over, [], len(todo), len(checks) - len(todo), seconds, errors, not_checked)
+    return AuditResult(rows, over, [], len(todo), len(checks) - len(todo), seconds, errors, not_checked, mismatches,
+                       record)

@@ -1,7 +1,8 @@
 """Does an engine's Triton fused-MoE config file fit the GPU it is named for? Per entry (batch size M), both GEMMs,
 compiled with Triton for the device in the file's name, through the engine's own lookup (so a file the engine would
 not read for that device, or an entry it would not pick, is said so). Used by the pytest plugin's
-`--tileprobe-configs`; evidence `compiled` (a cubin per launch; nothing launched).
+`--tileprobe-configs`; evidence `predicted` where tileprobe's predictor is exact (tileprobe.triton.predicted), else
+`compiled` (a cubin per launch); nothing launched.
 
 The file name gives E (local experts), N (per-shard intermediate size), the device and the quantization scheme; the
 hidden size K comes from the model preset whose experts and intermediate size split into E and N (tp, ep in 1..8),
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tileprobe import progress
+from tileprobe.triton import predicted as pred_mod
 from tileprobe.triton import sweep as triton_sweep
 from tileprobe.backends.triton.compile import compile_many
 from tileprobe.backends.triton.toolchain import require_triton
@@ -106,13 +108,15 @@ def run(check: ConfigCheck, workload: str | None, ms: list[int], jobs: int, cach
         raise UsageError(f"triton-moe compiles for {', '.join(tm.ARCHS)}; not {check.target.name}")
     planned = triton_sweep.plan(shape, check.engine, check.scheme.name, source, src, check.target, arch,
                                 (check.device_name,), sorted(ms), str(user_dir_for(check)), max(ms))
-    jobs_ = [p for p in planned if p.job is not None]  # the others are not reproduced (USE_TMA)
+    ans = pred_mod.answer([p.config for p in planned], [p.job for p in planned], source, triton.version,
+                          pred_mod.Policy())
+    jobs_ = [p for i, p in enumerate(planned) if ans.compile[i]]  # predicted, or not reproduced (USE_TMA): not built
     with progress.track(len(jobs_), f"check {check.path.name}") as bar:
         done = iter(compile_many([p.job for p in jobs_], jobs, cache_dir, on_result=bar.each(
             [progress.unit(p.config, p.point["batch"]) for p in jobs_],
             lambda i, b: triton_sweep.outcome(jobs_[i].config, b, check.target, triton))))
-    builds = [next(done) if p.job is not None else None for p in planned]
-    for p, b in zip(planned, builds):
+    builds = [next(done) if ans.compile[i] else None for i in range(len(planned))]
+    for i, (p, b) in enumerate(zip(planned, builds)):
         m, gemm = p.point["batch"], p.point["gemm"]
         problems = check.results.setdefault(m, [])
         notes = check.notes.setdefault(m, [])
@@ -123,11 +127,14 @@ def run(check: ConfigCheck, workload: str | None, ms: list[int], jobs: int, cach
             continue
         if p.pick.key != m:
             notes.append(f"{where}: the engine picks the entry for M={p.pick.key}")
-        o = triton_sweep.outcome(p.config, b, check.target, triton)
+        shared = ans.predicted(i)
+        o = triton_sweep.outcome(p.config, b, check.target, triton) if shared is None else \
+            triton_sweep.predicted_outcome(p.config, check.target, shared, triton.version)
         if o.verdict is Verdict.UNSUPPORTED:
             check.not_checked.setdefault(m, []).append(f"{where}: not checked: {o.reason}")
         elif o.verdict is not Verdict.FITS:
-            problems.append(f"{where}: {o.verdict.value} (compiled): {o.reason}")
+            problems.append(f"{where}: {o.verdict.value} ({'predicted' if shared is not None else 'compiled'}): "
+                            f"{o.reason}")
         else:
             notes.append(f"{where}: {o.reason}")
     return check

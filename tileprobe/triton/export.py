@@ -1,5 +1,5 @@
 """`tileprobe export triton-configs`: a folder of engine config files for a GPU without one to tune on, in the
-engine's own names and layout, every entry fitting the target (compiled, not timed).
+engine's own names and layout, every entry fitting the target (predicted or compiled, not timed).
 
 Input: engine config files (a file or folder: e.g. the shipped H200 file for the model), or, with none, what the
 engine loads on the target today for a model (tileprobe.triton.resolve: Inputs built there). Output, for every device
@@ -16,6 +16,10 @@ halved (down to 32; not below the fp8 block's 128 / 4), with stages from the ori
 (down to 32), with stages from the original down; BLOCK_SIZE_M, GROUP_SIZE_M and num_warps are kept (the M tile
 follows the engine's moe_align_block_size, shared by both GEMMs). Nothing is timed: the substitute is the nearest
 fitting config by that order, not the fastest.
+
+Bytes come predictor first (tileprobe.triton.predicted): a launch the predictor answers exactly is not compiled (the
+provenance says `predicted` per entry), the others are; --compile-all compiles every one, --verify N a seeded sample
+of N predicted launches too, and a mismatch stops the export before anything is written.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from pathlib import Path
 
 from tileprobe import preflight, progress
 from tileprobe.backends.triton.compile import TritonBuild, compile_many
+from tileprobe.triton import predicted as pred_mod
 from tileprobe.backends.triton.toolchain import require_triton
 from tileprobe.engines import sglang
 from tileprobe.engines import triton_configs as tc
@@ -63,6 +68,7 @@ class Written:
     entries: int
     substituted: int
     notes: list[str]
+    evidence: str = "compiled, not timed"
 
 
 @dataclass
@@ -105,20 +111,27 @@ def output_path(out: Path, inp: Inputs, f, scheme: tc.Scheme, dev: str) -> Path:
 
 def run(inputs: Path | None, engine: str | None, wheel: str | None, target_name: str, out: Path,
         device_names: list[str] | None, hidden: int | None, jobs: int, cache_dir: str | None,
-        any_triton: bool, prepared: Inputs | None = None, problem=None) -> list[Written]:
+        any_triton: bool, prepared: Inputs | None = None, problem=None,
+        policy: pred_mod.Policy = pred_mod.Policy()) -> list[Written]:
     """`prepared`: inputs already resolved (tileprobe.triton.resolve) instead of read from `inputs`; `problem`: the
-    model's audit.Problem, when known, instead of one guessed from each file's E and N."""
+    model's audit.Problem, when known, instead of one guessed from each file's E and N; `policy`: predictor first
+    (default), --compile-all, --verify N. PredictionMismatch (nothing written) when a --verify compile differs."""
     if jobs < 1:
         raise UsageError("--jobs must be at least 1")
+    policy.check()
     inp = prepared or read_inputs(inputs, engine, target_name, device_names)
     engine, target, arch, cc, devs, files = inp.engine, inp.target, inp.arch, inp.cc, inp.devs, inp.files
-    preflight.check_triton(require_triton(any_triton), cc, cache_dir)  # a Triton that compiles nothing: one line
+    triton = require_triton(any_triton)
+    preflight.check_triton(triton, cc, cache_dir)  # a Triton that compiles nothing: one line
     src, source = engine_kernel_source(engine, wheel)
     consts = constexpr_positions(source)
     written: list[Written] = []
+    predicted_launches: list[tuple[str, object, int]] = []  # (name, job, bytes) of every launch answered predicted
     texts: dict[Path, str] = {}  # path -> text, written together at the end
     provenance: dict = {"tool": "tileprobe export triton-configs", "engine": src.label(), "target": target.name,
                         "smem_limit_bytes": target.smem_optin, "arch": arch, "evidence": "compiled, not timed",
+                        "answers": {"policy": policy.name, "verify": policy.verify, "verify_seed": None,
+                                    "predicted": 0, "compiled": 0, "cannot_predict": 0, "verified": 0},
                         "rule": __doc__.split("The substitution rule, ")[1].split("\n\n")[0].replace("\n", " "),
                         "files": {}}
     if inp.resolved is not None:
@@ -135,10 +148,33 @@ def run(inputs: Path | None, engine: str | None, wheel: str | None, target_name:
         gemms = ("down",) if f.name.down else ("gate_up",) if (f.triton_dir, replace(f.name, down=True)) in downs \
             else tm.GEMMS
 
-        def jobs_for(entry: dict, key: int):
-            return [canonical(tm.launch_job(engine, source, scheme.name, g, prob.experts_global,
-                                            *tm.gemm_shape(g, prob.hidden, f.name.N), key, prob.top_k, entry, cc,
-                                            prob.ep), consts) for g in gemms]
+        def launches_for(entry: dict, key: int):
+            return [(tm.make_config(engine, scheme.name, g, prob.experts_global, *tm.gemm_shape(g, prob.hidden, f.name.N),
+                                    prob.top_k, entry, arch, f"{f.rel}#{key}", prob.ep),
+                     canonical(tm.launch_job(engine, source, scheme.name, g, prob.experts_global,
+                                             *tm.gemm_shape(g, prob.hidden, f.name.N), key, prob.top_k, entry, cc,
+                                             prob.ep), consts)) for g in gemms]
+
+        def sized(pairs: list[tuple[int, dict]], label: str) -> list[tuple[list, str]]:
+            """Per (key, entry): its launches' answers (bytes predicted, or Triton's build) and their evidence."""
+            launches = [x for key, e in pairs for x in launches_for(e, key)]
+            ans = pred_mod.answer([c for c, _ in launches], [j for _, j in launches], source, triton.version,
+                                  pred_mod.Policy(policy.compile_all))  # --verify: a sample at the end
+            names = [f"{f.rel} [M={key}] {progress.entry(e)} {g}" for key, e in pairs for g in gemms]
+            todo = [i for i, yes in enumerate(ans.compile) if yes]
+            with progress.track(len(todo), label) as bar:
+                built = iter(compile_many([launches[i][1] for i in todo], jobs, cache_dir, on_result=bar.each(
+                    [names[i] for i in todo], progress.against(target.smem_optin))))
+            builds = [next(built) if yes else None for yes in ans.compile]
+            predicted_launches.extend((names[i], launches[i][1], ans.predicted(i)) for i in range(len(launches))
+                                      if ans.predicted(i) is not None)
+            tally = provenance["answers"]
+            for k, v in ans.counts([j for _, j in launches]).items():
+                tally[k] += v
+            got = [b if b is not None else ans.predicted(i) for i, b in enumerate(builds)]
+            return [(got[i * per:(i + 1) * per],
+                     "compiled" if any(ans.compile[i * per:(i + 1) * per]) else "predicted")
+                    for i in range(len(pairs))]
 
         entries: dict[int, dict] = {}
         raw_keep: dict[int, dict] = {}
@@ -147,53 +183,57 @@ def run(inputs: Path | None, engine: str | None, wheel: str | None, target_name:
             if e is None:
                 raise UsageError(f"{f.rel} [{key}]: cannot size this entry ({why})")
             entries[key], raw_keep[key] = e, raw
-        with progress.track(len(entries) * len(gemms), f"export {f.rel}") as bar:
-            first = compile_many([j for k, e in entries.items() for j in jobs_for(e, k)], jobs, cache_dir,
-                                 on_result=bar.each([f"M={k} {progress.entry(e)} {g}" for k, e in entries.items()
-                                                     for g in gemms], progress.against(target.smem_optin)))
+        def fit_prefix(cs: list[dict], key: int) -> list[dict]:
+            """The candidates up to the first the predictor says fits (nothing after it needs a compile)."""
+            if policy.compile_all:
+                return cs
+            for i, c in enumerate(cs):
+                got = [pred_mod.predict_launch(cfg, source, triton.version) for cfg, _ in launches_for(c, key)]
+                if all(isinstance(g, int) for g in got) and max(got) <= target.smem_optin:
+                    return cs[:i + 1]
+            return cs
+
         per = len(gemms)
+        first = sized(list(entries.items()), f"export {f.rel}")
         out_entries: dict[str, dict] = {}
         prov_entries: dict[str, dict] = {}
         subs = 0
         over_keys = []
-        for i, (key, e) in enumerate(entries.items()):
-            bs = first[i * per:(i + 1) * per]
-            bad = [b for b in bs if not isinstance(b, TritonBuild)]
+        for (key, e), (bs, how) in zip(entries.items(), first):
+            bad = [b for b in bs if not isinstance(b, (TritonBuild, int))]
             if bad:
                 raise UsageError(f"{f.rel} [{key}]: does not compile: {bad[0]}")
-            need = max(b.shared for b in bs)
+            need = max(_bytes(b) for b in bs)
             if need <= target.smem_optin:
                 out_entries[str(key)] = raw_keep[key]
-                prov_entries[str(key)] = {"original": e, "original_bytes": need, "kept": True}
+                prov_entries[str(key)] = {"original": e, "original_bytes": need, "original_evidence": how,
+                                          "kept": True}
             else:
-                over_keys.append((key, e, need))
+                over_keys.append((key, e, need, how))
         # Substitutes, nearest first: each round compiles the next few candidates of every entry still open (in
         # parallel), and an entry takes the first candidate, in the rule's order, that fits.
-        cand = {key: candidates(e, scheme) for key, e, _ in over_keys}
-        chosen: dict[int, tuple[dict, int]] = {}
+        cand = {key: candidates(e, scheme) for key, e, _, _ in over_keys}
+        chosen: dict[int, tuple[dict, int, str]] = {}
         step = max(2, jobs)
         for start in range(0, max((len(c) for c in cand.values()), default=0), step):
-            flat = [(key, c) for key, cs in cand.items() if key not in chosen for c in cs[start:start + step]]
+            flat = [(key, c) for key, cs in cand.items() if key not in chosen for c in fit_prefix(cs[start:start + step], key)]
             if not flat:
                 break
-            with progress.track(len(flat) * len(gemms), f"export {f.rel}: substitutes") as bar:
-                builds = compile_many([j for key, c in flat for j in jobs_for(c, key)], jobs, cache_dir,
-                                      on_result=bar.each([f"M={key} {progress.entry(c)} {g}" for key, c in flat
-                                                          for g in gemms], progress.against(target.smem_optin)))
-            for idx, (key, c) in enumerate(flat):
+            for (key, c), (bs, how) in zip(flat, sized(flat, f"export {f.rel}: substitutes")):
                 if key in chosen:
                     continue
-                bs = builds[idx * per:(idx + 1) * per]
-                if all(isinstance(b, TritonBuild) for b in bs) and max(b.shared for b in bs) <= target.smem_optin:
-                    chosen[key] = (c, max(b.shared for b in bs))
-        for key, e, need in over_keys:
+                if all(isinstance(b, (TritonBuild, int)) for b in bs) and \
+                        max(_bytes(b) for b in bs) <= target.smem_optin:
+                    chosen[key] = (c, max(_bytes(b) for b in bs), how)
+        for key, e, need, how in over_keys:
             if key not in chosen:
                 raise UsageError(f"{f.rel} [{key}]: no substitute by the rule fits {target.smem_optin} B "
                                  f"(original {need} B)")
-            c, got = chosen[key]
+            c, got, sub_how = chosen[key]
             out_entries[str(key)] = c
-            prov_entries[str(key)] = {"original": e, "original_bytes": need, "substitute": c,
-                                      "substitute_bytes": got, "kept": False}
+            prov_entries[str(key)] = {"original": e, "original_bytes": need, "original_evidence": how,
+                                      "substitute": c, "substitute_bytes": got, "substitute_evidence": sub_how,
+                                      "kept": False}
             subs += 1
         out_entries = {str(k): out_entries[str(k)] for k in f.entries}  # the input's key order (the tie rule's)
         for dev in inp.devs_of.get(f.path, devs):
@@ -203,9 +243,24 @@ def run(inputs: Path | None, engine: str | None, wheel: str | None, target_name:
                                                                "problem": prob.how, "gemms": list(gemms),
                                                                "entries": prov_entries}
             written.append(Written(path, len(out_entries), subs, []))
+    tally = provenance["answers"]
+    if policy.verify:  # a seeded sample of the predicted launches compiled; a wrong byte count: nothing is written
+        seed, n, mismatches = pred_mod.verify_sample(predicted_launches, policy.verify, policy.seed, jobs, cache_dir)
+        tally.update(verify_seed=seed, verified=n, compiled=tally["compiled"] + n)
+        if mismatches:
+            raise pred_mod.PredictionMismatch(mismatches)
+    words = [w for w in ("predicted", "compiled") if tally[w]]
+    provenance["evidence"] = f"{' and '.join(words) or 'compiled'}, not timed"
+    for w in written:
+        w.evidence = provenance["evidence"]
     write_folder(out, {PROVENANCE: json.dumps(provenance, indent=1) + "\n"} | {
         str(p.relative_to(out)): t for p, t in texts.items()})
     return written
+
+
+def _bytes(b) -> int:
+    """A launch's metadata.shared: predicted (an int) or compiled (a TritonBuild)."""
+    return b if isinstance(b, int) else b.shared
 
 
 def write_folder(out: Path, texts: dict[str, str]) -> None:

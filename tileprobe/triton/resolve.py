@@ -146,7 +146,7 @@ def resolve(engine: str, wheel: str | None, model: MoEModel, tp: int, ep: int, q
 
 def run(engine: str | None, wheel: str | None, workload: str | None, model: Path | None, tp: int, ep: int,
         quant: str | None, target_name: str, out: Path, device_names: list[str] | None, jobs: int,
-        cache_dir: str | None, any_triton: bool) -> list[str]:
+        cache_dir: str | None, any_triton: bool, policy: export.pred_mod.Policy | None = None) -> list[str]:
     """The command without an input file: resolve, export, and the lines to print (today's loads, the files written,
     the variable to set)."""
     if engine is None:
@@ -155,7 +155,8 @@ def run(engine: str | None, wheel: str | None, workload: str | None, model: Path
     res = resolve(engine, wheel, model_of(workload, model_path), tp, ep, quant_of(quant, model_path), target_name,
                   device_names)
     written = export.run(None, engine, wheel, target_name, out, None, None, jobs, cache_dir, any_triton,
-                         prepared=res.inputs, problem=res.problem)
+                         prepared=res.inputs, problem=res.problem, policy=policy or export.pred_mod.Policy())
     return ([f"today: {t.line(res.src.label())}" for t in res.today]
             + [f"{w.path}: {w.entries} entries, {w.substituted} substituted" for w in written]
-            + [f"use: export {res.env_var}={out} (provenance: {out / export.PROVENANCE}; compiled, not timed)"])
+            + [f"use: export {res.env_var}={out} (provenance: {out / export.PROVENANCE}; "
+               f"{written[0].evidence if written else 'compiled, not timed'})"])

@@ -5,7 +5,9 @@ lookup: tileprobe.engines.triton_lookup) and whether it fits, from the compiled 
 `prepare` checks the options and plans the launches; `rows` yields a row per launch as it is known. Each distinct
 launch is compiled once (tileprobe.backends.triton.compile, cached by content; evidence `compiled`: a cubin was built
 for the arch), or answered by the predictor (--predict-only, evidence `predicted`); on a GPU of the arch the
-engine's configs are launched too.
+engine's configs are launched too. Predictor first (tileprobe.triton.predicted): a launch the predictor answers
+exactly is not compiled (evidence `predicted`) unless --compile-all or the --verify sample asks; a compiled row
+carries the prediction beside its bytes.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from tileprobe.families import arch_for, family
 from tileprobe.families import triton_moe as tm
 from tileprobe.predict import triton_moe as predict_tm
 from tileprobe.predict import CannotPredict
+from tileprobe.triton import predicted as pred_mod
 from tileprobe.results import tolerance
 from tileprobe.results.rows import Outcome, StaticInfo, make_row
 from tileprobe.targets import Target, resolve_target
@@ -45,6 +48,8 @@ class TritonOptions:
     device_names: list[str] | None = None
     any_triton: bool = False
     max_m: int = triton_lookup.DEFAULT_MAX_M
+    compile_all: bool = False  # compile every launch, even those the predictor answers
+    verify: int = 0  # compile this many predicted launches (a seeded sample) and fail on a mismatch
     extra: dict = field(default_factory=dict)
 
 
@@ -159,14 +164,9 @@ def outcome(cfg, build: TritonBuild | TritonCompileError | None, target: Target,
                                                  f"launch on this GPU raises OutOfResources)", info)
 
 
-def predicted_outcome(cfg, target: Target, kernel_sha256: str) -> Outcome:
-    """The predictor's verdict for one launch (tileprobe.predict.triton_moe: Triton 3.8.0's bytes inside the scope
-    where its rule was exact on every compiled row); CannotPredict outside it, never a guess."""
-    if cfg.unsupported_reason:
-        return Outcome(cfg, Verdict.UNSUPPORTED, cfg.unsupported_reason)
-    version = predict_tm.TRITON_VERSIONS[0]
-    shared = predict_tm.predict(cfg.get("engine"), cfg.get("quant"), tm.entry_of(cfg), tm.arch_cc(cfg.arch), version,
-                                int(cfg.get("gemm_n")), int(cfg.get("gemm_k")), kernel_sha256=kernel_sha256)
+def predicted_outcome(cfg, target: Target, shared: int, version: str) -> Outcome:
+    """The predictor's verdict for one launch: `shared` is tileprobe.triton.predicted.predict_launch's bytes for
+    Triton `version` (inside the scope where its rule was exact on every compiled row; never a guess)."""
     info = StaticInfo(stages=cfg.stages, smem_bytes=shared, threads_per_cta=int(cfg.get("num_warps")) * 32,
                       predicted=True)
     where = f"predicted for Triton {version}, {cfg.arch}, not compiled"
@@ -201,10 +201,14 @@ class Prepared:
     triton: TritonInstall | None  # None: --predict-only (the predictor's Triton release)
     phases: dict = field(default_factory=dict)
     predicted: list[Outcome] = field(default_factory=list)  # --predict-only: the predictor's outcomes
+    answers: pred_mod.Answers | None = None  # predictor first: which of this shard's launches are compiled
+    mismatches: list[str] = field(default_factory=list)  # --verify: sampled launches whose compile differs
 
     @property
     def mode(self) -> str:
-        return "predicted" if self.triton is None else "compiled"
+        if self.triton is None:
+            return "predicted"
+        return self.answers.mode([p.job is not None for p in self.planned]) if self.answers else "compiled"
 
     @property
     def columns(self) -> dict:
@@ -219,10 +223,16 @@ class Prepared:
                 "configs": len(self.planned), "toolchain": self.columns | where | {
                     "engine": self.src.label(), "kernel_sha256": self.source.sha256},
                 "engine_origin": self.src.origin, "quant": self.opts.triton.quant, "device_names": list(self.names),
-                "config_dir": self.user_dir, **({"predict_only": True} if self.triton is None else {})}
+                "config_dir": self.user_dir, **({"predict_only": True} if self.triton is None else {}),
+                **({"answers": self.answers.record([p.job for p in self.planned])} if self.answers else {})}
 
     def summary(self) -> str:
         what = f"{self.triton.label()}" if self.triton else f"predicted for Triton {predict_tm.TRITON_VERSIONS[0]}"
+        if self.answers:
+            n = self.answers.counts([p.job for p in self.planned])
+            what += (f"; {n['predicted']} predicted, {n['compiled']} to compile ({n['cannot_predict']} cannot be "
+                     f"predicted, {n['verified']} --verify" + (f" seed {self.answers.seed}" if self.answers.seed
+                                                               is not None else "") + f"; {self.answers.policy.name})")
         return (f"[bold]triton-moe[/] {self.src.label()} {self.opts.triton.quant} {self.shape.model.name} on "
                 f"[bold]{self.target.name}[/] (opt-in {self.target.smem_optin} B; {', '.join(self.names)}): "
                 f"{len(self.planned)} launches, {len({p.job for p in self.planned if p.job})} distinct, {what}")
@@ -262,15 +272,25 @@ def prepare(opts) -> Prepared:
     every = plan(shape, topts.engine, topts.quant, source, src, target, arch, names, w.get("batches"), user_dir,
                  topts.max_m)
     mine = [p for j, p in enumerate(every) if opts.shard is None or j % opts.shard[1] == opts.shard[0]]
-    predicted = []
+    predicted, answers = [], None
+    seed = w.get("seed", -1)  # --seed also seeds the --verify sample (else a fresh one, recorded)
+    policy = pred_mod.Policy(topts.compile_all, topts.verify, seed if seed is not None and seed >= 0 else None).check()
+    if opts.predict_only and (policy.compile_all or policy.verify):
+        raise UsageError("--predict-only compiles nothing: --compile-all and --verify do not apply")
+    version = predict_tm.TRITON_VERSIONS[0]
     for p in mine if triton is None else ():  # before the results folder is touched: a launch not predicted stops
-        try:
-            predicted.append(predicted_outcome(p.config, target, source.sha256))
-        except CannotPredict as exc:
-            raise UsageError(f"--predict-only: {exc} ({p.point['problem']}); run without --predict-only to "
-                             "compile instead") from None
+        if p.config.unsupported_reason:
+            predicted.append(Outcome(p.config, Verdict.UNSUPPORTED, p.config.unsupported_reason))
+            continue
+        shared = pred_mod.predict_launch(p.config, source, version)
+        if isinstance(shared, CannotPredict):
+            raise UsageError(f"--predict-only: {shared} ({p.point['problem']}); run without --predict-only to "
+                             "compile instead")
+        predicted.append(predicted_outcome(p.config, target, shared, version))
+    if triton is not None:
+        answers = pred_mod.answer([p.config for p in mine], [p.job for p in mine], source, triton.version, policy)
     return Prepared(opts, shape, target, devices, names, src, source, user_dir, every, mine, triton,
-                    {"plan_s": round(time.perf_counter() - start, 2)}, predicted)
+                    {"plan_s": round(time.perf_counter() - start, 2)}, predicted, answers)
 
 
 def rows(s: Prepared, seed: int | None, console) -> Iterator[dict]:
@@ -278,22 +298,32 @@ def rows(s: Prepared, seed: int | None, console) -> Iterator[dict]:
     predictor's), then on a GPU of the arch the launches' rows. The driver writes them."""
     extra = {"engine": s.src.label(), "engine_hash": s.source.sha256[:16]}
     outs = s.predicted
+    cols = [pred_mod.prediction_columns(o.info.smem_bytes, None) if o.info.smem_bytes is not None else {}
+            for o in outs]
     if s.triton is not None:
         start = time.perf_counter()
-        named = [p for p in s.planned if p.job is not None]
+        a = s.answers
+        named = [p for i, p in enumerate(s.planned) if p.job is not None and a.compile[i]]
         with progress.track(len(named), "triton-moe") as bar:
             done = iter(compile_many([p.job for p in named], s.opts.jobs, s.opts.cache_dir, s.opts.rebuild,
                                      on_result=bar.each([progress.unit(p.config, p.point["batch"]) for p in named],
                                                         lambda i, b: outcome(named[i].config, b, s.target, s.triton))))
-        builds = [next(done) if p.job is not None else None for p in s.planned]
+        builds = [next(done) if p.job is not None and a.compile[i] else None for i, p in enumerate(s.planned)]
         s.phases.update(compile_s=round(time.perf_counter() - start, 2),
                         distinct=len({id(b) for b in builds if b is not None}),  # a repeated launch: once
                         compiled=len({id(b) for b in builds if b is not None and not getattr(b, "cached", False)}),
                         cached=len({id(b) for b in builds if getattr(b, "cached", False)}),
-                        not_compiled=sum(b is None for b in builds))
-        outs = [outcome(p.config, b, s.target, s.triton) for p, b in zip(s.planned, builds)]
-    for p, o in zip(s.planned, outs):
-        yield make_row(p.config, s.target, s.columns, o, point=p.point, extra=extra)
+                        not_compiled=sum(p.job is None for p in s.planned),
+                        **{f"launches_{k}": v for k, v in a.counts().items()})
+        outs = [outcome(p.config, b, s.target, s.triton) if a.predicted(i) is None or p.job is None else
+                predicted_outcome(p.config, s.target, a.predicted(i), s.triton.version)
+                for i, (p, b) in enumerate(zip(s.planned, builds))]
+        cols = [pred_mod.prediction_columns(a.predictions[i], b) if p.job is not None else {}
+                for i, (p, b) in enumerate(zip(s.planned, builds))]
+        s.mismatches = a.mismatches(builds, [f"{p.point['problem']} {p.point['gemm']} M={p.point['batch']}"
+                                             for p in s.planned])
+    for p, o, c in zip(s.planned, outs, cols):
+        yield make_row(p.config, s.target, s.columns, o, point=p.point, extra=extra | c)
     if s.devices and s.shape.ep > 1:
         console.print("[yellow]--ep > 1: the runtime launch holds every expert on one GPU; not launched[/]")
     elif s.devices:
