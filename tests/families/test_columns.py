@@ -246,3 +246,34 @@ def test_triton_check_configs_run_speaks_triton(tmp_path, rng, no_charts):
     assert "| config files checked |" in text
     _check_triton_terminal(_terminal(rs.rows), "check-configs terminal")
     _check_triton_csv(export(out, "csv"), "check-configs csv")
+
+
+def test_an_audit_speaks_triton(tmp_path, rng, no_charts):
+    """A real audit (SGLang's own attention launchers captured under a stand-in target, each launch compiled): its
+    terminal table, report.md and CSV carry the op, the shape, the engine line that set the parameters and num_warps,
+    and none of CUTLASS's words."""
+    _engine("sglang")
+    target = rng.choice(["rtx-5090", "rtx-pro-6000"])
+    out = tmp_path / "out"
+    p = _cli("audit", "--engine", "sglang", "--model", "qwen3-30b-a3b", "--target", target, "--batch",
+             str(rng.choice([1, 2, 4])), "--seq-len", str(rng.choice([512, 1024])), "--out", out, "--jobs", "2")
+    assert p.returncode in (0, 1), p.stderr
+    rs = load(out)
+    assert rs.rows and all(r["family"] == "triton-audit" for r in rs.rows)
+    _no_cutlass_words(p.stdout, "audit stdout")
+    header = next(ln for ln in p.stdout.splitlines() if " op " in ln)
+    for h in (" op ", " kernel ", " set at ", " warps ", " shared B "):
+        assert h in header, (h, header)
+    for r in rs.rows:  # each launch's engine line (file:line) is in the terminal table
+        assert str(r["config_source"]).rsplit("/", 1)[-1].split(":")[0][:12] in p.stdout, r["config_source"]
+    text = render_markdown(rs, tmp_path)
+    _no_cutlass_words(text, "audit report.md")
+    head, recs = _md_rows(text)
+    for h in ("op", "shape", "set at (engine line)", "num_warps", "num_stages", "metadata.shared B"):
+        assert h in head, (h, head)
+    assert sorted(rec["metadata.shared B"] for rec in recs) == sorted(str(r["smem_bytes"]) for r in rs.rows)
+    csv_text = export(out, "csv")
+    _no_cutlass_words(csv_text, "audit csv")
+    cols = csv_text.splitlines()[0].split(",")
+    for h in ("gemm", "problem", "config_source", "num_warps", "smem_bytes", "kernel", "triton_version"):
+        assert h in cols, h
