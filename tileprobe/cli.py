@@ -692,7 +692,7 @@ def export_triton_configs(
         sys.stdout.write(f"{w.path}: {w.entries} entries, {w.substituted} substituted\n")
     env = "VLLM_TUNED_CONFIG_FOLDER" if (engine or triton_audit.guess_engine([w.path.name for w in written])) == "vllm" \
         else "SGLANG_MOE_CONFIG_DIR"
-    sys.stdout.write(f"use: export {env}={out} (provenance: {out / triton_export.PROVENANCE}; "
+    sys.stdout.write(f"use: export {env}={out.resolve()} (provenance: {out / triton_export.PROVENANCE}; "
                      f"{written[0].evidence if written else 'compiled, not timed'})\n")
 
 

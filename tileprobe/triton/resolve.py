@@ -158,5 +158,5 @@ def run(engine: str | None, wheel: str | None, workload: str | None, model: Path
                          prepared=res.inputs, problem=res.problem, policy=policy or export.pred_mod.Policy())
     return ([f"today: {t.line(res.src.label())}" for t in res.today]
             + [f"{w.path}: {w.entries} entries, {w.substituted} substituted" for w in written]
-            + [f"use: export {res.env_var}={out} (provenance: {out / export.PROVENANCE}; "
+            + [f"use: export {res.env_var}={Path(out).resolve()} (provenance: {out / export.PROVENANCE}; "
                f"{written[0].evidence if written else 'compiled, not timed'})"])

@@ -521,5 +521,5 @@ def summary(tuned: list[Tuned], prov: dict) -> list[str]:
         return out + ["nothing written: no entry of any file is verified or fits"]
     env = "VLLM_TUNED_CONFIG_FOLDER" if prov["engine"].startswith("vllm") else "SGLANG_MOE_CONFIG_DIR"
     folder = tuned[0].path.parent if prov["engine"].startswith("vllm") else tuned[0].path.parents[2]
-    out.append(f"use: export {env}={folder} (provenance: {folder / PROVENANCE}; {prov['evidence']})")
+    out.append(f"use: export {env}={Path(folder).resolve()} (provenance: {folder / PROVENANCE}; {prov['evidence']})")
     return out
