@@ -27,7 +27,7 @@ from tileprobe.errors import UsageError
 from tileprobe.predict import triton_moe as predict_tm
 from tileprobe.targets import DEVICE_NAMES
 from tileprobe.triton import audit, predicted
-from tileprobe.triton.sweep import TritonOptions
+from tileprobe.triton.sweep import TritonOptions, engine_kernel_source
 
 SESSION_CACHE = os.environ.get("TILEPROBE_TEST_CACHE")
 
@@ -67,12 +67,14 @@ def _compiles(cache: Path) -> int:
 
 
 def test_predicted_rows_say_predicted_and_the_rest_is_compiled_with_the_reason(tmp_path, rng):
-    """Two entries the rule covers and one it does not (num_stages 1): the first two are answered without a compile
-    (evidence predicted, the bytes the predictor's and in predicted_smem_bytes); the third is compiled (evidence
-    compiled) and says why it was not predicted; run.json's evidence mode says mixed."""
+    """Two entries the rule covers and one it does not (a BLOCK_SIZE_K 16 loop whose buffers are smaller than the
+    output tile: the epilogue's layout is not the rule's): the first two are answered without a compile (evidence
+    predicted, the bytes the predictor's and in predicted_smem_bytes); the third is compiled (evidence compiled) and
+    says why it was not predicted; run.json's evidence mode says mixed."""
     _need_engine()
-    one_stage = dict(_predictable(rng), num_stages=1)
-    entries = [_predictable(rng), _predictable(rng), one_stage]
+    outgrown = {"BLOCK_SIZE_M": rng.choice([64, 128]), "BLOCK_SIZE_N": rng.choice([64, 128]), "BLOCK_SIZE_K": 16,
+                "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 2}
+    entries = [_predictable(rng), _predictable(rng), outgrown]
     rng.shuffle(entries)
     f, keys = _file(tmp_path, rng, entries)
     cache = tmp_path / "cache"
@@ -81,15 +83,16 @@ def test_predicted_rows_say_predicted_and_the_rest_is_compiled_with_the_reason(t
     by_key = dict(zip(keys, entries))
     for r in res.rows:
         e = by_key[r["batch"]]
-        if e["num_stages"] == 1:
+        if e is outgrown:
             assert r["evidence"] == "compiled" and r["predicted_smem_bytes"] is None, r
-            assert r["prediction"].startswith("cannot predict: ") and "num_stages" in r["prediction"], r
+            assert r["prediction"].startswith("cannot predict: ") and "outgrows" in r["prediction"], r
         else:
             n, k = (int(r["gemm_n"]), int(r["gemm_k"]))
-            want = predict_tm.predict("vllm 0.33.0", "bf16", e, 120, installed().version, n, k)
+            want = predict_tm.predict("vllm 0.33.0", "bf16", e, 120, installed().version, n, k,
+                                      kernel_sha256=engine_kernel_source("vllm", None)[1].sha256)
             assert r["evidence"] == "predicted" and r["smem_bytes"] == r["predicted_smem_bytes"] == want, r
             assert r["regs_per_thread"] is None and "not compiled" in r["reason"], r
-    assert _compiles(cache) == 2  # the one-stage entry's two GEMMs, nothing else
+    assert _compiles(cache) == 2  # the outgrown entry's two GEMMs, nothing else
     meta = json.loads((tmp_path / "out" / "run.json").read_text())
     assert meta["evidence_mode"] == "mixed" and meta["answers"]["cannot_predict"] == 2, meta
 
