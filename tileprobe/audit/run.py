@@ -19,17 +19,18 @@ from pathlib import Path
 from tileprobe import preflight, progress
 from tileprobe.audit import capture, jobs, loader
 from tileprobe.audit.kernels import AuditKernel, Point, kernels_for
-from tileprobe.backends.triton.compile import KernelJob, TritonBuild, TritonCompileError, compile_many
+from tileprobe.backends.triton.compile import KernelJob, compile_many
 from tileprobe.backends.triton.toolchain import TritonInstall, require_triton
 from tileprobe.engines.triton_configs import EngineSource, find_engine
 from tileprobe.errors import UsageError
 from tileprobe.families import arch_for, family
 from tileprobe.families import triton_audit as fam
 from tileprobe.models import AttentionConfig, attention_model
-from tileprobe.results.rows import Outcome, StaticInfo, make_row
+from tileprobe.results.rows import Outcome, make_row
 from tileprobe.results.writer import recording
 from tileprobe.targets import Target, resolve_target
 from tileprobe.verdict import Verdict
+from tileprobe.triton import sweep as triton_sweep
 
 MIN_CC = 80  # the engines' Triton attention paths run on sm_80 and newer
 
@@ -128,19 +129,10 @@ def config_of(p: Planned, src: EngineSource, arch: str):
 
 
 def outcome(cfg, build, target: Target, triton: TritonInstall, p: Planned) -> Outcome:
-    where = f"launched from {p.launch.call_site}; branch: {' | '.join(p.launch.branches) or 'none'}"
-    if isinstance(build, TritonCompileError):
-        return Outcome(cfg, Verdict.COMPILE_ERROR, f"{triton.label()}: {build.line} ({where})")
-    info = StaticInfo(stages=build.num_stages, smem_bytes=build.shared, regs_per_thread=build.regs,
-                      spill_bytes=None if build.spills is None else build.spills * 4,
-                      threads_per_cta=build.num_warps * 32, compile_seconds=round(build.seconds, 3),
-                      compile_configs=1, compiled=True)
-    over = build.fits(target.smem_optin)
-    if over is None:
-        return Outcome(cfg, Verdict.FITS, f"metadata.shared {build.shared} B <= {target.smem_optin} B opt-in "
-                                          f"({triton.label()}, {build.arch}; not launched; {where})", info)
-    return Outcome(cfg, Verdict.SMEM_OVER_LIMIT, f"{over.text} ({triton.label()}, {build.arch}: the engine's first "
-                                                 f"launch on this GPU raises OutOfResources; {where})", info)
+    """triton-moe's verdict of a compiled launch (tileprobe.triton.sweep.outcome), each reason ending with the engine
+    line that launched it and the branch it took."""
+    return triton_sweep.outcome(cfg, build, target, triton, f"launched from {p.launch.call_site}; branch: "
+                                                            f"{' | '.join(p.launch.branches) or 'none'}")
 
 
 def _shape(p: Planned) -> str:

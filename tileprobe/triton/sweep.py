@@ -144,14 +144,17 @@ def plan(shape: Shape, engine: str, quant: str, source: KernelSource, src: tc.En
     return out
 
 
-def outcome(cfg, build: TritonBuild | TritonCompileError | None, target: Target, triton: TritonInstall) -> Outcome:
+def outcome(cfg, build: TritonBuild | TritonCompileError | None, target: Target, triton: TritonInstall,
+            where: str | None = None) -> Outcome:
     """The verdict of one compiled launch against the target's opt-in limit, with Triton's own error text (None:
-    not compiled, the config's unsupported_reason says why)."""
+    not compiled, the config's unsupported_reason says why); `where`, when given, ends each reason (the audit: the
+    engine line that launched it)."""
+    tail = f"; {where}" if where else ""
     if build is None:
         return Outcome(cfg, Verdict.UNSUPPORTED, cfg.unsupported_reason or "not compiled",
                        StaticInfo(stages=cfg.stages, threads_per_cta=int(cfg.get("num_warps")) * 32))
     if isinstance(build, TritonCompileError):
-        return Outcome(cfg, Verdict.COMPILE_ERROR, f"{triton.label()}: {build.line}")
+        return Outcome(cfg, Verdict.COMPILE_ERROR, f"{triton.label()}: {build.line}" + (f" ({where})" if where else ""))
     info = StaticInfo(stages=build.num_stages, smem_bytes=build.shared, regs_per_thread=build.regs,
                       spill_bytes=None if build.spills is None else build.spills * 4,
                       threads_per_cta=build.num_warps * 32, compile_seconds=round(build.seconds, 3),
@@ -159,9 +162,9 @@ def outcome(cfg, build: TritonBuild | TritonCompileError | None, target: Target,
     over = build.fits(target.smem_optin)
     if over is None:
         return Outcome(cfg, Verdict.FITS, f"metadata.shared {build.shared} B <= {target.smem_optin} B opt-in "
-                                          f"({triton.label()}, {build.arch}; not launched)", info)
+                                          f"({triton.label()}, {build.arch}; not launched{tail})", info)
     return Outcome(cfg, Verdict.SMEM_OVER_LIMIT, f"{over.text} ({triton.label()}, {build.arch}: the engine's first "
-                                                 f"launch on this GPU raises OutOfResources)", info)
+                                                 f"launch on this GPU raises OutOfResources{tail})", info)
 
 
 def predicted_outcome(cfg, target: Target, shared: int, version: str) -> Outcome:
