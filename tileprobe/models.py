@@ -113,17 +113,23 @@ def _quantization(doc: dict, path: str, where: str) -> Quantization | None:
     return Quantization(method, block)
 
 
-def read_config(path: str | Path) -> ModelConfig:
-    """The MoE fields of a Hugging Face config.json (the module docstring's names)."""
-    p = Path(path)
+
+def read_json(path: Path) -> dict:
+    """A config.json's object; one UsageError line naming the file when it cannot be read or is not an object."""
     try:
-        doc = json.loads(p.read_text())
+        doc = json.loads(path.read_text())
     except OSError as exc:
         raise UsageError(f"--model {path}: cannot read ({exc.strerror or exc})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"--model {path}: not JSON ({exc})") from None
     if not isinstance(doc, dict):
         raise UsageError(f"--model {path}: a config.json is an object, this is {type(doc).__name__}")
+    return doc
+
+def read_config(path: str | Path) -> ModelConfig:
+    """The MoE fields of a Hugging Face config.json (the module docstring's names)."""
+    p = Path(path)
+    doc = read_json(p)
     top, where = doc, ""
     if not any(k in doc for k in EXPERT_FIELDS) and isinstance(doc.get("text_config"), dict):
         doc, where = doc["text_config"], "text_config."
@@ -206,14 +212,7 @@ def read_attention(path: str | Path) -> AttentionConfig:
     """The attention fields of a Hugging Face config.json (AttentionConfig's names); a missing or wrong-typed field
     is a UsageError naming it."""
     p = Path(path)
-    try:
-        doc = json.loads(p.read_text())
-    except OSError as exc:
-        raise UsageError(f"--model {path}: cannot read ({exc.strerror or exc})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--model {path}: not JSON ({exc})") from None
-    if not isinstance(doc, dict):
-        raise UsageError(f"--model {path}: a config.json is an object, this is {type(doc).__name__}")
+    doc = read_json(p)
     where = ""
     if "num_attention_heads" not in doc and isinstance(doc.get("text_config"), dict):
         doc, where = doc["text_config"], "text_config."
