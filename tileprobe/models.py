@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tileprobe.errors import UsageError
+from tileprobe.workloads import PRESETS as MOE_PRESETS
 from tileprobe.workloads import MoEModel
 
 EXPERT_FIELDS = ("n_routed_experts", "num_local_experts", "num_experts")
@@ -154,6 +155,32 @@ DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
 @dataclass(frozen=True)
+class SSMDims:
+    """A Mamba-2 mixer's sizes (Nemotron-H: `mamba_num_heads`, `mamba_head_dim`, `ssm_state_size`, `n_groups`,
+    `chunk_size`, `conv_kernel`; layers: `hybrid_override_pattern`'s `M`)."""
+
+    heads: int
+    head_dim: int
+    state_size: int
+    groups: int
+    chunk_size: int
+    conv_kernel: int
+
+
+@dataclass(frozen=True)
+class GatedDeltaDims:
+    """A gated-delta-net layer's sizes (Qwen3-Next / Qwen3.5: `linear_num_key_heads`, `linear_num_value_heads`,
+    `linear_key_head_dim`, `linear_value_head_dim`, `linear_conv_kernel_dim`; layers: `layer_types`'
+    `linear_attention`)."""
+
+    key_heads: int
+    value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int
+
+
+@dataclass(frozen=True)
 class AttentionConfig:
     """The attention fields of a config.json (or a preset): what the engines' attention launchers are sized by.
 
@@ -177,6 +204,10 @@ class AttentionConfig:
     qk_nope_head_dim: int | None = None
     v_head_dim: int | None = None
     linear_attention: bool = False  # some layers are linear attention (MiniMax attn_type_list: 0 = linear)
+    ssm: SSMDims | None = None  # Mamba-2 layers (hybrid_override_pattern has an M)
+    gdn: GatedDeltaDims | None = None  # gated-delta-net layers (layer_types has linear_attention)
+    moe: MoEModel | None = None  # the routed experts, when the config has them (read_config's fields)
+    quant: Quantization | None = None  # quantization_config (fp8 [+ weight_block_size], mxfp4, modelopt_fp4, ...)
 
     @property
     def mla(self) -> bool:
@@ -187,18 +218,31 @@ class AttentionConfig:
         if not self.layer_types:
             return (self.sliding_window,)
         kinds = dict.fromkeys(self.layer_types)
-        return tuple(self.sliding_window if "sliding" in k else None for k in kinds)
+        return tuple(dict.fromkeys(self.sliding_window if "sliding" in k else None for k in kinds))
 
 
-ATTENTION_PRESETS = {
-    "qwen3-30b-a3b": AttentionConfig("qwen3-30b-a3b", 32, 4, 128, "bf16", model_type="qwen3_moe"),
-    "gpt-oss-120b": AttentionConfig("gpt-oss-120b", 64, 8, 64, "bf16", sliding_window=128,
-                                    layer_types=("sliding_attention", "full_attention"), sinks=True,
-                                    model_type="gpt_oss"),
+_MLA = dict(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128)
+_FP8_BLOCK = Quantization("fp8", (128, 128))
+ATTENTION_PRESETS = {m.name: m for m in (
+    AttentionConfig("qwen3-30b-a3b", 32, 4, 128, "bf16", model_type="qwen3_moe", moe=MOE_PRESETS["qwen3-30b-a3b"]),
+    AttentionConfig("gpt-oss-120b", 64, 8, 64, "bf16", sliding_window=128,
+                    layer_types=("sliding_attention", "full_attention"), sinks=True, model_type="gpt_oss",
+                    moe=MOE_PRESETS["gpt-oss-120b"], quant=Quantization("mxfp4", None)),
     # MiniMax-M1 (config.json: hidden 6144, 64 heads, 8 KV heads, head_dim 128, attn_type_list 0/1: lightning
     # attention in 7 of every 8 layers)
-    "minimax-m1": AttentionConfig("minimax-m1", 64, 8, 128, "bf16", model_type="minimax_m1", linear_attention=True),
-}
+    AttentionConfig("minimax-m1", 64, 8, 128, "bf16", model_type="minimax_m1", linear_attention=True),
+    # DeepSeek-V3 / Kimi-K2 (config.json: MLA kv_lora_rank 512, qk_rope 64, qk_nope 128, v_head 128; 128 / 64
+    # heads; hidden 7168 / 128 heads = 56 is head_dim's fallback, unused by MLA; fp8 [128, 128] blocks)
+    AttentionConfig("deepseek-v3", 128, 128, 56, "bf16", model_type="deepseek_v3", **_MLA,
+                    moe=MOE_PRESETS["deepseek-v3"], quant=_FP8_BLOCK),
+    AttentionConfig("kimi-k2", 64, 64, 112, "bf16", model_type="kimi_k2", **_MLA, moe=MOE_PRESETS["kimi-k2"],
+                    quant=_FP8_BLOCK),
+    # Qwen3-Next-80B-A3B (config.json: 16 heads, 2 KV heads, head_dim 256; gated delta net 16 key / 32 value heads
+    # of 128, conv 4, every 4th layer full attention)
+    AttentionConfig("qwen3-next-80b-a3b", 16, 2, 256, "bf16", model_type="qwen3_next",
+                    layer_types=("linear_attention", "full_attention"), gdn=GatedDeltaDims(16, 32, 128, 128, 4),
+                    moe=MOE_PRESETS["qwen3-next-80b-a3b"]),
+)}
 
 
 def _str(doc: dict, key: str, path: str, where: str) -> str | None:
@@ -240,10 +284,24 @@ def read_attention(path: str | Path) -> AttentionConfig:
     kinds = doc.get("attn_type_list") or ()
     if not (isinstance(kinds, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in kinds)):
         raise UsageError(f"{s}: {where}attn_type_list is {kinds!r}, not a list of whole numbers")
+    pattern = _str(doc, "hybrid_override_pattern", s, where) or ""
+    ssm = SSMDims(*(_int(doc, k, s, where) for k in SSM_FIELDS)) if "M" in pattern else None
+    gdn = GatedDeltaDims(*(_int(doc, k, s, where) for k in GDN_FIELDS)) \
+        if "linear_attention" in layer_types or "linear_num_value_heads" in doc else None
+    top = read_json(p)
+    moe = read_config(p).moe() if any(k in doc for k in EXPERT_FIELDS) else None
+    q = _quantization(*((top, s, "") if "quantization_config" in top else (doc, s, where)))
     return AttentionConfig(p.resolve().parent.name or str(model_type or p.name), heads, kv_heads, head_dim,
                            DTYPES[raw_dtype], _int(doc, "sliding_window", s, where, optional=True),
                            tuple(layer_types), model_type == "gpt_oss", model_type, **mla,
-                           linear_attention=0 in kinds)
+                           linear_attention=0 in kinds, ssm=ssm, gdn=gdn, moe=moe,
+                           quant=q)
+
+
+# config.json keys, in SSMDims' / GatedDeltaDims' field order
+SSM_FIELDS = ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "chunk_size", "conv_kernel")
+GDN_FIELDS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+              "linear_conv_kernel_dim")
 
 
 def attention_model(name_or_path: str) -> AttentionConfig:

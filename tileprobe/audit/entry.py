@@ -1,0 +1,76 @@
+"""What an audit entry is: one engine launcher, as data (AuditKernel), the point it is sized at (Point), and the
+stand-in tensors entries build their arguments from (meta tensors: shapes, dtypes and strides, no memory).
+
+An entry names the engine, the launcher's module in the wheel and its function, the modules served from the wheel
+(the launcher's and the pure-Python ones it imports), the platform helpers it needs stand-ins for, the dtype the
+engine runs it in, and how its arguments follow from the model (a function of the AttentionConfig and the point:
+batch, sequence length, tensor parallelism, window). The launch parameters are never typed in an entry: the engine's
+own launcher picks them (tileprobe.audit.capture). The entries live one module per engine and kernel group under
+tileprobe.audit.entries; tileprobe.audit.kernels is their registry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from tileprobe.errors import UsageError
+from tileprobe.lazy import LazyModule
+from tileprobe.models import AttentionConfig
+
+torch = LazyModule("torch")  # loaded at the first capture, not with the CLI
+TORCH = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}  # the model's dtype -> torch's name
+
+
+@dataclass(frozen=True)
+class Point:
+    """Where the model is sized: batch (sequences), seq_len (tokens each), tp (ranks the heads are split over),
+    window (the layer's sliding window, None for full attention)."""
+
+    batch: int
+    seq_len: int
+    tp: int = 1
+    window: int | None = None
+
+    def label(self) -> str:
+        w = f" window {self.window}" if self.window else ""
+        return f"batch {self.batch} seq {self.seq_len} tp {self.tp}{w}"
+
+
+@dataclass(frozen=True)
+class AuditKernel:
+    name: str  # tileprobe's name for the entry
+    engine: str  # vllm / sglang
+    release: str  # the release whose launcher this entry's arguments are read from
+    module: str  # the launcher's module (dotted, inside the wheel)
+    launcher: str  # its function
+    allow: tuple[str, ...]  # engine modules served from the wheel
+    stand_ins: dict  # module -> (target -> attributes)
+    arguments: Callable  # (AttentionConfig, Point) -> (args, kwargs) of the launcher
+    serves: Callable  # AttentionConfig -> None, or why this launcher does not serve the model
+    dtype_rule: str  # the dtype the engine runs it in, said in words
+    windowed: bool = True  # the launcher takes the layer's sliding window (else one launch serves every layer)
+    compile_from: str = "extract"  # the kernel's module for the compile: cut from its file, or "module": the
+    # engine's own module imported under the session (tileprobe.audit.loader), for kernels that cannot be cut out
+
+    @property
+    def module_file(self) -> str:
+        return self.module.replace(".", "/") + ".py"
+
+
+def heads(model: AttentionConfig, tp: int) -> tuple[int, int]:
+    if model.heads % tp:
+        raise UsageError(f"--tp {tp}: {model.name}'s {model.heads} attention heads do not split over {tp} ranks")
+    return model.heads // tp, max(1, model.kv_heads // tp)
+
+
+def empty(shape, dtype) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def indptr(batch: int, each: int) -> torch.Tensor:
+    return torch.arange(batch + 1, dtype=torch.int32) * each
+
+
+def not_mla(model: AttentionConfig) -> str | None:
+    return "an MLA model: SGLang runs its MLA attention through other kernels" if model.mla else None
