@@ -38,6 +38,16 @@ class Point:
 
 
 @dataclass(frozen=True)
+class Elsewhere:
+    """The engine runs another kernel than this entry's launcher for the model on the target (a CUDA kernel of
+    FlashInfer, a CuTe-DSL kernel, ...): what it runs, and the engine line whose test picked it."""
+
+    runs: str  # what the engine runs instead, as the engine names it
+    line: str  # file:line (inside the wheel) of the test that picked it
+    why: str  # that test's text, as the engine wrote it
+
+
+@dataclass(frozen=True)
 class AuditKernel:
     name: str  # tileprobe's name for the entry
     engine: str  # vllm / sglang
@@ -50,6 +60,9 @@ class AuditKernel:
     serves: Callable  # AttentionConfig -> None, or why this launcher does not serve the model
     dtype_rule: str  # the dtype the engine runs it in, said in words
     windowed: bool = True  # the launcher takes the layer's sliding window (else one launch serves every layer)
+    # (session, model, point) -> Elsewhere | None: the engine's own selection, run inside the entry's session
+    # before the launcher; an Elsewhere means the launcher is not what the engine runs there (one row says so)
+    chooses: Callable | None = None
     compile_from: str = "extract"  # the kernel's module for the compile: cut from its file, or "module": the
     # engine's own module imported under the session (tileprobe.audit.loader), for kernels that cannot be cut out
 
