@@ -359,7 +359,9 @@ def audit(
         write_reports(res.out, console)
     except Exception as exc:  # the rows are already safe on disk; a report problem must not fail the audit
         console.print(f"[yellow]report not written: {type(exc).__name__}: {exc}[/]")
+    sys.stdout.writelines(f"{line}\n" for line in res.notes)
     sys.stdout.writelines(f"OVER {line}\n" for line in res.failures)
+    sys.stdout.writelines(f"{line}\n" for line in res.remedies)
     sys.stdout.write(f"{len(res.failures)} of {len(res.rows)} launches do not fit {res.target.name} "
                      f"({res.target.smem_optin} B opt-in; capture {res.seconds['capture_s']} s, compile "
                      f"{res.seconds['compile_s']} s; evidence: compiled, not launched)\n")

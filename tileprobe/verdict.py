@@ -24,6 +24,7 @@ class Verdict(str, Enum):
     SMEM_OVER_LIMIT = "smem-over-limit"  # SharedStorage > the opt-in limit (sizes, or CUTLASS's static_assert)
     COMPILE_ERROR = "compile-error"
     UNSUPPORTED = "unsupported"  # cannot be built or run for this family/target; not compiled
+    NOT_SELECTED = "not-selected"  # the engine runs another kernel here (the reason names it and its engine line)
     # runtime
     OK = "ok"  # launched and every element of every group verified against the reference
     UNCHECKED = "unchecked"  # launched and ran, but no correctness check was made: launched evidence only

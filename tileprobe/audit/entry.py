@@ -63,6 +63,9 @@ class AuditKernel:
     # (session, model, point) -> Elsewhere | None: the engine's own selection, run inside the entry's session
     # before the launcher; an Elsewhere means the launcher is not what the engine runs there (one row says so)
     chooses: Callable | None = None
+    # (launch, target) -> what to set in the engine when the launch does not fit (a tuned-config folder, a
+    # blocklist: the command that writes it); None: the launch's parameters are the engine's code (the row's line)
+    remedy: Callable | None = None
     compile_from: str = "extract"  # the kernel's module for the compile: cut from its file, or "module": the
     # engine's own module imported under the session (tileprobe.audit.loader), for kernels that cannot be cut out
 

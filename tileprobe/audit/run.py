@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tileprobe import preflight, progress
 from tileprobe.audit import capture, jobs, loader
+from tileprobe.audit.entry import Elsewhere
 from tileprobe.audit.kernels import AuditKernel, Point, kernels_for
 from tileprobe.backends.triton.compile import KernelJob, compile_many
 from tileprobe.backends.triton.toolchain import TritonInstall, require_triton
@@ -62,6 +63,26 @@ class Planned:
         return f"{self.kernel.launcher}" + (f" window {w}" if w else "")
 
 
+@dataclass
+class NotSelected:
+    """An entry whose launcher the engine does not run for the model on the target (its `chooses` said so)."""
+
+    kernel: AuditKernel
+    elsewhere: Elsewhere
+    points: list[Point] = field(default_factory=list)
+
+
+@dataclass
+class Tuned:
+    """One @triton.autotune launch: the configs the engine's pruning left (indices into the planned launches, in the
+    autotuner's order) and how many its decorator lists."""
+
+    kernel: str
+    call_site: str
+    listed: int
+    planned: tuple[int, ...]
+
+
 def check(opts: AuditOptions) -> None:
     for name, values in (("--batch", opts.batches), ("--seq-len", opts.seq_lens), ("--tp", (opts.tp,))):
         if not values or any(v < 1 for v in values):
@@ -77,11 +98,22 @@ def serving(engine: str, model: AttentionConfig) -> list[AuditKernel]:
     return served
 
 
+@dataclass
+class Captured:
+    planned: list[Planned]
+    not_selected: list[NotSelected]
+    tuned: list[Tuned]
+
+
 def capture_all(src: EngineSource, target: Target, model: AttentionConfig, entries: list[AuditKernel],
-                opts: AuditOptions, cc: int) -> list[Planned]:
+                opts: AuditOptions, cc: int) -> Captured:
     """Each entry's launches at every point; launches that compile the same (every argument the compile sees equal:
-    pointer dtypes, ints, constexprs, options), set at the same engine lines, are planned once."""
-    planned: dict[tuple, Planned] = {}
+    pointer dtypes, ints, constexprs, options), set at the same engine lines, are planned once. An entry whose
+    `chooses` names another kernel at a point is not launched there; an autotuned launch's configs are one Tuned."""
+    planned: dict[tuple, int] = {}
+    plans: list[Planned] = []
+    others: dict[tuple, NotSelected] = {}
+    tuned: dict[tuple, Tuned] = {}
     for k in entries:
         windows = model.windows() if k.windowed else (None,)
         points = [Point(b, s, opts.tp, w) for w in windows for b in opts.batches for s in opts.seq_lens]
@@ -90,16 +122,28 @@ def capture_all(src: EngineSource, target: Target, model: AttentionConfig, entri
         with capture.engine_session(src, target, k.allow, k.stand_ins, opts.cache_dir) as session:
             launcher = getattr(session.module(k.module), k.launcher)
             for pt in points:
+                other = k.chooses(session, model, pt) if k.chooses else None
+                if other is not None:
+                    others.setdefault((k.name, other), NotSelected(k, other)).points.append(pt)
+                    continue
                 args, kwargs = k.arguments(model, pt)
                 start = len(session.launches)
                 launcher(*args, **kwargs)
+                groups: dict[tuple, list[int]] = {}
                 for launch in session.launches[start:]:
                     job = jobs.job_of(src, launch, cc, cut)
                     key = (k.name, job, launch.call_site, launch.branches)
                     if key not in planned:
-                        planned[key] = Planned(k, launch, job)
-                    planned[key].points.append(pt)
-    return list(planned.values())
+                        planned[key] = len(plans)
+                        plans.append(Planned(k, launch, job))
+                    i = planned[key]
+                    if pt not in plans[i].points:
+                        plans[i].points.append(pt)
+                    if launch.autotune is not None:
+                        groups.setdefault((launch.kernel, launch.call_site, launch.autotune[2]), []).append(i)
+                for (kernel, site, listed), idx in groups.items():
+                    tuned.setdefault((kernel, site, tuple(idx)), Tuned(kernel, site, listed, tuple(idx)))
+    return Captured(plans, list(others.values()), list(tuned.values()))
 
 
 def _launch_hash(p: Planned) -> str:
@@ -145,15 +189,59 @@ def _shape(p: Planned) -> str:
 class Audit:
     target: Target
     rows: list[dict]
-    failures: list[str]
+    failures: list[str]  # one line per launch that does not fit (exit 1)
     out: Path
     seconds: dict
+    notes: list[str] = field(default_factory=list)  # autotune drops, kernels the engine does not run here
+    remedies: list[str] = field(default_factory=list)  # what to set in the engine, one line per failing kernel
+
+
+def _not_selected_row(n: NotSelected, src: EngineSource, arch: str, target: Target, columns: dict,
+                      model: AttentionConfig) -> dict:
+    e = n.elsewhere
+    cfg = fam.make_config(src.label(), n.kernel.launcher, n.kernel.launcher, 0, 0, 0, 0, 0, arch, e.line,
+                          hashlib.sha256(json.dumps([n.kernel.name, e.runs, e.line]).encode()).hexdigest()[:10])
+    reason = f"{src.label()} runs {e.runs} here, not this Triton launcher: {e.line} {e.why}"
+    pts = "; ".join(dict.fromkeys(pt.label() for pt in n.points))
+    return make_row(cfg, target, columns, Outcome(cfg, Verdict.NOT_SELECTED, reason),
+                    point={"problem": f"{model.name}: ({pts})"},
+                    extra={"engine": src.label(), "kernel_file": n.kernel.module_file, "config_source": e.line})
+
+
+def _tuned_notes(tuned: list[Tuned], planned: list[Planned], verdicts: list[Verdict], target: Target) -> dict:
+    """Per planned launch of an autotuned kernel, its autotune_dropped text; per group, one note line, and whether
+    every config is over (the launch then fails: the autotuner has nothing left)."""
+    marks, notes, empty = {}, [], []
+    for t in tuned:
+        over = [i for i in t.planned if verdicts[i] is not Verdict.FITS]
+        left = [i for i in t.planned if verdicts[i] is Verdict.FITS]
+        text = (f"{len(over)} of {len(t.planned)} configs do not fit {target.name} (the engine's pruning left "
+                f"{len(t.planned)} of the {t.listed} its decorator lists)")
+        for i in t.planned:
+            marks[i] = text
+        first = planned[left[0]].launch if left else None
+        pick = (f"the autotuner is left with {len(left)}: first "
+                + ", ".join(f"{n}={v}" for n, v in first.options if n in ("num_warps", "num_stages"))
+                + "".join(f", {n}={v}" for n, v in first.args if n.startswith("BLOCK") and isinstance(v, int))
+                if first else "nothing is left: the launch raises OutOfResources")
+        notes.append(f"AUTOTUNE {t.kernel} ({t.call_site}): {text}; {pick}")
+        if not left:
+            empty.append(t)
+    return {"marks": marks, "notes": notes, "empty": empty}
+
+
+def _remedy(p: Planned, target: Target) -> str:
+    if p.kernel.remedy is not None:
+        said = p.kernel.remedy(p.launch, target)
+        if said:
+            return f"SET {p.launch.kernel}: {said}"
+    return (f"SET {p.launch.kernel}: nothing to set: this kernel's parameters are code, here is the line: "
+            f"{branch_line(p.launch)}")
 
 
 def run_audit(opts: AuditOptions) -> Audit:
     """The audit's rows, written into opts.out (results.jsonl, results.csv, run.json)."""
     check(opts)
-    entries = kernels_for(opts.engine)
     model = attention_model(opts.model)
     entries = serving(opts.engine, model)
     target, _ = resolve_target(opts.target)
@@ -165,7 +253,8 @@ def run_audit(opts: AuditOptions) -> Audit:
     preflight.check_triton(triton, target.cc_int, opts.cache_dir)
     src = find_engine(opts.engine, opts.engine_wheel)
     t0 = time.perf_counter()
-    planned = capture_all(src, target, model, entries, opts, target.cc_int)
+    cap = capture_all(src, target, model, entries, opts, target.cc_int)
+    planned = cap.planned
     t1 = time.perf_counter()
     configs = [config_of(p, src, arch) for p in planned]
     with progress.track(len(planned), f"audit {opts.engine}") as bar:
@@ -174,22 +263,38 @@ def run_audit(opts: AuditOptions) -> Audit:
                                                               outcome(configs[i], b, target, triton,
                                                                       planned[i]).verdict))
     t2 = time.perf_counter()
+    outcomes = [outcome(cfg, b, target, triton, p) for p, cfg, b in zip(planned, configs, builds)]
+    tuned = _tuned_notes(cap.tuned, planned, [o.verdict for o in outcomes], target)
+    in_tuned = {i for t in cap.tuned for i in t.planned}
     columns = {"cutlass_version": None, "cutlass_source": None, "cutlass_hash": None, "nvcc_version": None,
                "host_compiler": None, "triton_version": triton.version}
     out = Path(opts.out or f"audit-{opts.engine}-{model.name}-{target.name}")
     meta = {"family": fam.NAME, "target": target.as_dict(), "configs": len(planned),
             "toolchain": columns | {"engine": src.label()}, "engine_origin": src.origin, "model": model.name}
-    rows, failures = [], []
+    res = Audit(target, [], [], out, {"capture_s": round(t1 - t0, 2), "compile_s": round(t2 - t1, 2)})
     with recording(out, meta, "compiled", opts.command) as rec:
-        for p, cfg, b in zip(planned, configs, builds):
-            o = outcome(cfg, b, target, triton, p)
+        for i, (p, cfg, o) in enumerate(zip(planned, configs, outcomes)):
             row = make_row(cfg, target, columns, o, point={"problem": f"{model.name}: {_shape(p)}"},
                            extra={"engine": src.label(), "engine_hash": p.job.source.sha256[:16],
-                                  "kernel_file": p.launch.kernel_file, "config_source": branch_line(p.launch)})
+                                  "kernel_file": p.launch.kernel_file, "config_source": branch_line(p.launch),
+                                  "autotune_dropped": tuned["marks"].get(i)})
             rec.write(row)
-            rows.append(row)
-            if o.verdict is not Verdict.FITS:
-                failures.append(f"{src.label()} {p.launch.kernel} ({p.op()}, set at {branch_line(p.launch)}): "
-                                f"{o.reason.split(' (')[0]}")
-        rec.meta["phases"] = {"capture_s": round(t1 - t0, 2), "compile_s": round(t2 - t1, 2)}
-    return Audit(target, rows, failures, out, {"capture_s": round(t1 - t0, 2), "compile_s": round(t2 - t1, 2)})
+            res.rows.append(row)
+            if o.verdict is not Verdict.FITS and i not in in_tuned:  # a dropped autotune config is not a crash
+                res.failures.append(f"{src.label()} {p.launch.kernel} ({p.op()}, set at {branch_line(p.launch)}): "
+                                    f"{o.reason.split(' (')[0]}")
+                res.remedies.append(_remedy(p, target))
+        for n in cap.not_selected:
+            row = _not_selected_row(n, src, arch, target, columns, model)
+            rec.write(row)
+            res.rows.append(row)
+            res.notes.append(f"NOT RUN {n.kernel.name}: {row['reason']}")
+        for t in tuned["empty"]:
+            p = planned[t.planned[0]]
+            res.failures.append(f"{src.label()} {t.kernel} ({p.op()}, autotuned at {t.call_site}): every config "
+                                f"the autotuner has is over {target.smem_optin} B")
+            res.remedies.append(_remedy(p, target))
+        res.notes[:0] = tuned["notes"]
+        res.remedies = list(dict.fromkeys(res.remedies))
+        rec.meta["phases"] = res.seconds
+    return res

@@ -12,7 +12,8 @@ from tileprobe.results.resultset import best_by_point, kind_of, label, stages_te
 WIDTH = 120
 VERDICT_STYLE = {"fits": "green", "ok": "bold green", "smem-over-limit": "red", "compile-error": "magenta",
                  "unsupported": "dim", "launch-error": "red", "incorrect": "bold red", "timeout": "yellow",
-                 "crashed": "bold red", "not-run": "yellow", "unchecked": "yellow", "not-runnable-here": "cyan"}
+                 "crashed": "bold red", "not-run": "yellow", "unchecked": "yellow", "not-runnable-here": "cyan",
+                 "not-selected": "dim"}
 
 
 def _fmt(v, nd=1):
