@@ -13,6 +13,7 @@ import pytest
 
 from tileprobe.engines.triton_configs import find_engine
 from tileprobe.errors import UsageError
+from tileprobe.audit.kernels import kernels_for
 from tileprobe.models import ATTENTION_PRESETS
 from tileprobe.targets import PROFILES
 
@@ -61,6 +62,10 @@ def test_unknown_engine_model_and_unserved_model_are_one_line(tmp_path, rng):
                                                "qwen3-30b-a3b"))
     assert "preset" in _one_line_exit_2(_cli("--engine", "sglang", "--model", tmp_path / "nope"))
     doc = _config(rng) | {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128}
+    engine = rng.choice(["sglang", "vllm"])
+    wrong = rng.choice(["sglang-extend", "unified_attention", "vllm-unified-attention-x", "fused_moe"])
+    line = _one_line_exit_2(_cli("--engine", engine, "--model", "qwen3-30b-a3b", "--kernel", wrong))
+    assert wrong in line and all(k.name in line for k in kernels_for(engine)), line
     (tmp_path / "config.json").write_text(json.dumps(doc))
     assert "MLA" in _one_line_exit_2(_cli("--engine", "sglang", "--model", tmp_path, "--target", "h200"))
 

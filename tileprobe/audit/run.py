@@ -49,6 +49,7 @@ class AuditOptions:
     cache_dir: str | None = None
     engine_wheel: str | None = None
     command: str = "tileprobe audit"
+    kernels: tuple[str, ...] = ()  # --kernel: only these entries (tileprobe.audit.kernels names)
 
 
 @dataclass
@@ -89,8 +90,14 @@ def check(opts: AuditOptions) -> None:
             raise UsageError(f"{name} {', '.join(map(str, values)) or '(none)'}: each must be at least 1")
 
 
-def serving(engine: str, model: AttentionConfig) -> list[AuditKernel]:
+def serving(engine: str, model: AttentionConfig, only: tuple[str, ...] = ()) -> list[AuditKernel]:
     entries = kernels_for(engine)
+    unknown = [n for n in only if n not in {k.name for k in entries}]
+    if unknown:
+        raise UsageError(f"--kernel {', '.join(unknown)}: {engine}'s audited kernels are "
+                         f"{', '.join(k.name for k in entries)}")
+    if only:
+        entries = [k for k in entries if k.name in only]
     served = [k for k in entries if k.serves(model) is None]
     if not served:
         raise UsageError(f"--model {model.name}: {engine} does not serve it with an audited kernel "
@@ -243,7 +250,7 @@ def run_audit(opts: AuditOptions) -> Audit:
     """The audit's rows, written into opts.out (results.jsonl, results.csv, run.json)."""
     check(opts)
     model = attention_model(opts.model)
-    entries = serving(opts.engine, model)
+    entries = serving(opts.engine, model, opts.kernels)
     target, _ = resolve_target(opts.target)
     arch = arch_for(family(fam.NAME), target.cc)
     if arch is None or target.cc_int < MIN_CC:
