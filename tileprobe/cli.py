@@ -364,7 +364,7 @@ def audit(
     sys.stdout.writelines(f"{line}\n" for line in res.notes)
     sys.stdout.writelines(f"OVER {line}\n" for line in res.failures)
     sys.stdout.writelines(f"{line}\n" for line in res.remedies)
-    sys.stdout.write(f"{len(res.failures)} of {len(res.rows)} launches do not fit {res.target.name} "
+    sys.stdout.write(f"{len(res.failures)} of {len(res.launches)} launches do not fit {res.target.name} "
                      f"({res.target.smem_optin} B opt-in; capture {res.seconds['capture_s']} s, compile "
                      f"{res.seconds['compile_s']} s; evidence: compiled, not launched)\n")
     if res.failures:

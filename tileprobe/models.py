@@ -168,6 +168,15 @@ class SSMDims:
 
 
 @dataclass(frozen=True)
+class VisionDims:
+    """A vision encoder's attention (`vision_config`: `num_attention_heads` or `num_heads`; `head_dim`, else
+    `hidden_size` or `embed_dim` over the heads)."""
+
+    heads: int
+    head_dim: int
+
+
+@dataclass(frozen=True)
 class GatedDeltaDims:
     """A gated-delta-net layer's sizes (Qwen3-Next / Qwen3.5: `linear_num_key_heads`, `linear_num_value_heads`,
     `linear_key_head_dim`, `linear_value_head_dim`, `linear_conv_kernel_dim`; layers: `layer_types`'
@@ -206,6 +215,7 @@ class AttentionConfig:
     linear_attention: bool = False  # some layers are linear attention (MiniMax attn_type_list: 0 = linear)
     ssm: SSMDims | None = None  # Mamba-2 layers (hybrid_override_pattern has an M)
     gdn: GatedDeltaDims | None = None  # gated-delta-net layers (layer_types has linear_attention)
+    vision: VisionDims | None = None  # the vision encoder's attention, when the config has a vision_config
     moe: MoEModel | None = None  # the routed experts, when the config has them (read_config's fields)
     quant: Quantization | None = None  # quantization_config (fp8 [+ weight_block_size], mxfp4, modelopt_fp4, ...)
 
@@ -289,13 +299,31 @@ def read_attention(path: str | Path) -> AttentionConfig:
     gdn = GatedDeltaDims(*(_int(doc, k, s, where) for k in GDN_FIELDS)) \
         if "linear_attention" in layer_types or "linear_num_value_heads" in doc else None
     top = read_json(p)
+    vision = _vision(top, s)
     moe = read_config(p).moe() if any(k in doc for k in EXPERT_FIELDS) else None
     q = _quantization(*((top, s, "") if "quantization_config" in top else (doc, s, where)))
     return AttentionConfig(p.resolve().parent.name or str(model_type or p.name), heads, kv_heads, head_dim,
                            DTYPES[raw_dtype], _int(doc, "sliding_window", s, where, optional=True),
                            tuple(layer_types), model_type == "gpt_oss", model_type, **mla,
                            linear_attention=0 in kinds, ssm=ssm, gdn=gdn, moe=moe,
-                           quant=q)
+                           quant=q, vision=vision)
+
+
+def _vision(top: dict, path: str) -> VisionDims | None:
+    doc = top.get("vision_config")
+    if doc is None:
+        return None
+    if not isinstance(doc, dict):
+        raise UsageError(f"{path}: vision_config is {type(doc).__name__}, not an object")
+    where = "vision_config."
+    heads, _ = _first(doc, ("num_attention_heads", "num_heads"), path, where)
+    head_dim = _int(doc, "head_dim", path, where, optional=True)
+    if head_dim is None:
+        hidden, key = _first(doc, ("hidden_size", "embed_dim"), path, where)
+        if hidden % heads:
+            raise UsageError(f"{path}: {where}{key} {hidden} is not a multiple of its {heads} heads")
+        head_dim = hidden // heads
+    return VisionDims(heads, head_dim)
 
 
 # config.json keys, in SSMDims' / GatedDeltaDims' field order

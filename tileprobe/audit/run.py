@@ -202,6 +202,11 @@ class Audit:
     notes: list[str] = field(default_factory=list)  # autotune drops, kernels the engine does not run here
     remedies: list[str] = field(default_factory=list)  # what to set in the engine, one line per failing kernel
 
+    @property
+    def launches(self) -> list[dict]:
+        """The rows of launches the engine makes (not those of launchers it does not run here)."""
+        return [r for r in self.rows if r["verdict"] != str(Verdict.NOT_SELECTED)]
+
 
 def _not_selected_row(n: NotSelected, src: EngineSource, arch: str, target: Target, columns: dict,
                       model: AttentionConfig) -> dict:

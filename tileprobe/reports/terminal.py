@@ -94,7 +94,8 @@ def summary(rows: list[dict]) -> str:
     def name(r: dict) -> str:  # an engine's tactic by its name, else the family's label
         return r.get("tactic") or spec.label(r, cells)
 
-    static = [r for r in rows if kind_of(r) == "static"]
+    elsewhere = [r for r in rows if r.get("verdict") == "not-selected"]  # the engine runs another kernel there
+    static = [r for r in rows if kind_of(r) == "static" and r not in elsewhere]
     runtime = [r for r in rows if kind_of(r) == "runtime" and r.get("gemm")]
     parts = []
     if static:
@@ -112,6 +113,9 @@ def summary(rows: list[dict]) -> str:
             worst = min(over, key=lambda r: r["headroom_bytes"] if r["headroom_bytes"] is not None else 0)
             if worst["headroom_bytes"] is not None:
                 parts.append(f"Furthest over: {name(worst)} by {-worst['headroom_bytes']} B.")
+    if elsewhere:
+        parts.append(f"{len(elsewhere)} launcher(s) not run here: the engine picks another kernel (the reason "
+                     "names it and the engine line).")
     if runtime:
         ok = sum(r["verdict"] == "ok" for r in runtime)
         parts.append(f"{ok} of {len(runtime)} launched points verified.")
@@ -128,7 +132,8 @@ def summary(rows: list[dict]) -> str:
 
 
 def print_rows(rows: list[dict], console, wide: bool = False) -> None:
-    static = [r for r in rows if kind_of(r) == "static"]
+    elsewhere = [r for r in rows if r.get("verdict") == "not-selected"]  # the engine runs another kernel there
+    static = [r for r in rows if kind_of(r) == "static" and r not in elsewhere]
     runtime = [r for r in rows if kind_of(r) == "runtime" and r.get("gemm")]
     for table in static_tables(static, wide) if static else ():
         console.print(table)

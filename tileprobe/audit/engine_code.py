@@ -1,0 +1,82 @@
+"""Run one function of an engine, compiled from its own text in the wheel, with stand-in globals: for a selection
+whose module cannot be imported without the engine's whole config tree (SGLang's VisionAttention picks its backend in
+a method of a torch module whose file imports the distributed and quantization layers).
+
+`run_function(source, file, qualname, scope, *args)` parses `file` from the wheel, takes the function `qualname`
+('func' or 'Class.method', decorators dropped), compiles it alone with its own line numbers, runs it with `scope` as
+its globals, and returns its value with the lines it ran in order. `decided(ran)` names the engine line that made the
+choice: the last assignment it ran and the `if`/`elif`/`else` whose body holds it. Nothing is re-typed: the function
+is the engine's text; only the names it reads from its module are stood in (the caller says which).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+
+from tileprobe.engines.triton_configs import EngineSource
+
+
+@dataclass(frozen=True)
+class Ran:
+    value: object
+    file: str  # the function's file inside the wheel
+    lines: tuple[int, ...]  # the lines it ran, in order (repeats kept)
+    tree: ast.AST  # the function's node, for decided()
+
+
+def _find(tree: ast.Module, qualname: str) -> ast.FunctionDef:
+    scope = tree.body
+    *outer, name = qualname.split(".")
+    for cls in outer:
+        scope = next(n for n in scope if isinstance(n, ast.ClassDef) and n.name == cls).body
+    return next(n for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name)
+
+
+def run_function(source: EngineSource, file: str, qualname: str, scope: dict, *args, **kwargs) -> Ran:
+    node = _find(ast.parse(source.read_text(file)), qualname)
+    node.decorator_list = []
+    filename = f"<{source.label()}>/{file}"
+    code = compile(ast.Module([node], []), filename, "exec")
+    glb = dict(scope)
+    exec(code, glb)  # noqa: S102 - the engine's own function text, from its wheel
+    lines: list[int] = []
+
+    def trace(frame, event, arg):
+        if frame.f_code.co_filename != filename:
+            return None
+
+        def local(frame, event, arg):
+            if event == "line":
+                lines.append(frame.f_lineno)
+            return local
+        return local
+
+    before = sys.gettrace()
+    sys.settrace(trace)
+    try:
+        value = glb[node.name](*args, **kwargs)
+    finally:
+        sys.settrace(before)
+    return Ran(value, file, tuple(lines), node)
+
+
+def decided(ran: Ran) -> tuple[str, str]:
+    """(file:line, why) of the choice: the last assignment the function ran, and the test of the innermost
+    if/elif whose body (or else) holds it, as the engine wrote it."""
+    assigns = {n.lineno for n in ast.walk(ran.tree) if isinstance(n, (ast.Assign, ast.AnnAssign))}
+    last = next((ln for ln in reversed(ran.lines) if ln in assigns), ran.lines[-1] if ran.lines else ran.tree.lineno)
+    why, depth = "", -1
+    for n in ast.walk(ran.tree):
+        if not isinstance(n, ast.If):
+            continue
+        body = range(n.body[0].lineno, n.body[-1].end_lineno + 1)
+        orelse = range(n.orelse[0].lineno, n.orelse[-1].end_lineno + 1) if n.orelse else range(0)
+        span = (n.end_lineno or n.lineno) - n.lineno
+        if last in body and (depth < 0 or span < depth):
+            why, depth = f"if {ast.unparse(n.test)}:", span
+        elif last in orelse and not (len(n.orelse) == 1 and isinstance(n.orelse[0], ast.If)) \
+                and (depth < 0 or span < depth):
+            why, depth = f"else (of if {ast.unparse(n.test)})", span
+    return f"{ran.file}:{last}", why
