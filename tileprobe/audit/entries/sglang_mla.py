@@ -163,9 +163,10 @@ FLASH_MLA_SM120 = "sglang.kernels.ops.attention.flash_mla_sm120"
 V4_BACKEND = "sglang/srt/layers/attention/deepseek_v4_backend.py"
 
 
-def _line_of(text: str, needle: str, after: str = "") -> int:
-    start = text.index(after) if after else 0
-    return text.count("\n", 0, text.index(needle, start)) + 1
+def _line_of(text: str, needle: str, anchor: str, before: bool = False) -> int:
+    """The line of `needle`: its first occurrence after `anchor`, or its last before it."""
+    at = text.index(anchor)
+    return text.count("\n", 0, text.rindex(needle, 0, at) if before else text.index(needle, at)) + 1
 
 
 def _sparse_chooses(session, model: AttentionConfig, pt: Point) -> Elsewhere | None:
@@ -177,7 +178,7 @@ def _sparse_chooses(session, model: AttentionConfig, pt: Point) -> Elsewhere | N
         text = session.source.read_text(V4_BACKEND)
         test = "if get_platform().is_sm120:"
         return Elsewhere("FlashMLA's CUDA sparse decode (flash_mla_with_kvcache)",
-                         f"{V4_BACKEND}:{_line_of(text, test, 'flash_mla_with_kvcache_sm120')}", test)
+                         f"{V4_BACKEND}:{_line_of(text, test, 'flash_mla_with_kvcache_sm120', before=True)}", test)
     chosen = session.module(FLASH_MLA_SM120)._sm120_default_backend
     if chosen == "triton":
         return None
