@@ -61,22 +61,25 @@ def test_unknown_engine_model_and_unserved_model_are_one_line(tmp_path, rng):
     assert "--engine" in _one_line_exit_2(_cli("--engine", rng.choice(["trtllm", "vllm2", "SGLang"]), "--model",
                                                "qwen3-30b-a3b"))
     assert "preset" in _one_line_exit_2(_cli("--engine", "sglang", "--model", tmp_path / "nope"))
-    doc = _config(rng) | {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128}
     engine = rng.choice(["sglang", "vllm"])
     wrong = rng.choice(["sglang-extend", "unified_attention", "vllm-unified-attention-x", "fused_moe"])
     line = _one_line_exit_2(_cli("--engine", engine, "--model", "qwen3-30b-a3b", "--kernel", wrong))
     assert wrong in line and all(k.name in line for k in kernels_for(engine)), line
+    # DeepSeek-V4 (MLA ranks, model_type deepseek_v4): vLLM has no audited kernel for it
+    doc = _config(rng) | {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 448, "v_head_dim": 512,
+                          "model_type": "deepseek_v4"}
     (tmp_path / "config.json").write_text(json.dumps(doc))
-    assert "MLA" in _one_line_exit_2(_cli("--engine", "sglang", "--model", tmp_path, "--target", "h200"))
+    assert "DeepSeek-V4" in _one_line_exit_2(_cli("--engine", "vllm", "--model", tmp_path, "--target", "h200"))
 
 
 @pytest.mark.triton
-def test_audit_writes_a_row_per_distinct_launch_and_exits_by_the_fit_rule(tmp_path, rng):
+@pytest.mark.parametrize("mla", [False, True])
+def test_audit_writes_a_row_per_distinct_launch_and_exits_by_the_fit_rule(tmp_path, rng, mla):
     try:
         find_engine("sglang")
     except UsageError as exc:
         pytest.skip(f"no SGLang wheel: {exc}")
-    preset = rng.choice(sorted(p for p, m in ATTENTION_PRESETS.items() if not m.mla))  # MLA: its own kernels
+    preset = rng.choice(sorted(p for p, m in ATTENTION_PRESETS.items() if m.mla == mla))
     target = rng.choice(["rtx-pro-6000", "h200"])
     batch, seq = rng.randint(2, 64), rng.randint(16, 8192)
     out = tmp_path / "out"
@@ -86,11 +89,23 @@ def test_audit_writes_a_row_per_distinct_launch_and_exits_by_the_fit_rule(tmp_pa
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
     model = ATTENTION_PRESETS[preset]
     windows = len(set(model.windows()))
-    # extend attention once per layer window, decode attention's split-K stages (stage 1, stage 2); context attention
-    # (the vision encoder's) for no preset: none has a vision_config
+    # MHA/GQA: extend attention once per layer window, decode attention's split-K stages (stage 1, stage 2), no
+    # context attention (the vision encoder's: no preset has a vision_config). MLA: extend attention twice (the absorbed layer after a
+    # cached prefix, q head dim kv_lora_rank + rope; the up-projected MHA layer without one, qk_nope + rope), no
+    # context attention, decode attention's two stages on the latent cache
     ops = [r["gemm"].split()[0] for r in rows]
+    want = (2, 0, 2) if model.mla else (windows, 0, 2)
     assert (ops.count("extend_attention_fwd"), ops.count("context_attention_fwd"), ops.count("decode_attention_fwd")) \
-        == (windows, 0, 2), rows
+        == want, rows
+    if model.mla:
+        heads = model.heads
+        dims = sorted(int(r["problem"].split("Q_Extend=")[1].split("]")[0].split("x")[-1]) for r in rows
+                      if r["gemm"].startswith("extend"))
+        assert dims == sorted([model.qk_nope_head_dim + model.qk_rope_head_dim,
+                               model.kv_lora_rank + model.qk_rope_head_dim]), rows
+        # decode stage 1 reads q (B, H, kv_lora_rank + rope) against the one latent KV head
+        q = f"Q=bf16[{batch}x{heads}x{model.kv_lora_rank + model.qk_rope_head_dim}]"
+        assert len([r for r in rows if r["gemm"].startswith("decode") and q in r["problem"]]) == 1, rows
     limit = PROFILES[target].smem_optin
     over = [r for r in rows if r["smem_bytes"] > limit]
     assert all(r["evidence"] == "compiled" and r["smem_limit_bytes"] == limit for r in rows)

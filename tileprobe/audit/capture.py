@@ -52,8 +52,8 @@ _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "floa
                  "int32": "i32", "int64": "i64", "uint8": "u8", "bool": "i1"}
 # Options a launch passes beside the kernel's parameters that tileprobe's compile takes (HIP-only ones dropped).
 COMPILE_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "launch_pdl")
-DEVICE_TEST = re.compile(r"CUDA_CAPABILITY|capability|_is_cuda|_is_hip|is_cuda\(|is_hip\(|is_sm\d+|current_platform|"
-                         r"is_blackwell|is_hopper|_is_gfx|device_capability")
+DEVICE_TEST = re.compile(r"CUDA_CAPABILITY|capability|_is_cuda|_is_hip|\bis_hip_\b|is_cuda\(|is_hip\(|is_sm\d+|"
+                         r"current_platform|is_blackwell|is_hopper|_is_gfx|device_capability")
 
 
 @dataclass(frozen=True)

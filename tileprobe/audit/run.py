@@ -167,7 +167,7 @@ def branch_line(launch: capture.Launch) -> str:
 
 
 # The constexprs shown as BLOCK_M / BLOCK_N / BLOCK_DMODEL, the first a kernel takes (the engines' own names)
-BLOCK_NAMES = (("BLOCK_M", "BLOCK_H", "BLOCK"), ("BLOCK_N", "TILE_SIZE", "CBLOCK"),
+BLOCK_NAMES = (("BLOCK_M", "BLOCK_H", "BLOCK"), ("BLOCK_N", "TILE_SIZE", "CBLOCK", "BLOCK_T"),
                ("BLOCK_DMODEL", "HEAD_SIZE_PADDED", "BLOCK_DV", "D_FBLOCK"))
 
 

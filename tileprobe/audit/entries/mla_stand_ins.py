@@ -1,0 +1,62 @@
+"""Stand-ins the MLA entries need: the engines' own small sizing functions, read from the wheel's text (their
+modules import the engines' whole runtime, so they are not served), and the target's SM count they are called with.
+
+- SGLang 0.5.23 `sglang.srt.layers.attention.triton_backend`: `_mla_decode_kv_splits_cap` and
+  `_MLA_DECODE_MIN_BLOCK_KV` (TritonAttnBackend.__init__ sizes max_kv_splits for MLA with them);
+  `next_power_of_2` is sglang.srt.utils' (`1 << (n - 1).bit_length()` for n >= 1: Triton's own
+  `next_power_of_2`, given here).
+- vLLM 0.33.0 `vllm.v1.attention.backends.mla.triton_mla`: `_compute_num_kv_splits` and its two constants
+  (TritonMLAImpl.forward_mqa sizes num_kv_splits with them).
+
+Each stand-in module is imported by the entry's arguments inside the capture session (importlib.import_module), so
+it is built from the release being audited (the session's EngineSource).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from tileprobe.engines.triton_configs import EngineSource
+from tileprobe.errors import UsageError
+from tileprobe.lazy import LazyModule
+from tileprobe.targets import Target
+
+torch = LazyModule("torch")
+triton = LazyModule("triton")
+
+SGLANG_TRITON_BACKEND = "sglang.srt.layers.attention.triton_backend"
+VLLM_TRITON_MLA = "vllm.v1.attention.backends.mla.triton_mla"
+
+
+def top_level(source: EngineSource, path: str, names: tuple[str, ...], scope: dict) -> dict:
+    """The top-level functions and constants `names` of the engine file `path`, executed from its own text in
+    `scope` (their globals)."""
+    text = source.read_text(path)
+    nodes = [n for n in ast.parse(text).body
+             if (isinstance(n, ast.FunctionDef) and n.name in names)
+             or (isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in n.targets))]
+    ns = dict(scope)
+    exec(compile(ast.Module(nodes, []), path, "exec"), ns)  # noqa: S102
+    missing = [n for n in names if n not in ns]
+    if missing:
+        raise UsageError(f"{source.label()} {path}: no top-level {', '.join(missing)} (tileprobe reads them)")
+    return {n: ns[n] for n in names}
+
+
+def sglang_triton_backend(target: Target, source: EngineSource) -> dict:
+    tr = triton.load()
+    return top_level(source, SGLANG_TRITON_BACKEND.replace(".", "/") + ".py",
+                     ("_MLA_DECODE_MIN_BLOCK_KV", "_mla_decode_kv_splits_cap"),
+                     {"triton": tr, "next_power_of_2": tr.next_power_of_2})
+
+
+def vllm_triton_mla(target: Target, source: EngineSource) -> dict:
+    return top_level(source, VLLM_TRITON_MLA.replace(".", "/") + ".py",
+                     ("_MIN_WORK_PER_SPLIT", "_SPLIT_OCCUPANCY_MULTIPLIER", "_compute_num_kv_splits"),
+                     {"triton": triton.load()})
+
+
+def sm_count() -> int:
+    """The device's SM count as the engines read it (SGLang get_device_core_count, vLLM num_compute_units: CUDA's
+    multi_processor_count), which the capture session answers as the target's."""
+    return int(torch.cuda.get_device_properties(0).multi_processor_count)
