@@ -7,6 +7,7 @@ the shape of a file the wheel ships for a device tileprobe knows, so the shipped
 
 from __future__ import annotations
 
+import ast
 import json
 from dataclasses import replace
 
@@ -17,7 +18,7 @@ from triton.compiler import ASTSource, make_backend
 from triton.runtime.jit import JITFunction, create_function_from_signature
 
 from tileprobe.audit import capture, jobs, kernels
-from tileprobe.audit.entries import vllm_moe
+from tileprobe.audit.entries import vllm_moe, vllm_moe_mxfp4
 from tileprobe.backends.triton.compile import compile_job
 from tileprobe.engines import triton_configs as tc
 from tileprobe.engines import triton_lookup
@@ -181,3 +182,39 @@ def test_serves_says_why_not_without_raising(rng):
     other = rng.choice([Quantization("mxfp4", None), Quantization("fp8", (64, 64)), Quantization("awq", None)])
     reason = vllm_moe.serves(AttentionConfig("m", 8, 8, 128, moe=moe, quant=other))
     assert reason and other.method in reason
+
+
+SM120 = ("rtx-pro-6000", "rtx-5090", "dgx-spark-gb10")
+
+
+def test_mxfp4_on_sm120_goes_to_the_backend_the_oracles_family_120_move_puts_ahead_of_triton(vllm, rng):
+    """gpt-oss mxfp4 on a capability-family-120 target: the engine's own oracle (run from the wheel's text under the
+    stand-in) picks a backend other than TRITON, and the Elsewhere names the oracle line whose test is the family
+    check and whose body moves TRITON; the backend it names comes before TRITON in the order the oracle built."""
+    entry = vllm_moe_mxfp4.ENTRY
+    target = profile(rng.choice(SM120))
+    model = AttentionConfig("gpt-oss", 64, 8, 64, moe=PRESETS[rng.choice(["gpt-oss-120b", "gpt-oss-20b"])],
+                            quant=Quantization("mxfp4", None))
+    assert entry.serves(model) is None and vllm_moe.serves(model) is not None
+    with capture.engine_session(vllm, target, entry.allow, entry.stand_ins) as s:
+        where = entry.chooses(s, model, kernels.Point(1, 1))
+        choice = vllm_moe_mxfp4.choose_backend(vllm)
+    assert where is not None and where.runs.startswith(choice.backend) and choice.backend != "TRITON"
+    rel, line = where.line.rsplit(":", 1)
+    text = vllm.read_text(rel)
+    node = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.If) and n.lineno == int(line))
+    assert "is_device_capability_family(120)" in ast.unparse(node.test)
+    assert any("TRITON" in ast.unparse(b) and "remove" in ast.unparse(b) for b in node.body)
+    assert choice.order.index(choice.backend) < choice.order.index("TRITON")
+
+
+def test_mxfp4_choice_follows_the_device(vllm, rng):
+    """The same oracle on other capabilities: not the family-120 move (its test is false there)."""
+    entry = vllm_moe_mxfp4.ENTRY
+    target = profile(rng.choice(["h200", "b200"]))
+    with capture.engine_session(vllm, target, entry.allow, entry.stand_ins) as s:
+        where = entry.chooses(s, None, kernels.Point(1, 1))
+        choice = vllm_moe_mxfp4.choose_backend(vllm)
+    assert choice.reorder_line is None
+    assert (where is None) == (choice.backend == "TRITON")
+    assert where is None or not where.line.endswith(f":{choice.reorder_line}")
