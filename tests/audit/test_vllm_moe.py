@@ -198,7 +198,7 @@ def test_mxfp4_on_sm120_goes_to_the_backend_the_oracles_family_120_move_puts_ahe
     assert entry.serves(model) is None and vllm_moe.serves(model) is not None
     with capture.engine_session(vllm, target, entry.allow, entry.stand_ins) as s:
         where = entry.chooses(s, model, kernels.Point(1, 1))
-        choice = vllm_moe_mxfp4.choose_backend(vllm)
+        choice = vllm_moe_mxfp4.choose_backend(vllm).choice
     assert where is not None and where.runs.startswith(choice.backend) and choice.backend != "TRITON"
     rel, line = where.line.rsplit(":", 1)
     text = vllm.read_text(rel)
@@ -214,7 +214,26 @@ def test_mxfp4_choice_follows_the_device(vllm, rng):
     target = profile(rng.choice(["h200", "b200"]))
     with capture.engine_session(vllm, target, entry.allow, entry.stand_ins) as s:
         where = entry.chooses(s, None, kernels.Point(1, 1))
-        choice = vllm_moe_mxfp4.choose_backend(vllm)
-    assert choice.reorder_line is None
-    assert (where is None) == (choice.backend == "TRITON")
-    assert where is None or not where.line.endswith(f":{choice.reorder_line}")
+        m = vllm_moe_mxfp4.choose_backend(vllm)
+    assert m.reorder_line is None
+    assert (where is None) == (m.choice.backend == "TRITON")
+    assert where is None or where.line.endswith(f":{m.choice.walk_line}")
+
+
+def test_fused_moe_chooses_by_the_engines_oracle_on_sm120(vllm, rng):
+    """bf16 experts on a family-120 target: the unquantized oracle's walk stops at a backend ahead of TRITON whose
+    kernel class's device test (the line the Elsewhere names, read here) admits capability family 120; fp8 experts
+    (per-tensor or [128, 128] blocks) stay on TRITON, the fused_moe_kernel the entry captures."""
+    entry = DECODE
+    target = profile(rng.choice(SM120))
+    moe = rng.choice(list(PRESETS.values()))
+    with capture.engine_session(vllm, target, entry.allow, entry.stand_ins) as s:
+        bf16 = entry.chooses(s, _model(moe, "bf16"), kernels.Point(1, 1))
+        fp8 = entry.chooses(s, _model(moe, rng.choice(["fp8", "fp8-block"])), kernels.Point(1, 1))
+        order = vllm_moe.choose_backend(vllm, _model(moe, "bf16")).order
+    assert fp8 is None
+    assert bf16 is not None and order.index(bf16.runs.split(" ")[0]) < order.index("TRITON")
+    rel, line = bf16.line.rsplit(":", 1)
+    fn = next(n for n in ast.walk(ast.parse(vllm.read_text(rel))) if isinstance(n, ast.FunctionDef)
+              and n.lineno == int(line))
+    assert fn.name == "_supports_current_device" and "is_device_capability_family(120)" in ast.unparse(fn)

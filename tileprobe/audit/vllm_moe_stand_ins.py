@@ -16,7 +16,9 @@ What is the engine's own code and what is not, exactly:
   `moe_kernel_quantize_input` (ops.scaled_fp8_quant / per_token_group_quant_fp8: returns the quantized activation in
   the shapes those ops return: fp8 of the input's shape; per-tensor scale (1,) fp32, per-token (M, 1), 128-block
   (M, cdiv(K, 128)) fp32), `direct_register_custom_op` (registers torch.ops.vllm.fused_experts: nothing here calls
-  it), `set_triton_allocator` (only on the tensor-descriptor path, off on CUDA unless VLLM_TRITON_USE_TD=1).
+  it), `set_triton_allocator` (only on the tensor-descriptor path, off on CUDA unless VLLM_TRITON_USE_TD=1);
+- the platform: tileprobe.audit.vllm_stand_ins' (vLLM's own Platform class answering as the target) with the CUDA
+  platform's `supports_fp8` from vllm/platforms/cuda.py's text.
 """
 
 from __future__ import annotations
@@ -136,6 +138,21 @@ def platform_utils(target: Target, source: EngineSource) -> dict:
     return from_text(source, "vllm/utils/platform_utils.py", ("get_device_name_as_file_name",), {"re": re, "cache": functools.cache})
 
 
+def platforms(target: Target, source: EngineSource) -> dict:
+    """tileprobe.audit.vllm_stand_ins' platform, with the CUDA platform's own `supports_fp8` (vllm/platforms/cuda.py,
+    read from its text: has_device_capability(89); the base Platform's answers False), which the MoE oracles'
+    support checks read."""
+    base = type(vllm_stand_ins.platforms(target, source)["current_platform"])
+    tree = ast.parse(source.read_text("vllm/platforms/cuda.py"))
+    method = next(m for c in tree.body if isinstance(c, ast.ClassDef) for m in c.body
+                  if isinstance(m, ast.FunctionDef) and m.name == "supports_fp8")
+    cls = ast.ClassDef("TargetCudaPlatform", [ast.Name("Base", ast.Load())], [], [method], [], type_params=[])
+    scope = {"Base": base}
+    exec(compile(ast.fix_missing_locations(ast.Module([cls], [])), "vllm/platforms/cuda.py", "exec"),  # noqa: S102
+         scope)
+    return {"current_platform": scope["TargetCudaPlatform"]()}
+
+
 def torch_utils(target: Target, source: EngineSource) -> dict:
     return {"direct_register_custom_op": lambda *args, **kwargs: None}
 
@@ -145,6 +162,7 @@ def allocation(target: Target, source: EngineSource) -> dict:
 
 
 STAND_INS = {**vllm_stand_ins.STAND_INS,
+             "vllm.platforms": platforms,
              "vllm.model_executor.layers.fused_moe": package,
              "vllm._custom_ops": custom_ops,
              "vllm.model_executor.layers.fused_moe.activation": activation,

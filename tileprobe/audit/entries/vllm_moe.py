@@ -24,12 +24,22 @@ quantization/fp8.py Fp8MoEMethod.create_weights for fp8):
 - activation "silu", no router weight on the input, global_num_experts E, no expert map.
 Other quantization methods are served elsewhere (gpt-oss mxfp4: tileprobe.audit.entries.vllm_moe_mxfp4 says which
 backend); the entry's `serves` gives the reason.
+
+`chooses`: whether vLLM runs these experts through Triton at all on the target: the engine's own oracle
+(select_unquantized_moe_backend in fused_moe/oracle/unquantized.py for bf16, select_fp8_moe_backend in
+fused_moe/oracle/fp8.py for fp8, with Fp8MoEMethod's weight / activation keys and allow_vllm_cutlass=False), walked by
+tileprobe.audit.vllm_moe_oracle under the stand-in device; an Elsewhere names the backend and the device test of its
+kernel class that passed.
 """
 
 from __future__ import annotations
 
+import ast
+
+from tileprobe.audit import vllm_moe_oracle as oracle
 from tileprobe.audit import vllm_moe_stand_ins
-from tileprobe.audit.entry import TORCH, AuditKernel, Point, empty, torch
+from tileprobe.audit.entry import TORCH, AuditKernel, Elsewhere, Point, empty, torch
+from tileprobe.engines.triton_configs import EngineSource
 from tileprobe.errors import UsageError
 from tileprobe.models import AttentionConfig
 
@@ -85,6 +95,39 @@ def arguments(model: AttentionConfig, tokens: int, tp: int):
     return args, kwargs
 
 
+UNQUANTIZED = f"{oracle.ORACLES}/unquantized.py"
+FP8 = f"{oracle.ORACLES}/fp8.py"
+
+
+def choose_backend(source: EngineSource, model: AttentionConfig) -> oracle.Choice:
+    """The backend vLLM's oracle selects for the model's experts on the session's stand-in device."""
+    s = oracle.scope(source)
+    config = oracle.moe_config(s["MoEActivation"].SILU)
+    if scheme(model) == "bf16":
+        tree = oracle.load(source, UNQUANTIZED, ("UnquantizedMoeBackend", "_get_priority_backends"), s)
+        return oracle.walk(source, UNQUANTIZED, tree, "select_unquantized_moe_backend",
+                           s["_get_priority_backends"](config), s, None, None)
+    weight, act = (s["kFp8StaticTensorSym"], s["kFp8DynamicTensorSym"]) if scheme(model) == "fp8" else \
+        (s["kFp8Static128BlockSym"], s["kFp8Dynamic128Sym"])  # Fp8MoEMethod (quantization/fp8.py), dynamic acts
+    tree = oracle.load(source, FP8, ("Fp8MoeBackend", "_get_priority_backends"), s)
+    backends = s["_get_priority_backends"](config, weight, act)
+    # select_fp8_moe_backend's own `if not allow_vllm_cutlass:` block (Fp8MoEMethod passes False), run on the list
+    drop = next(n for n in ast.walk(oracle.function(tree, "select_fp8_moe_backend")) if isinstance(n, ast.If)
+                and ast.unparse(n.test) == "not allow_vllm_cutlass")
+    exec(compile(ast.Module([drop], []), FP8, "exec"), s, {"AVAILABLE_BACKENDS": backends,  # noqa: S102
+                                                           "allow_vllm_cutlass": False})
+    return oracle.walk(source, FP8, tree, "select_fp8_moe_backend", backends, s, weight, act)
+
+
+def chooses(session, model: AttentionConfig, point: Point) -> Elsewhere | None:
+    c = choose_backend(session.source, model)
+    if c.backend == "TRITON":
+        return None
+    return Elsewhere(f"{c.backend} ({', '.join(c.classes)})", c.supported_at or f"{c.oracle}:{c.walk_line}",
+                     f"{c.oracle}:{c.walk_line} walks {', '.join(c.order)}; the first whose kernel class passes its "
+                     "device and quant-scheme tests (FlashInfer / triton_kernels taken as installed)")
+
+
 def _decode(model: AttentionConfig, pt: Point):
     return arguments(model, pt.batch, pt.tp)
 
@@ -100,7 +143,7 @@ DTYPE_RULE = "the model's dtype (activations), its weights' (bf16 or float8_e4m3
 
 ENTRIES = (
     AuditKernel("vllm-fused-moe-decode", "vllm", "0.33.0", MODULE, "fused_experts_impl", ALLOW,
-                vllm_moe_stand_ins.STAND_INS, _decode, serves, DTYPE_RULE, windowed=False),
+                vllm_moe_stand_ins.STAND_INS, _decode, serves, DTYPE_RULE, windowed=False, chooses=chooses),
     AuditKernel("vllm-fused-moe-prefill", "vllm", "0.33.0", MODULE, "fused_experts_impl", ALLOW,
-                vllm_moe_stand_ins.STAND_INS, _prefill, serves, DTYPE_RULE, windowed=False),
+                vllm_moe_stand_ins.STAND_INS, _prefill, serves, DTYPE_RULE, windowed=False, chooses=chooses),
 )
