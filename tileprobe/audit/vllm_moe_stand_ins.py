@@ -135,7 +135,8 @@ def quantize_input(A, A_scale, quant_dtype, per_act_token_quant, block_shape=Non
 
 
 def platform_utils(target: Target, source: EngineSource) -> dict:
-    return from_text(source, "vllm/utils/platform_utils.py", ("get_device_name_as_file_name",), {"re": re, "cache": functools.cache})
+    return from_text(source, "vllm/utils/platform_utils.py", ("get_device_name_as_file_name",),
+                     {"re": re, "cache": functools.cache})
 
 
 def platforms(target: Target, source: EngineSource) -> dict:
