@@ -3,7 +3,8 @@ launch it makes, as the target would see it, without a GPU and without launching
 
 Inside `engine_session` (a context manager; everything is put back after):
 - a `sys.meta_path` finder serves the engine's modules for an allowlist from the wheel (read as a zip, each file
-  written once under the cache by content and loaded from there, so Triton's `inspect.getsource` reads it), empty
+  written once under the cache by content and loaded from there, so Triton's `inspect.getsource` reads it;
+  a JSON data folder directly beside it, such as vLLM's fused_moe/configs, is written beside it), empty
   packages for their parents (the engine's heavy `__init__`s never run), and stand-in modules for the platform
   helpers (`stand_ins`: module name -> a function of the target and the engine release that returns the module's
   attributes; it may import served modules, e.g. to subclass the engine's own platform class); any other
@@ -50,10 +51,15 @@ _autotuner = LazyModule("triton.runtime.autotuner")
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64",
                  "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5", "int8": "i8", "int16": "i16",
                  "int32": "i32", "int64": "i64", "uint8": "u8", "bool": "i1"}
+_TL_NAMES = ("bfloat16", "float16", "float32", "float64", "float8e4nv", "float8e5", "int8", "int16", "int32", "int64",
+             "uint8", "int1")
 # Options a launch passes beside the kernel's parameters that tileprobe's compile takes (HIP-only ones dropped).
 COMPILE_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "launch_pdl")
 DEVICE_TEST = re.compile(r"CUDA_CAPABILITY|capability|_is_cuda|_is_hip|\bis_hip_\b|is_cuda\(|is_hip\(|is_sm\d+|"
                          r"current_platform|is_blackwell|is_hopper|_is_gfx|device_capability")
+# A tuned-config lookup's tests (vLLM get_moe_configs / try_get_optimal_moe_config: the user's folder, the file named
+# after the device, the file's configs or the default): recorded like a device branch, since the file is the device's.
+CONFIG_TEST = re.compile(r"config_file_path|\bconfigs\b|override_config|config_folder")
 
 
 @dataclass(frozen=True)
@@ -94,8 +100,8 @@ def describe(value):
         if name not in _TORCH_DTYPES:
             raise UsageError(f"a launch passes a {value.dtype} tensor, which tileprobe cannot compile for")
         return TensorArg(_TORCH_DTYPES[name], tuple(value.shape), tuple(value.stride()))
-    if isinstance(value, tl.dtype):
-        return f"tl.{value.name}" if hasattr(tl, value.name) else str(value)
+    if isinstance(value, tl.dtype):  # by the triton.language name that is it (tl.bfloat16's .name is 'bf16')
+        return next((f"tl.{n}" for n in (value.name, *_TL_NAMES) if getattr(tl, n, None) == value), str(value))
     if isinstance(value, tl.constexpr):
         return describe(value.value)
     if value is None or isinstance(value, (bool, int, float, str)):
@@ -181,6 +187,8 @@ class Session:
     _files: dict = field(default_factory=dict)  # served file path -> its path inside the wheel
     _ifs: dict = field(default_factory=dict)  # served file path -> [(test line, text, body lines, else lines)]
     _autotune: tuple | None = None
+    _lookup: set = field(default_factory=set)  # lines of the last tuned-config lookup (CONFIG_TEST) that ran: they
+    # count for every launch until the next lookup runs (one lookup serves both of fused_experts' GEMMs)
 
     @property
     def package(self) -> str:
@@ -189,9 +197,13 @@ class Session:
     def file_of(self, module: str) -> str:
         rel = module.replace(".", "/") + ".py"
         text = self.source.read_text(rel)
-        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        data = {d: self.source.read_text(d) for d in data_beside(self.source, rel)}
+        digest = hashlib.sha256("\0".join([text, *(f"{d}\0{t}" for d, t in data.items())]).encode()).hexdigest()[:16]
         path = self.folder / digest / rel
         if not path.is_file():
+            for d, t in data.items():  # the data first: the module's file marks the folder complete
+                (self.folder / digest / d).parent.mkdir(parents=True, exist_ok=True)
+                (self.folder / digest / d).write_text(t)
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
             tmp.write_text(text)
@@ -226,12 +238,12 @@ class Session:
         shown with the value it had at the launch)."""
         out = []
         for path, ifs in self._ifs.items():
-            lines = {ln for f, ln in self._ran | self._imported if f == path}
+            lines = {ln for f, ln in self._ran | self._imported | self._lookup if f == path}
             if not lines:
                 continue
             rel = self._files[path]
             for line, text, body, orelse in ifs:
-                if not DEVICE_TEST.search(text):
+                if not (DEVICE_TEST.search(text) or CONFIG_TEST.search(text)):
                     continue
                 if body is None:  # a device expression assigned (vLLM: tuned_large_head = ... and capability)
                     name = text.split(" = ", 1)[0]
@@ -271,7 +283,27 @@ class Session:
         self.launches.append(Launch(fn.fn.__name__, rel, tuple((n, describe(bound.get(n))) for n in names),
                                     tuple((k, describe(v)) for k, v in options.items()), grid, site,
                                     self._branches(values), self._autotune))
+        lookup = {(f, ln) for f, ln in self._ran for line, text, body, orelse in self._ifs.get(f, ())
+                  if CONFIG_TEST.search(text) and (ln == line or ln in (body or ()) or ln in orelse)}
+        if lookup:
+            self._lookup = lookup
         self._ran.clear()
+
+
+def data_beside(source: EngineSource, rel: str) -> list[str]:
+    """The JSON files of the data folders directly beside the module `rel` (a subfolder of JSON and no code,
+    e.g. vLLM's fused_moe/configs, which get_moe_configs opens through the module's own __file__): written beside the
+    served file, so the engine's own lookup finds what the wheel ships."""
+    folder = rel.rsplit("/", 1)[0] + "/"
+    subs: dict[str, list[str]] = {}
+    for name in source.files_under(folder):
+        parts = name[len(folder):].split("/")
+        if len(parts) > 1:
+            subs.setdefault(parts[0], []).append(name)
+    return [n for names in subs.values()
+            if any(n.endswith(".json") for n in names)
+            and all(n.count("/") == folder.count("/") + 1 and not n.endswith((".py", ".so", ".pyc")) for n in names)
+            for n in names if n.endswith(".json")]
 
 
 def _if_blocks(text: str) -> list[tuple[int, str, set[int] | None, set[int]]]:
