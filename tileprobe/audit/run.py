@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tileprobe import preflight, progress
@@ -29,7 +29,7 @@ from tileprobe.families import triton_audit as fam
 from tileprobe.models import AttentionConfig, attention_model
 from tileprobe.results.rows import Outcome, make_row
 from tileprobe.results.writer import recording
-from tileprobe.targets import Target, resolve_target
+from tileprobe.targets import DEVICE_NAMES, Target, arch_of_name, resolve_target
 from tileprobe.verdict import Verdict
 from tileprobe.triton import sweep as triton_sweep
 
@@ -50,6 +50,7 @@ class AuditOptions:
     engine_wheel: str | None = None
     command: str = "tileprobe audit"
     kernels: tuple[str, ...] = ()  # --kernel: only these entries (tileprobe.audit.kernels names)
+    gpu_name: str | None = None  # --gpu-name: the name the stand-in device reports (default: the target's first SKU)
 
 
 @dataclass
@@ -82,6 +83,17 @@ class Tuned:
     call_site: str
     listed: int
     planned: tuple[int, ...]
+
+
+def gpu_name(target: Target, asked: str | None) -> str:
+    """The device name the engine's code sees (the tuned-config files are named after it): the one asked, which must
+    be a known SKU of the target or a name tileprobe does not know; else the target's first SKU name."""
+    if asked is None:
+        return DEVICE_NAMES.get(target.name, (target.device_name,))[0]
+    known = arch_of_name(asked)
+    if known is not None and known[0] != target.name:
+        raise UsageError(f"--gpu-name {asked!r} is a {known[0]}, not a {target.name}")
+    return asked
 
 
 def check(opts: AuditOptions) -> None:
@@ -162,13 +174,15 @@ def branch_line(launch: capture.Launch) -> str:
     """The engine line that set the launch's parameters: the last device branch taken in the launching file (a
     helper module's import-time branches do not count), else the launch call."""
     here = launch.call_site.rsplit(":", 1)[0] + ":"
-    mine = [b.split(" ", 1)[0] for b in launch.branches if b.startswith(here)]
+    # a device flag evaluated False at import (vLLM's IS_TURING) set nothing by itself
+    mine = [b.split(" ", 1)[0] for b in launch.branches if b.startswith(here) and not b.endswith(" -> False")]
     return mine[-1] if mine else launch.call_site
 
 
 # The constexprs shown as BLOCK_M / BLOCK_N / BLOCK_DMODEL, the first a kernel takes (the engines' own names)
-BLOCK_NAMES = (("BLOCK_M", "BLOCK_H", "BLOCK"), ("BLOCK_N", "TILE_SIZE", "CBLOCK", "BLOCK_T"),
-               ("BLOCK_DMODEL", "HEAD_SIZE_PADDED", "BLOCK_DV", "D_FBLOCK"))
+BLOCK_NAMES = (("BLOCK_M", "BLOCK_H", "BLOCK", "BLOCK_SIZE_M"), ("BLOCK_N", "TILE_SIZE", "CBLOCK", "BLOCK_T",
+                                                               "BLOCK_SIZE_N"),
+               ("BLOCK_DMODEL", "HEAD_SIZE_PADDED", "BLOCK_DV", "D_FBLOCK", "BLOCK_SIZE_K"))
 
 
 def config_of(p: Planned, src: EngineSource, arch: str):
@@ -182,12 +196,17 @@ def config_of(p: Planned, src: EngineSource, arch: str):
 def outcome(cfg, build, target: Target, triton: TritonInstall, p: Planned) -> Outcome:
     """triton-moe's verdict of a compiled launch (tileprobe.triton.sweep.outcome), each reason ending with the engine
     line that launched it and the branch it took."""
-    return triton_sweep.outcome(cfg, build, target, triton, f"launched from {p.launch.call_site}; branch: "
-                                                            f"{' | '.join(p.launch.branches) or 'none'}")
+    o = triton_sweep.outcome(cfg, build, target, triton, f"launched from {p.launch.call_site}; branch: "
+                                                         f"{' | '.join(p.launch.branches) or 'none'}")
+    return o if o.info.stages is not None else replace(o, info=replace(o.info, stages=cfg.stages))
 
 
 def _shape(p: Planned) -> str:
-    tensors = [f"{n}={v}" for n, v in p.launch.args if isinstance(v, capture.TensorArg) and n[0].isupper()][:1]
+    """The launch's first tensor (by the kernel's parameter name: the engines' capitalised Q / Q_Extend, else the
+    first tensor argument) and the points that made it."""
+    tensors = [(n, v) for n, v in p.launch.args if isinstance(v, capture.TensorArg)]
+    caps = [t for t in tensors if t[0][0].isupper()]
+    tensors = [f"{n}={v}" for n, v in (caps[:1] or tensors[:2])]
     pts = "; ".join(dict.fromkeys(pt.label() for pt in p.points))
     return f"{' '.join(tensors)} ({pts})"
 
@@ -257,6 +276,7 @@ def run_audit(opts: AuditOptions) -> Audit:
     model = attention_model(opts.model)
     entries = serving(opts.engine, model, opts.kernels)
     target, _ = resolve_target(opts.target)
+    target = replace(target, device_name=gpu_name(target, opts.gpu_name))
     arch = arch_for(family(fam.NAME), target.cc)
     if arch is None or target.cc_int < MIN_CC:
         raise UsageError(f"--target {target.name} (sm_{target.cc_int}): tileprobe audits the engines' Triton "
