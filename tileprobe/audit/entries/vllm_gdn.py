@@ -287,7 +287,8 @@ def packed_decode_chooses(session, model: AttentionConfig, pt: Point) -> Elsewhe
     if session.module("vllm.envs").VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE:
         return None
     text = session.source.read_text(LAYER)
-    test = next(n for n in ast.walk(_functions(text)["_forward_core"]) if isinstance(n, ast.If)
+    core = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef) and n.name == "_forward_core")
+    test = next(n for n in ast.walk(core) if isinstance(n, ast.If)
                 and "enable_packed_recurrent_decode" in ast.unparse(n.test))
     return Elsewhere("fused_sigmoid_gating_delta_rule_update", f"{LAYER}:{test.lineno}", test_text(text, test))
 
