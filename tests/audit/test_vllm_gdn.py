@@ -91,7 +91,7 @@ def test_gdn_launches_compile_to_tritons_own_bytes(vllm, rng, tmp_path, monkeypa
     entry = kernels.KERNELS[name]
     target = profile(rng.choice(TARGETS))
     model = _model(rng)
-    pt = _point(rng, model, decode="decode" in name)
+    pt = _point(rng, model, decode=name.endswith(("decode", "update")))
     launches = _capture(vllm, target, entry, model, pt)
     picked = {}
     for kernel in dict.fromkeys(la.kernel for la in launches):
@@ -99,10 +99,11 @@ def test_gdn_launches_compile_to_tritons_own_bytes(vllm, rng, tmp_path, monkeypa
     wanted = {(la.kernel, la.autotune[0] if la.autotune else None): la for la in picked.values()}
     own = _triton_own(vllm, target, entry, model, pt, set(wanted), tmp_path, monkeypatch)
     assert set(own) == set(wanted), (name, sorted(own), sorted(wanted))
+    cut = jobs.kernel_source if entry.compile_from == "extract" else \
+        (lambda src, launch: loader.module_source(entry, src, target, launch.kernel))
     for key, la in wanted.items():
-        job = jobs.job_of(vllm, la, target.cc_int, lambda src, launch: loader.module_source(entry, src, target,
-                                                                                               launch.kernel))
-        assert compile_job(job).shared == own[key], (target.name, model.gdn, pt, key)
+        assert compile_job(jobs.job_of(vllm, la, target.cc_int, cut)).shared == own[key], (target.name, model.gdn,
+                                                                                            pt, key)
 
 
 def test_chunk_prefill_launches_every_kernel_of_the_engines_chain(vllm, rng):
@@ -144,6 +145,24 @@ def test_chunk_o_block_list_follows_the_targets_shared_memory(vllm, rng, target_
     model = _model(rng)
     launches = _capture(vllm, target, entry, model, _point(rng, model, decode=False))
     assert sorted({la.arg("BK") for la in launches if la.kernel == "chunk_fwd_kernel_o"}) == sorted(want)
+
+
+@pytest.mark.parametrize("target_name", TARGETS)
+def test_causal_conv1d_launches_with_cudas_pdl_answer(vllm, rng, target_name):
+    """causal_conv1d passes `launch_pdl=current_platform.is_arch_support_pdl()`: the captured value is what
+    CudaPlatformBase.is_arch_support_pdl's return expression (vllm/platforms/cuda.py) gives for the target's major
+    (vLLM's base Platform would answer False)."""
+    text = vllm.read_text("vllm/platforms/cuda.py")
+    cls = next(n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == "CudaPlatformBase")
+    fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "is_arch_support_pdl")
+    last = fn.body[-1]  # the function's closing `return`, after its try/except
+    assert isinstance(last, ast.Return)
+    target = profile(target_name)
+    want = eval(ast.unparse(last.value), {"major": int(target.cc.split(".")[0])})  # noqa: S307
+    model = _model(rng)
+    for name, decode in (("vllm-gdn-causal-conv1d", False), ("vllm-gdn-causal-conv1d-update", True)):
+        (launch,) = _capture(vllm, target, kernels.KERNELS[name], model, _point(rng, model, decode))
+        assert launch.arg("launch_pdl") is want, (name, target_name)
 
 
 def _capability_chain(text: str) -> list[ast.If]:

@@ -79,6 +79,7 @@ LAYER = "vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py"
 SELECTOR = "_resolve_gdn_prefill_backend"
 SELECTOR_HELPERS = ("xpu_gdn_kernel_available", "_aiter_flydsl_unsupported_reasons")
 FLA = "vllm.third_party.flash_linear_attention.ops"
+CONV = "vllm.model_executor.layers.mamba.ops.causal_conv1d"
 
 
 # --- stand-ins ------------------------------------------------------------------------------------------------------
@@ -125,12 +126,37 @@ def cuda_runtime_major(origin: str) -> int:
     return int(hit.group(1)) if hit else 0
 
 
+def cuda_platform_method(source: EngineSource, name: str):
+    """CudaPlatformBase.<name> (vllm/platforms/cuda.py) cut from the wheel's text and defined as it is (torch's
+    answers are the session's: torch.cuda answers as the target)."""
+    text = source.read_text("vllm/platforms/cuda.py")
+    cls = next(n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == "CudaPlatformBase")
+    fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    fn.decorator_list = []
+    scope = {"torch": torch.load()}
+    exec(compile(ast.Module([fn], []), "vllm/platforms/cuda.py", "exec"), scope)  # noqa: S102
+    return scope[name]
+
+
 def platforms(target: Target, source: EngineSource) -> dict:
-    """vllm_stand_ins' current_platform, with CudaPlatformBase.get_cuda_runtime_major (the wheel's CUDA runtime)."""
+    """vllm_stand_ins' current_platform (vLLM's base Platform), with two of CudaPlatformBase's answers:
+    get_cuda_runtime_major (the wheel's CUDA runtime) and is_arch_support_pdl (CUDA's own method; the base class
+    answers False)."""
     out = vllm_stand_ins.platforms(target, source)
+    platform = out["current_platform"]
     major = cuda_runtime_major(source.origin)
-    out["current_platform"].get_cuda_runtime_major = lambda: major
+    pdl = cuda_platform_method(source, "is_arch_support_pdl")
+    platform.get_cuda_runtime_major = lambda: major
+    platform.is_arch_support_pdl = lambda: pdl(type(platform))
     return out
+
+
+def backend_utils(target: Target, source: EngineSource) -> dict:
+    """PAD_SLOT_ID and NULL_BLOCK_ID (causal_conv1d.py's two names from vllm/v1/attention/backends/utils.py), read
+    from the wheel's text (the module imports vLLM's config tree)."""
+    text = source.read_text("vllm/v1/attention/backends/utils.py")
+    return {t.id: ast.literal_eval(n.value) for n in ast.parse(text).body if isinstance(n, ast.Assign)
+            for t in n.targets if isinstance(t, ast.Name) and t.id in ("PAD_SLOT_ID", "NULL_BLOCK_ID")}
 
 
 def torch_utils(target: Target, source: EngineSource) -> dict:
@@ -141,7 +167,7 @@ def torch_utils(target: Target, source: EngineSource) -> dict:
 
 
 GDN_STAND_INS = {**vllm_stand_ins.STAND_INS, "vllm.triton_utils": triton_utils, "vllm.platforms": platforms,
-                 "vllm.utils.torch_utils": torch_utils}
+                 "vllm.utils.torch_utils": torch_utils, "vllm.v1.attention.backends.utils": backend_utils}
 _BASE = ("vllm.platforms.interface", "vllm.v1.attention.backends.registry", "vllm.envs")
 _UTILS = (f"{FLA}.utils", f"{FLA}.op", f"{FLA}.index", "vllm.utils.gpu_sync_debug")
 CHUNK_ALLOW = (*_BASE, *_UTILS, *(f"{FLA}.{m}" for m in ("chunk", "chunk_delta_h", "chunk_o", "chunk_scaled_dot_kkt",
@@ -201,6 +227,30 @@ def _sigmoid_decode(model: AttentionConfig, pt: Point):
                     v=empty((1, b, hv, v), dt), initial_state=empty((b, hv, v, k), state), inplace_final_state=True,
                     cu_seqlens=indptr(b, 1), ssm_state_indices=empty((b,), torch.int32),
                     use_qk_l2norm_in_kernel=True)
+
+
+def _conv(model: AttentionConfig, tp: int):
+    """conv1d.weight viewed (dim, width) in the model's dtype, and the conv state: vLLM's default "SD" layout
+    (mamba_utils.get_conv_state_layout) stores (slots, width-1, dim), which `_forward_core` transposes to
+    (slots, dim, width-1)."""
+    h, hv, k, v = _dims(model, tp)
+    dim, width, dt = 2 * h * k + hv * v, model.gdn.conv_kernel, _dtypes(model)[0]
+    return dim, empty((dim, width), dt), lambda slots: empty((slots, width - 1, dim), dt).transpose(-1, -2)
+
+
+def _conv_fn(model: AttentionConfig, pt: Point):
+    dim, weight, state = _conv(model, pt.tp)
+    t, dt = pt.batch * pt.seq_len, _dtypes(model)[0]
+    return (empty((t, dim), dt).transpose(0, 1), weight), dict(
+        bias=None, conv_states=state(pt.batch), query_start_loc=indptr(pt.batch, pt.seq_len),
+        cache_indices=empty((pt.batch,), torch.int32), has_initial_state=empty((pt.batch,), torch.bool),
+        activation="silu", metadata=None)
+
+
+def _conv_update(model: AttentionConfig, pt: Point):
+    dim, weight, state = _conv(model, pt.tp)
+    return (empty((pt.batch, dim), _dtypes(model)[0]), state(pt.batch), weight, None, "silu"), dict(
+        conv_state_indices=empty((pt.batch,), torch.int32), validate_data=False)
 
 
 def serves(model: AttentionConfig) -> str | None:
@@ -307,4 +357,9 @@ ENTRIES = (
     AuditKernel("vllm-gdn-sigmoid-gating-decode", "vllm", "0.33.0", f"{FLA}.fused_sigmoid_gating",
                 "fused_sigmoid_gating_delta_rule_update", (*_BASE, f"{FLA}.fused_sigmoid_gating"), GDN_STAND_INS,
                 _sigmoid_decode, serves, "the model's dtype; A_log fp32", windowed=False),
+    AuditKernel("vllm-gdn-causal-conv1d", "vllm", "0.33.0", CONV, "causal_conv1d_fn", (*_BASE, CONV), GDN_STAND_INS,
+                _conv_fn, serves, "the model's dtype (the conv state's)", windowed=False, compile_from="module"),
+    AuditKernel("vllm-gdn-causal-conv1d-update", "vllm", "0.33.0", CONV, "causal_conv1d_update", (*_BASE, CONV),
+                GDN_STAND_INS, _conv_update, serves, "the model's dtype (the conv state's)", windowed=False,
+                compile_from="module"),
 )
