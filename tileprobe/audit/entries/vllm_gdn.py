@@ -27,6 +27,14 @@ HV = linear_num_value_heads / tp, K = linear_key_head_dim, V = linear_value_head
   batch that mixes prefills and decodes: q/k (1, B, H, K), v (1, B, HV, V) (rearrange_mixed_qkv: contiguous views),
   a / b (B, HV), initial_state the ssm_state, inplace_final_state True, cu_seqlens int32 (B+1), ssm_state_indices
   int32 (B,), use_qk_l2norm_in_kernel True.
+- `causal_conv1d_fn` (vllm/model_executor/layers/mamba/ops/causal_conv1d.py), `_forward_core` step 1.2 for a
+  prefill: x the mixed_qkv (T, dim) transposed to (dim, T), conv1d.weight viewed (dim, width), no bias (the layer's
+  conv1d has none), conv_states (slots, dim, width-1) (the "SD" layout's (slots, width-1, dim) transposed),
+  has_initial_state bool (N,), cache_indices int32 (N,), query_start_loc int32 (N+1), activation "silu"
+  (Qwen3-Next's hidden_act). The layer passes its attention metadata, whose nums_dict holds the BLOCK_M programs
+  the launcher otherwise computes from query_start_loc (metadata None here: the same grid and arguments).
+- `causal_conv1d_update`, decode (`_forward_core_decode_non_spec`): x (B, dim), the conv state, the weight, no bias,
+  "silu", conv_state_indices int32 (B,), validate_data False.
 
 The recurrent state's dtype is the model's: Qwen3-Next's mamba_ssm_cache_dtype is "auto" (vllm/config/cache.py),
 which MambaStateDtypeCalculator._mamba_state_dtype resolves to the conv state's dtype, the model's. (Qwen3.5's
