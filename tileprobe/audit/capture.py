@@ -18,7 +18,9 @@ Inside `engine_session` (a context manager; everything is put back after):
   config left after the engine's own pruning (`prune_configs`: early_config_prune, perf_model) and benchmarks none;
 - a line tracer on the served files only records which lines ran since the last launch: an `if`/`elif`/`else`
   whose test names the device (CUDA_CAPABILITY, is_cuda, current_platform, ...) and whose body ran is a taken branch.
-sys.modules is left as it was (every module the session added is removed; triton and torch are imported before).
+sys.modules is left as it was for the engine's package (every module of it the session added is removed); a
+third-party library an engine module imported stays loaded, as torch and triton are (torch._dynamo cannot be
+imported twice in one process: its TORCH_LIBRARY registrations refuse a second run).
 """
 
 from __future__ import annotations
@@ -376,8 +378,9 @@ def engine_session(source: EngineSource, target: Target, allow, stand_ins: dict,
                 sys.settrace(trace_before)
     finally:
         sys.meta_path.remove(finder)
-        for name in list(sys.modules):
-            if name not in modules_before:
+        for name in list(sys.modules):  # the engine's modules go; a library they imported stays (like torch and
+            # triton: torch._dynamo, which @torch.compiler.disable imports, registers TORCH_LIBRARYs, once a process)
+            if name not in modules_before and name.split(".")[0] == session.package:
                 del sys.modules[name]
         for name, mod in modules_before.items():
             if sys.modules.get(name) is not mod:

@@ -20,11 +20,19 @@ from tileprobe.targets import Target, profile
 
 
 def kernel(entry: str, target: str, wheel: str, function: str):
-    """The @triton.jit `function` of `entry`'s module, imported from `wheel` as `target` would see it."""
+    """The @triton.jit `function` of `entry`'s module (else of another module the entry serves), imported from
+    `wheel` as `target` would see it."""
     k = KERNELS[entry]
     src = find_engine(k.engine, wheel)
     with capture.engine_session(src, profile(target), k.allow, k.stand_ins) as session:
-        return getattr(session.module(k.module), function)
+        launcher = session.module(k.module)
+        if hasattr(launcher, function):
+            return getattr(launcher, function)
+        for name in sorted(k.allow):  # a kernel of another served module the launcher calls into (vLLM's fla ops)
+            found = getattr(session.module(name), function, None)
+            if found is not None:
+                return found
+        raise AttributeError(f"{entry}: no {function} in {k.module} or the modules it serves")
 
 
 def module_source(entry: AuditKernel, src: EngineSource, target: Target, function: str) -> KernelSource:
