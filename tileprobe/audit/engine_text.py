@@ -224,8 +224,9 @@ class TextModules:
     """The served modules of one engine release (the module docstring)."""
 
     def __init__(self, source: EngineSource, stand_ins: dict | None = None, pins: dict | None = None,
-                 extension_stand_in=None) -> None:
+                 extension_stand_in=None, third_party: dict | None = None) -> None:
         self.source, self.stand_ins, self.pins = source, dict(stand_ins or {}), dict(pins or {})
+        self.third_party = dict(third_party or {})  # a declared dependency's module name -> its stand-in module
         self.extension_stand_in = extension_stand_in
         self.root = f"<{source.engine}-{source.version} wheel>"
         self.names = frozenset(n for n in source.files_under(source.engine))
@@ -333,6 +334,8 @@ class TextModules:
             return self._requests
         if top in sys.stdlib_module_names or top in ("torch", "triton", "typing_extensions", "numpy", "packaging"):
             return importlib.import_module(name)
+        if name in self.third_party:
+            return self.third_party[name]
         if top not in self.declared:
             raise ModuleNotFoundError(f"No module named {name!r} ({self.source.label()} does not declare it)",
                                       name=name)
