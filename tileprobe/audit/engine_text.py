@@ -26,17 +26,24 @@ import ast
 import builtins
 import contextlib
 import importlib
+import importlib.metadata
 import os
 import re
 import sys
 import types
 from functools import lru_cache
 
+from tileprobe.engines import locate
 from tileprobe.engines.triton_configs import EngineSource
+from tileprobe.errors import UsageError
 
 # distribution name -> import name, where they differ (for the Requires-Dist answer of find_spec)
 DIST_MODULES = {"flashinfer_python": "flashinfer", "nvidia_ml_py": "pynvml", "sglang_kernel": "sgl_kernel",
                 "pyyaml": "yaml", "pillow": "PIL", "msgspec": "msgspec"}
+
+
+# packages the served text gets as installed here, whatever release the engine pins (torch answers as the target)
+REAL = ("torch", "triton", "typing_extensions", "numpy", "packaging")
 
 
 class EngineTextError(RuntimeError):
@@ -61,18 +68,19 @@ def _bound(stmt: ast.stmt) -> set[str]:
 
 
 @lru_cache(maxsize=64)
-def _declared(source: EngineSource) -> frozenset[str]:
-    """The import names of the wheel's Requires-Dist (extras' included: a host may have them)."""
-    meta = next((n for n in source.files_under(f"{source.engine}-{source.version}.dist-info")
-                 if n.endswith("/METADATA")), None)
-    text = source.read_text(meta) if meta else ""
-    names = set()
+def _declared(source: EngineSource, dist_info: str) -> dict[str, tuple[str, str | None]]:
+    """import name -> (distribution, pinned version or None) of the wheel's Requires-Dist (extras' included)."""
+    meta = f"{dist_info}/METADATA"
+    text = source.read_text(meta) if meta in source.files_under(dist_info) else ""
+    out = {}
     for line in text.splitlines():
         if line.startswith("Requires-Dist:"):
-            dist = re.split(r"[\s;\[<>=!~(]", line.split(":", 1)[1].strip(), maxsplit=1)[0]
+            req = line.split(":", 1)[1].split(";", 1)[0].strip()
+            dist = re.split(r"[\s\[<>=!~(]", req, maxsplit=1)[0]
+            pin = re.search(r"==\s*([\w.+-]+)", req)
             key = dist.lower().replace("-", "_").replace(".", "_")
-            names.add(DIST_MODULES.get(key, key))
-    return frozenset(names)
+            out.setdefault(DIST_MODULES.get(key, key), (dist, pin.group(1) if pin else None))
+    return out
 
 
 @lru_cache(maxsize=512)
@@ -224,7 +232,8 @@ class TextModules:
     """The served modules of one engine release (the module docstring)."""
 
     def __init__(self, source: EngineSource, stand_ins: dict | None = None, pins: dict | None = None,
-                 extension_stand_in=None, third_party: dict | None = None) -> None:
+                 extension_stand_in=None, third_party: dict | None = None, dist: str | None = None,
+                 parent: "TextModules | None" = None) -> None:
         self.source, self.stand_ins, self.pins = source, dict(stand_ins or {}), dict(pins or {})
         self.third_party = dict(third_party or {})  # a declared dependency's module name -> its stand-in module
         self.extension_stand_in = extension_stand_in
@@ -232,8 +241,10 @@ class TextModules:
         self.names = frozenset(n for n in source.files_under(source.engine))
         self.modules: dict[str, types.ModuleType] = {}
         self._saved: dict | None = None
+        self.parent, self.deps = parent, {}
         self.builtins = dict(builtins.__dict__, __import__=self.hook)
-        self.declared = _declared(source)
+        dist = (dist or source.engine).replace("-", "_")
+        self.declared = _declared(source, f"{dist}-{source.version}.dist-info")
         self._os = _WheelOS(self)
         util = types.ModuleType("importlib.util")
         util.__dict__.update(importlib.util.__dict__, find_spec=self.find_spec)
@@ -261,6 +272,33 @@ class TextModules:
                     sys.modules.pop(name, None)
                 else:
                     sys.modules[name] = before
+
+    def _register(self, name: str, mod) -> None:
+        root = self
+        while root.parent is not None:
+            root = root.parent
+        if root._saved is not None:  # dataclasses and typing look a class's module up in sys.modules
+            root._saved.setdefault(name, sys.modules.get(name))
+            sys.modules[name] = mod
+
+    def _dependency(self, top: str) -> "TextModules | None":
+        """A declared dependency pinned to a release other than the one installed here (or not installed): served
+        from that release's wheel, found as tileprobe finds engine wheels (tileprobe.engines.locate)."""
+        if top in self.deps:
+            return self.deps[top]
+        dist, version = self.declared[top]
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            if version is None or importlib.metadata.version(dist) == version:
+                return None
+        try:
+            pkg = locate.find_release(dist, version)
+        except UsageError as exc:
+            raise EngineTextError(f"{self.source.label()} imports {top} ({dist}=={version}): {exc}") from None
+        if pkg.wheel is None:
+            return None
+        src = EngineSource(top, pkg.version, str(pkg.wheel), "wheel")
+        self.deps[top] = TextModules(src, dist=dist, parent=self)
+        return self.deps[top]
 
     # --- where a module comes from ---------------------------------------------------------------------------
     def _rel(self, name: str) -> str | None:
@@ -298,9 +336,7 @@ class TextModules:
         else:
             raise ModuleNotFoundError(f"No module named {name!r} in {self.source.label()}", name=name)
         self.modules[name] = mod
-        if self._saved is not None:
-            self._saved.setdefault(name, sys.modules.get(name))
-            sys.modules[name] = mod  # dataclasses and typing look a class's module up there
+        self._register(name, mod)
         parent, _, child = name.rpartition(".")
         if parent:
             pmod = self.module(parent)
@@ -332,7 +368,7 @@ class TextModules:
                                                                        None) or importlib.import_module(name)
         if top == "requests":
             return self._requests
-        if top in sys.stdlib_module_names or top in ("torch", "triton", "typing_extensions", "numpy", "packaging"):
+        if top in sys.stdlib_module_names or top in REAL:
             return importlib.import_module(name)
         if name in self.third_party:
             return self.third_party[name]
@@ -342,7 +378,7 @@ class TextModules:
         if importlib.util.find_spec(top) is not None:
             return importlib.import_module(name)
         raise EngineTextError(f"{self.source.label()} imports {name}, a dependency tileprobe neither has nor stands "
-                              "in for")
+                              "in for")  # (a pinned release other than the installed one is served: hook)
 
     # --- the import hook the served text runs with -----------------------------------------------------------
     def hook(self, name, globals=None, locals=None, fromlist=(), level=0):
@@ -351,6 +387,9 @@ class TextModules:
             name = importlib.util.resolve_name("." * level + name, package) if name else \
                 package.rsplit(".", level - 1)[0]
         top = name.split(".")[0]
+        if top != self.source.engine and top in self.declared and top not in (*self.third_party, *REAL) \
+                and self._dependency(top) is not None:
+            return self.deps[top].hook(name, globals, locals, fromlist, 0)
         if top != self.source.engine:
             mod = self._outside(name)
             return mod if fromlist else self._outside(top) if top in ("os", "importlib", "requests") else \

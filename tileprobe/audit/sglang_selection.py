@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import types
+import warnings
 
 from tileprobe.audit.engine_text import TextModules
 from tileprobe.audit.selection import (ARCHITECTURES, DTYPES, Selection, device, entries_of, is_triton, naming_line,
@@ -162,7 +163,9 @@ def select(source: EngineSource, target: Target, model: AttentionConfig, forced:
 
         def accepts(name: str) -> str | None:
             try:
-                creators[name](runner)
+                with warnings.catch_warnings():  # a deprecated alias (nsa, compressed) warns as it is accepted
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    creators[name](runner)
             except _Built:
                 return None
             except (AssertionError, ValueError, NotImplementedError) as exc:
