@@ -9,7 +9,7 @@ import importlib.util
 import types
 import warnings
 
-from tileprobe.audit.engine_text import TextModules
+from tileprobe.audit.engine_text import EngineTextError, TextModules
 from tileprobe.audit.selection import (ARCHITECTURES, DTYPES, Selection, device, entries_of, is_triton, naming_line,
                                        quiet, tracing)
 from tileprobe.engines.triton_configs import EngineSource
@@ -35,6 +35,11 @@ class _Built(Exception):
     """A creator in attention_registry.py reached the backend class it builds: its checks passed."""
 
 
+class _NoField(EngineTextError, AttributeError):
+    """A ServerArgs attribute the resolution reads that is neither a field nor stood in (getattr with a default
+    still answers the default)."""
+
+
 class _View:
     """ServerArgs as the resolution reads it: the values set here, else each field's default read from
     sglang/srt/arg_groups/fields/*.py (evaluated in that module, from the wheel)."""
@@ -55,7 +60,7 @@ class _View:
         if name in self._values:
             return self._values[name]
         if name not in self._defaults:
-            raise AttributeError(f"ServerArgs has no field {name!r} (sglang/srt/arg_groups/fields)")
+            raise _NoField(f"ServerArgs has no field {name!r} in sglang/srt/arg_groups/fields, nor a stand-in")
         rel, expr = self._defaults[name]
         scope = self._mods.module(rel[:-3].replace("/", "."))._scope
         value = eval(compile(ast.Expression(expr), rel, "eval"), scope)  # noqa: S307  (the field's default)
@@ -98,7 +103,7 @@ def _msgspec() -> types.ModuleType:
 
 def _sglang_modules(source: EngineSource, model: AttentionConfig, arch: str | None):
     mods = TextModules(source, third_party={"msgspec": _msgspec()})
-    view = _View(mods)
+    view = _View(mods, _quantization_explicitly_unset=False)  # serving_hook.py's value without --quantization unquant
     attention_arch = lambda: mods.module("sglang.srt.configs.model_config").AttentionArch  # noqa: E731
     hf = types.SimpleNamespace(architectures=[arch] if arch else [], model_type=model.model_type)
     if model.quant:

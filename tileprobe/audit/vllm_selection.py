@@ -9,8 +9,9 @@ import contextlib
 import logging
 import types
 
-from tileprobe.audit.engine_text import EngineTextError, TextModules
-from tileprobe.audit.selection import DTYPES, Selection, device, entries_of, function_node, is_triton, naming_line, tracing
+from tileprobe.audit.engine_text import TextModules
+from tileprobe.audit.selection import (DTYPES, Selection, device, entries_of, function_node, is_triton, naming_line,
+                                       tracing)
 from tileprobe.engines.triton_configs import EngineSource
 from tileprobe.errors import UsageError
 from tileprobe.lazy import LazyModule
@@ -130,16 +131,19 @@ def select(source: EngineSource, target: Target, model: AttentionConfig, forced:
                                          f"{model.name} on {target.name} ({why}); valid: {', '.join(names)}") from None
                 else:
                     path = platform.get_attn_backend_cls(None, config, model.heads)
-            name = next(m.name for m in enum if m.value == path or (m.value and path == m.value))
+            name = next(m.name for m in enum if m.value == path)
             refused = {b.name: tuple(r) for b, (p, r) in invalid.items() if p < rank.get(name, -1)}
             picks[window] = (name, names, refused)
     name, names, refused = picks[model.windows()[0]]
     if any(p[0] != name for p in picks.values()):
-        raise EngineTextError(f"vLLM picks {', '.join(p[0] for p in picks.values())} for {model.name}'s layer kinds")
+        kinds = ", ".join(f"{p[0]} ({'window ' + str(w) if w else 'full'})" for w, p in picks.items())
+        raise UsageError(f"vLLM {source.version} picks {kinds} for {model.name}'s layers on {target.name}: "
+                         "tileprobe reports one attention backend per model")
     if forced is not None:  # the `return` of get_attn_backend_cls's selected-backend branch, which ran
         fn = function_node(mods, "vllm.platforms.cuda", "get_attn_backend_cls")
         done = ran.get("get_attn_backend_cls", set())
-        line = f"vllm/platforms/cuda.py:{min(n.lineno for n in ast.walk(fn) if isinstance(n, ast.Return) and n.lineno in done)}"
+        first = min(n.lineno for n in ast.walk(fn) if isinstance(n, ast.Return) and n.lineno in done)
+        line = f"vllm/platforms/cuda.py:{first}"
     else:
         line = naming_line(mods, "vllm.platforms.cuda", "_get_backend_priorities",
                             ran.get("_get_backend_priorities", set()), name)
