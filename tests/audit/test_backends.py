@@ -1,0 +1,135 @@
+"""tileprobe.audit.backends: the attention backend each engine's own selection code, run from its wheel under the
+target's stand-in device, picks for a model. The line a Selection names is checked against the engine's text read
+here (it names the backend and lies in the selecting function); the known public facts are checked where there is
+one (vLLM 0.33.0 and SGLang 0.5.23 run gpt-oss on SM120 through their Triton backends: vllm-project/vllm#40153,
+SGLang's gpt_oss.py override); forced names are honoured or refused with the valid names; presets and targets are
+drawn at random each run."""
+
+from __future__ import annotations
+
+import ast
+import sys
+
+import pytest
+import torch
+
+from tileprobe.audit import backends
+from tileprobe.audit.kernels import KERNELS
+from tileprobe.audit.selection import ARCHITECTURES
+from tileprobe.engines.triton_configs import find_engine
+from tileprobe.errors import UsageError
+from tileprobe.models import ATTENTION_PRESETS
+from tileprobe.targets import profile
+
+PRESETS = ("qwen3-30b-a3b", "gpt-oss-120b", "kimi-k2", "minimax-m1")
+TARGETS = ("rtx-pro-6000", "h200")
+
+
+def _engine(name):
+    try:
+        return find_engine(name)
+    except UsageError as exc:
+        pytest.skip(f"no {name} wheel: {exc}")
+
+
+@pytest.fixture(scope="module", params=["vllm", "sglang"])
+def engine(request):
+    return _engine(request.param)
+
+
+def _line_text(src, line: str) -> tuple[str, int, str]:
+    rel, _, no = line.rpartition(":")
+    return rel, int(no), src.read_text(rel).splitlines()[int(no) - 1]
+
+
+def _enclosing(src, rel: str, no: int) -> ast.FunctionDef:
+    tree = ast.parse(src.read_text(rel))
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.lineno <= no <= n.end_lineno]
+    return min(found, key=lambda n: n.end_lineno - n.lineno)
+
+
+def test_selected_line_names_the_backend_in_the_selecting_function(engine, rng):
+    target, preset = rng.choice(TARGETS), rng.choice(PRESETS)
+    model = ATTENTION_PRESETS[preset]
+    sel = backends.attention_backend(engine, profile(target), model)
+    rel, no, text = _line_text(engine, sel.line)
+    fn = _enclosing(engine, rel, no)
+    if engine.engine == "vllm":
+        assert f"AttentionBackendEnum.{sel.backend}" in text, (target, preset, sel)
+        assert (rel, fn.name) == ("vllm/platforms/cuda.py", "_get_backend_priorities")
+        # every backend the engine ranks above it in the list that ran was refused, with the engine's reasons
+        ret = next(n for n in ast.walk(fn) if isinstance(n, ast.Return) and n.lineno <= no <= n.end_lineno)
+        ranked = [n.attr for n in ast.walk(ret) if isinstance(n, ast.Attribute)
+                  and isinstance(n.value, ast.Name) and n.value.id == "AttentionBackendEnum"]
+        above = ranked[:ranked.index(sel.backend)]
+        assert set(above) <= set(sel.refused), (sel.refused, above)
+        assert sel.valid[0] == sel.backend
+    else:
+        assert f'"{sel.backend}"' in text, (target, preset, sel)
+        arch = ARCHITECTURES[model.model_type]
+        assert fn.name == "get_default_attn_backend" or arch in _registered(fn), (fn.name, _registered(fn))
+        assert sel.backend in sel.valid
+    assert sel.triton == backends.is_triton(engine.engine, sel.backend)
+    assert not sel.entries or sel.triton
+
+
+@pytest.mark.parametrize("engine_name", ["vllm", "sglang"])
+def test_gpt_oss_on_sm120_runs_the_triton_backend(engine_name):
+    src = _engine(engine_name)
+    sel = backends.attention_backend(src, profile("rtx-pro-6000"), ATTENTION_PRESETS["gpt-oss-120b"])
+    assert sel.triton and sel.entries, sel
+    assert all(e in KERNELS for e in sel.entries)
+
+
+def test_forced_valid_name_is_honoured(engine, rng):
+    target, preset = rng.choice(TARGETS), rng.choice(PRESETS)
+    model = ATTENTION_PRESETS[preset]
+    default = backends.attention_backend(engine, profile(target), model)
+    name = rng.choice(default.valid)
+    sel = backends.attention_backend(engine, profile(target), model, name)
+    assert (sel.backend, sel.forced) == (name, True)
+    rel, no, text = _line_text(engine, sel.line)
+    if engine.engine == "vllm":  # the `return` of get_attn_backend_cls's selected-backend branch
+        assert text.strip().startswith("return") and _enclosing(engine, rel, no).name == "get_attn_backend_cls"
+    else:  # the creator attention_registry.py registers under that name
+        assert name in _registered(_enclosing(engine, rel, no)), (name, sel.line)
+
+
+def _registered(fn: ast.FunctionDef) -> set:
+    return {a.value for d in fn.decorator_list if isinstance(d, ast.Call) for a in d.args
+            if isinstance(a, ast.Constant)}
+
+
+def test_forced_unknown_name_names_the_valid_ones(engine, rng):
+    target, preset = rng.choice(TARGETS), rng.choice(PRESETS)
+    model = ATTENTION_PRESETS[preset]
+    bogus = "".join(rng.choice("abcdefxyz_") for _ in range(12))
+    with pytest.raises(UsageError) as err:
+        backends.attention_backend(engine, profile(target), model, bogus)
+    msg = str(err.value)
+    default = backends.attention_backend(engine, profile(target), model)
+    assert "\n" not in msg and bogus in msg and all(v in msg for v in default.valid), msg
+
+
+def test_refused_name_gives_the_engines_reason():
+    """vLLM refuses FLASH_ATTN for gpt-oss on SM120 (sinks need FA3/4, SM120 gets FA2) and SGLang refuses fa3 there
+    (attention_registry.py's assert); each message names the engine's reason, read from the wheel here."""
+    model = ATTENTION_PRESETS["gpt-oss-120b"]
+    vllm = _engine("vllm")
+    with pytest.raises(UsageError, match="sinks not supported.*valid: TRITON_ATTN"):
+        backends.attention_backend(vllm, profile("rtx-pro-6000"), model, "FLASH_ATTN")
+    sglang = _engine("sglang")
+    text = sglang.read_text("sglang/srt/layers/attention/attention_registry.py")
+    fn = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef)
+              and n.name == "create_flashattention_v3_backend")
+    reason = next(n.msg.value for n in ast.walk(fn) if isinstance(n, ast.Assert) and isinstance(n.msg, ast.Constant))
+    with pytest.raises(UsageError) as err:
+        backends.attention_backend(sglang, profile("rtx-pro-6000"), model, "fa3")
+    assert reason.split(".")[0] in str(err.value) and "triton" in str(err.value)
+
+
+def test_selection_leaves_the_process_as_it_was(engine, rng):
+    cap, cuda, modules = torch.cuda.get_device_capability, torch.version.cuda, set(sys.modules)
+    backends.attention_backend(engine, profile(rng.choice(TARGETS)), ATTENTION_PRESETS[rng.choice(PRESETS)])
+    assert torch.cuda.get_device_capability is cap and torch.version.cuda == cuda
+    assert not {m for m in set(sys.modules) - modules if m.split(".")[0] in ("vllm", "sglang")}

@@ -1,0 +1,151 @@
+"""vLLM's own attention backend selection, run from its wheel's text (tileprobe.audit.engine_text): vllm/platforms/
+cuda.py `get_attn_backend_cls` / `get_valid_backends` on the AttentionSelectorConfig vLLM's selector builds for the
+model's layers (tileprobe.audit.backends says which fields and what is stood in)."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import logging
+import types
+
+from tileprobe.audit.engine_text import TextModules
+from tileprobe.audit.selection import (DTYPES, Selection, device, entries_of, function_node, is_triton, naming_line,
+                                       tracing)
+from tileprobe.engines.triton_configs import EngineSource
+from tileprobe.errors import UsageError
+from tileprobe.lazy import LazyModule
+from tileprobe.models import AttentionConfig
+from tileprobe.targets import Target
+
+torch = LazyModule("torch")
+
+# ---------------------------------------------------------------------------------------------------------------
+# vLLM
+# ---------------------------------------------------------------------------------------------------------------
+
+class _Logger(logging.LoggerAdapter):
+    def debug_once(self, msg, *a, **k):
+        self.debug(msg, *a)
+
+    def info_once(self, msg, *a, **k):
+        self.info(msg, *a)
+
+    def warning_once(self, msg, *a, **k):
+        self.warning(msg, *a)
+
+
+_ENGINE_LOG = logging.getLogger("tileprobe.engine")  # the engine's log lines during a selection: not shown
+_ENGINE_LOG.addHandler(logging.NullHandler())
+_ENGINE_LOG.propagate = False
+
+
+def _logger_stand_in(mods: TextModules) -> dict:
+    return {"init_logger": lambda name: _Logger(logging.getLogger(f"tileprobe.engine.{name}"), {})}
+
+
+def _class_defaults(mods: TextModules, module: str, cls: str) -> types.SimpleNamespace:
+    """A class's annotated fields with their literal defaults, read from the engine's text."""
+    node = next(n for n in mods.module(module)._tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+    out = {}
+    for stmt in node.body:
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
+            with contextlib.suppress(ValueError):
+                out[stmt.target.id] = ast.literal_eval(stmt.value)
+    return types.SimpleNamespace(**out)
+
+
+def _vllm_modules(source: EngineSource, target: Target) -> TextModules:
+    major, minor = (int(x) for x in target.cc.split("."))
+    holder = {}
+
+    def platforms(mods: TextModules) -> dict:
+        cuda = mods.module("vllm.platforms.cuda")
+        interface = mods.module("vllm.platforms.interface")
+
+        class TargetPlatform(cuda.CudaPlatformBase):
+            @classmethod
+            def get_device_capability(cls, device_id: int = 0):
+                return interface.DeviceCapability(major, minor)
+
+            @classmethod
+            def get_device_name(cls, device_id: int = 0) -> str:
+                return target.device_name
+
+        holder["platform"] = TargetPlatform
+        return {"current_platform": TargetPlatform(), "CpuArchEnum": interface.CpuArchEnum}
+
+    def config(mods: TextModules) -> dict:
+        cfg = types.SimpleNamespace(
+            attention_config=_class_defaults(mods, "vllm.config.attention", "AttentionConfig"),
+            model_config=None, cache_config=None, parallel_config=None, kv_transfer_config=None,
+            speculative_config=None)
+        return {"get_current_vllm_config": lambda: cfg, "get_current_vllm_config_or_none": lambda: cfg}
+
+    mods = TextModules(source, stand_ins={"vllm.platforms": platforms, "vllm.logger": _logger_stand_in},
+                       pins={"vllm.config": config})
+    mods.platform = lambda: (mods.module("vllm.platforms"), holder["platform"])[1]
+    return mods
+
+
+def _reasons(message: str) -> str:
+    """The reasons of get_attn_backend_cls's "... is not valid ... Reason: [...]" ValueError, joined."""
+    tail = message.split("Reason: ", 1)[-1]
+    try:
+        return "; ".join(map(str, ast.literal_eval(tail)))
+    except (ValueError, SyntaxError):
+        return tail
+
+
+def select(source: EngineSource, target: Target, model: AttentionConfig, forced: str | None) -> Selection:
+    mods = _vllm_modules(source, target)
+    ran: dict = {}
+    with device(target, mods):
+        platform = mods.platform()
+        selector = mods.module("vllm.v1.attention.selector")
+        enum = mods.module("vllm.v1.attention.backends.registry").AttentionBackendEnum
+        head = model.kv_lora_rank + model.qk_rope_head_dim if model.mla else model.head_dim
+        picks = {}
+        for window in model.windows():
+            config = selector.AttentionSelectorConfig(
+                head_size=head, dtype=getattr(torch, DTYPES[model.dtype]), kv_cache_dtype="auto", block_size=None,
+                use_mla=model.mla, has_sink=model.sinks, has_sliding_window=window is not None)
+            if forced is not None:
+                try:
+                    chosen = enum[forced]
+                except ValueError:
+                    chosen = None
+            with tracing({"vllm/platforms/cuda.py"}, ran):
+                valid, invalid = platform.get_valid_backends(platform.get_device_capability(), config, model.heads)
+                names = tuple(c.backend.name for c in sorted(valid, key=lambda c: c.priority))
+                rank = {c.backend.name: c.priority for c in valid}
+                if forced is not None:
+                    if chosen is None:
+                        raise UsageError(f"--attention-backend {forced}: vLLM {source.version} has no such backend; "
+                                         f"valid for {model.name} on {target.name}: {', '.join(names)}")
+                    try:
+                        path = platform.get_attn_backend_cls(chosen, config, model.heads)
+                    except ValueError as exc:
+                        why = _reasons(str(exc))
+                        raise UsageError(f"--attention-backend {forced}: vLLM {source.version} refuses it for "
+                                         f"{model.name} on {target.name} ({why}); valid: {', '.join(names)}") from None
+                else:
+                    path = platform.get_attn_backend_cls(None, config, model.heads)
+            name = next(m.name for m in enum if m.value == path)
+            refused = {b.name: tuple(r) for b, (p, r) in invalid.items() if p < rank.get(name, -1)}
+            picks[window] = (name, names, refused)
+    name, names, refused = picks[model.windows()[0]]
+    if any(p[0] != name for p in picks.values()):
+        kinds = ", ".join(f"{p[0]} ({'window ' + str(w) if w else 'full'})" for w, p in picks.items())
+        raise UsageError(f"vLLM {source.version} picks {kinds} for {model.name}'s layers on {target.name}: "
+                         "tileprobe reports one attention backend per model")
+    if forced is not None:  # the `return` of get_attn_backend_cls's selected-backend branch, which ran
+        fn = function_node(mods, "vllm.platforms.cuda", "get_attn_backend_cls")
+        done = ran.get("get_attn_backend_cls", set())
+        first = min(n.lineno for n in ast.walk(fn) if isinstance(n, ast.Return) and n.lineno in done)
+        line = f"vllm/platforms/cuda.py:{first}"
+    else:
+        line = naming_line(mods, "vllm.platforms.cuda", "_get_backend_priorities",
+                            ran.get("_get_backend_priorities", set()), name)
+    return Selection("vllm", name, is_triton("vllm", name), entries_of("vllm", name, model.mla), line,
+                     forced is not None, names, refused)
