@@ -346,6 +346,7 @@ def audit(
     jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles", show_default="cores")] = os.cpu_count() or 1,
     cache_dir: CacheOpt = None,
     kernel: Annotated[Optional[list[str]], typer.Option("--kernel", help="only these audited kernels (comma list; an unknown name is refused with the list)")] = None,
+    attention_backend: Annotated[Optional[str], typer.Option("--attention-backend", metavar="NAME", help="the attention backend you pass the engine, spelled as its flag spells it (SGLang: triton, ...; vLLM: TRITON_ATTN, ...); default: the engine's own choice for the model and target")] = None,
     gpu_name: Annotated[Optional[str], typer.Option("--gpu-name", metavar="NAME", help="the device name the engine sees (its tuned-config files are named after it; default: the target's first SKU name)")] = None,
 ) -> None:
     """Every Triton launch the engine's own launchers make for the model on the target (captured from the engine's
@@ -354,7 +355,8 @@ def audit(
     opts = audit_run.AuditOptions(engine, model, target, tp, tuple(_ints(batch, "--batch") or (1, 8)),
                                   tuple(_ints(seq_len, "--seq-len") or (1024,)), out, jobs,
                                   cache_dir, engine_wheel, sw.command_line(),
-                                  tuple(n.strip() for k in kernel or () for n in k.split(",") if n.strip()), gpu_name)
+                                  tuple(n.strip() for k in kernel or () for n in k.split(",") if n.strip()), attention_backend,
+                                  gpu_name)
     res = audit_run.run_audit(opts)
     console = Console(width=WIDTH)
     print_rows(res.rows, console)

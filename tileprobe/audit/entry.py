@@ -63,6 +63,11 @@ class AuditKernel:
     # (session, model, point) -> Elsewhere | None: the engine's own selection, run inside the entry's session
     # before the launcher; an Elsewhere means the launcher is not what the engine runs there (one row says so)
     chooses: Callable | None = None
+    # the attention backend that runs this launcher, as the engine spells it (SGLang `triton`, vLLM `TRITON_ATTN`,
+    # `TRITON_MLA`, `ROCM_ATTN`): the audit runs it only where the engine's own attention backend selection
+    # (tileprobe.audit.backends) picks that backend; None: not an attention backend's kernel (MoE, linear attention,
+    # SSM, the vision encoder's), run whenever it serves the model
+    backend: str | None = None
     # (launch, target) -> what to set in the engine when the launch does not fit (a tuned-config folder, a
     # blocklist: the command that writes it); None: the launch's parameters are the engine's code (the row's line)
     remedy: Callable | None = None

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tileprobe import preflight, progress
 from tileprobe.audit import capture, jobs, loader
+from tileprobe.audit.backends import Selection, attention_backend
 from tileprobe.audit.entry import Elsewhere
 from tileprobe.audit.kernels import AuditKernel, Point, kernels_for
 from tileprobe.backends.triton.compile import KernelJob, compile_many
@@ -50,6 +51,7 @@ class AuditOptions:
     engine_wheel: str | None = None
     command: str = "tileprobe audit"
     kernels: tuple[str, ...] = ()  # --kernel: only these entries (tileprobe.audit.kernels names)
+    attention_backend: str | None = None  # --attention-backend: forced, as the engine's own flag spells it
     gpu_name: str | None = None  # --gpu-name: the name the stand-in device reports (default: the target's first SKU)
 
 
@@ -125,7 +127,7 @@ class Captured:
 
 
 def capture_all(src: EngineSource, target: Target, model: AttentionConfig, entries: list[AuditKernel],
-                opts: AuditOptions, cc: int) -> Captured:
+                opts: AuditOptions, cc: int, sel: Selection | None = None) -> Captured:
     """Each entry's launches at every point; launches that compile the same (every argument the compile sees equal:
     pointer dtypes, ints, constexprs, options), set at the same engine lines, are planned once. An entry whose
     `chooses` names another kernel at a point is not launched there; an autotuned launch's configs are one Tuned."""
@@ -136,6 +138,11 @@ def capture_all(src: EngineSource, target: Target, model: AttentionConfig, entri
     for k in entries:
         windows = model.windows() if k.windowed else (None,)
         points = [Point(b, s, opts.tp, w) for w in windows for b in opts.batches for s in opts.seq_lens]
+        if k.backend is not None and sel is not None and k.backend != sel.backend:
+            how = "forced by --attention-backend" if sel.forced else "its own attention backend selection"
+            others[(k.name, sel.backend)] = NotSelected(k, Elsewhere(f"the {sel.backend} attention backend",
+                                                                     sel.line, how), points)
+            continue
         cut = jobs.kernel_source if k.compile_from == "extract" else \
             (lambda s, launch, k=k: loader.module_source(k, s, target, launch.kernel))
         with capture.engine_session(src, target, k.allow, k.stand_ins, opts.cache_dir) as session:
@@ -285,7 +292,9 @@ def run_audit(opts: AuditOptions) -> Audit:
     preflight.check_triton(triton, target.cc_int, opts.cache_dir)
     src = find_engine(opts.engine, opts.engine_wheel)
     t0 = time.perf_counter()
-    cap = capture_all(src, target, model, entries, opts, target.cc_int)
+    sel = attention_backend(src, target, model, opts.attention_backend) \
+        if any(k.backend for k in entries) or opts.attention_backend else None
+    cap = capture_all(src, target, model, entries, opts, target.cc_int, sel)
     planned = cap.planned
     t1 = time.perf_counter()
     configs = [config_of(p, src, arch) for p in planned]
@@ -304,6 +313,13 @@ def run_audit(opts: AuditOptions) -> Audit:
     meta = {"family": fam.NAME, "target": target.as_dict(), "configs": len(planned),
             "toolchain": columns | {"engine": src.label()}, "engine_origin": src.origin, "model": model.name}
     res = Audit(target, [], [], out, {"capture_s": round(t1 - t0, 2), "compile_s": round(t2 - t1, 2)})
+    head = []
+    if sel is not None:
+        meta["attention_backend"] = {"backend": sel.backend, "line": sel.line, "forced": sel.forced,
+                                     "triton": sel.triton, "valid": list(sel.valid)}
+        head = [f"ATTENTION {src.label()} runs the {sel.backend} backend for {model.name} on {target.name}"
+                         f" ({'forced; ' if sel.forced else ''}{sel.line}"
+                         f"{'; a Triton backend' if sel.triton else '; not a Triton backend: no attention kernel of it is audited'})"]
     with recording(out, meta, "compiled", opts.command) as rec:
         for i, (p, cfg, o) in enumerate(zip(planned, configs, outcomes)):
             row = make_row(cfg, target, columns, o, point={"problem": f"{model.name}: {_shape(p)}"},
@@ -326,7 +342,7 @@ def run_audit(opts: AuditOptions) -> Audit:
             res.failures.append(f"{src.label()} {t.kernel} ({p.op()}, autotuned at {t.call_site}): every config "
                                 f"the autotuner has is over {target.smem_optin} B")
             res.remedies.append(_remedy(p, target))
-        res.notes[:0] = tuned["notes"]
+        res.notes = [*head, *tuned["notes"], *res.notes]
         res.remedies = list(dict.fromkeys(res.remedies))
         rec.meta["phases"] = res.seconds
     return res

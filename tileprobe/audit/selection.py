@@ -39,18 +39,8 @@ class Selection:
 
 
 def entries_of(engine: str, backend: str, mla: bool) -> tuple[str, ...]:
-    """The audit entries of a backend: SGLang `triton` runs sglang-extend/context/decode-attention (MHA) or the
-    sglang-mla-* entries (MLA); vLLM TRITON_ATTN runs vllm-unified-attention, TRITON_MLA the vllm-triton-mla-*."""
-    if engine == "sglang" and backend == "triton":
-        names = [n for n in KERNELS if n.startswith("sglang-mla-")] if mla else \
-            ["sglang-extend-attention", "sglang-context-attention", "sglang-decode-attention"]
-    elif engine == "vllm" and backend == "TRITON_ATTN":
-        names = ["vllm-unified-attention"]
-    elif engine == "vllm" and backend == "TRITON_MLA":
-        names = [n for n in KERNELS if n.startswith("vllm-triton-mla-")]
-    else:
-        names = []
-    return tuple(n for n in names if n in KERNELS)
+    """The audit entries a backend runs: those whose `backend` is it (tileprobe.audit.entry.AuditKernel.backend)."""
+    return tuple(k.name for k in KERNELS.values() if k.engine == engine and k.backend == backend)
 
 
 def is_triton(engine: str, backend: str) -> bool:

@@ -125,7 +125,7 @@ ENTRIES = (
                 "extend_attention_fwd",
                 ("sglang.kernels.ops.attention.extend_attention", "sglang.kernels.ops.attention.decode_attention",
                  "sglang.kernels.ops.attention.score_mod", "sglang.srt.environ"),
-                SGLANG_STAND_INS, _sglang_extend, not_mla, "the model's dtype (the layer's q/k/v)"),
+                SGLANG_STAND_INS, _sglang_extend, not_mla, "the model's dtype (the layer's q/k/v)", backend="triton"),
     AuditKernel("sglang-context-attention", "sglang", "0.5.23", "sglang.kernels.ops.attention.prefill_attention",
                 "context_attention_fwd", ("sglang.kernels.ops.attention.prefill_attention",),
                 SGLANG_STAND_INS, _sglang_vision, _vision, "the model's dtype (the vision encoder's q/k/v)",
@@ -135,5 +135,5 @@ ENTRIES = (
                 ("sglang.kernels.ops.attention.decode_attention", "sglang.kernels.ops.attention.score_mod",
                  "sglang.srt.environ"),
                 SGLANG_STAND_INS, _sglang_decode, not_mla, "the model's dtype; split-K partials in fp32",
-                windowed=False),
+                windowed=False, backend="triton"),
 )

@@ -63,7 +63,7 @@ def _linear(model: AttentionConfig) -> str | None:
 ENTRIES = (
     AuditKernel("vllm-unified-attention", "vllm", "0.33.0", "vllm.v1.attention.ops.triton_unified_attention",
                 "unified_attention", VLLM_ALLOW, vllm_stand_ins.STAND_INS, _vllm_unified, not_mla,
-                "the model's dtype (the layer's query and KV cache)", compile_from="module"),
+                "the model's dtype (the layer's query and KV cache)", compile_from="module", backend="TRITON_ATTN"),
     AuditKernel("vllm-lightning-attention", "vllm", "0.33.0", "vllm.model_executor.layers.lightning_attn",
                 "lightning_attention", ("vllm.model_executor.layers.lightning_attn", "vllm.platforms.interface",
                                         "vllm.v1.attention.backends.registry"),

@@ -96,5 +96,5 @@ ENTRIES = (
                                           "vllm.v1.attention.backends.registry"),
                 vllm_stand_ins.STAND_INS, _arguments, _serves,
                 "the model's dtype (the layer's query, new K/V and KV cache, kv_cache_dtype auto)",
-                chooses=_chooses, compile_from="module"),
+                chooses=_chooses, compile_from="module", backend="ROCM_ATTN"),
 )
