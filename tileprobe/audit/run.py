@@ -21,7 +21,8 @@ from tileprobe.audit import capture, jobs, loader
 from tileprobe.audit.backends import Selection, attention_backend
 from tileprobe.audit.entry import Elsewhere
 from tileprobe.audit.kernels import AuditKernel, Point, kernels_for
-from tileprobe.backends.triton.compile import KernelJob, compile_many
+from tileprobe.audit.nearest import Variant, nearest
+from tileprobe.backends.triton.compile import KernelJob, compile_job, compile_many
 from tileprobe.backends.triton.toolchain import TritonInstall, require_triton
 from tileprobe.engines.triton_configs import EngineSource, find_engine
 from tileprobe.errors import UsageError
@@ -268,13 +269,15 @@ def _tuned_notes(tuned: list[Tuned], planned: list[Planned], verdicts: list[Verd
     return {"marks": marks, "notes": notes, "empty": empty}
 
 
-def _remedy(p: Planned, target: Target) -> str:
+def _remedy(p: Planned, target: Target, variant: Variant | None = None) -> str:
     if p.kernel.remedy is not None:
         said = p.kernel.remedy(p.launch, target)
         if said:
             return f"SET {p.launch.kernel}: {said}"
+    near = (f"; the nearest variant that fits (tileprobe.audit.nearest's rule): {variant.describe()}" if variant
+            else "; no variant of it fits by tileprobe.audit.nearest's rule")
     return (f"SET {p.launch.kernel}: nothing to set: this kernel's parameters are code, here is the line: "
-            f"{branch_line(p.launch)}")
+            f"{branch_line(p.launch)}{near}")
 
 
 def run_audit(opts: AuditOptions) -> Audit:
@@ -307,12 +310,19 @@ def run_audit(opts: AuditOptions) -> Audit:
     outcomes = [outcome(cfg, b, target, triton, p) for p, cfg, b in zip(planned, configs, builds)]
     tuned = _tuned_notes(cap.tuned, planned, [o.verdict for o in outcomes], target)
     in_tuned = {i for t in cap.tuned for i in t.planned}
+    over = [i for i, o in enumerate(outcomes) if o.verdict is Verdict.SMEM_OVER_LIMIT and i not in in_tuned]
+    variants = {i: nearest(planned[i].launch, planned[i].job, target.smem_optin,
+                           lambda j: compile_job(j, opts.cache_dir)) for i in over}
+    outcomes = [replace(o, reason=f"{o.reason}; nearest fitting variant: {variants[i].describe()}")
+                if variants.get(i) else o for i, o in enumerate(outcomes)]
+    t3 = time.perf_counter()
     columns = {"cutlass_version": None, "cutlass_source": None, "cutlass_hash": None, "nvcc_version": None,
                "host_compiler": None, "triton_version": triton.version}
     out = Path(opts.out or f"audit-{opts.engine}-{model.name}-{target.name}")
     meta = {"family": fam.NAME, "target": target.as_dict(), "configs": len(planned),
             "toolchain": columns | {"engine": src.label()}, "engine_origin": src.origin, "model": model.name}
-    res = Audit(target, [], [], out, {"capture_s": round(t1 - t0, 2), "compile_s": round(t2 - t1, 2)})
+    res = Audit(target, [], [], out, {"capture_s": round(t1 - t0, 2), "compile_s": round(t2 - t1, 2),
+                                      "nearest_s": round(t3 - t2, 2)})
     head = []
     if sel is not None:
         meta["attention_backend"] = {"backend": sel.backend, "line": sel.line, "forced": sel.forced,
@@ -331,7 +341,7 @@ def run_audit(opts: AuditOptions) -> Audit:
             if o.verdict is not Verdict.FITS and i not in in_tuned:  # a dropped autotune config is not a crash
                 res.failures.append(f"{src.label()} {p.launch.kernel} ({p.op()}, set at {branch_line(p.launch)}): "
                                     f"{o.reason.split(' (')[0]}")
-                res.remedies.append(_remedy(p, target))
+                res.remedies.append(_remedy(p, target, variants.get(i)))
         for n in cap.not_selected:
             row = _not_selected_row(n, src, arch, target, columns, model)
             rec.write(row)
