@@ -84,9 +84,11 @@ def test_audit_writes_a_row_per_distinct_launch_and_exits_by_the_fit_rule(tmp_pa
     batch, seq = rng.randint(2, 64), rng.randint(16, 8192)
     out = tmp_path / "out"
     p = _cli("--engine", "sglang", "--model", preset, "--target", target, "--batch", batch, "--seq-len", seq,
-             "--out", out, "--jobs", 1)
+             "--out", out, "--jobs", 1, "--attention-backend", "triton")
     assert p.returncode in (0, 1) and "Traceback" not in p.stderr, (p.returncode, p.stdout[-2000:], p.stderr)
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
+    assert json.loads((out / "run.json").read_text())["attention_backend"]["forced"] is True
+    rows = [r for r in rows if r["verdict"] != "not-selected"]  # e.g. the sparse MLA decode: DeepSeek-V4 only
     model = ATTENTION_PRESETS[preset]
     windows = len(set(model.windows()))
     # MHA/GQA: extend attention once per layer window, decode attention's split-K stages (stage 1, stage 2), no
@@ -118,3 +120,34 @@ def test_audit_writes_a_row_per_distinct_launch_and_exits_by_the_fit_rule(tmp_pa
     assert want in extend["reason"] and file == "sglang/kernels/ops/attention/extend_attention.py", extend
     assert want in find_engine("sglang").read_text(file).splitlines()[int(line) - 1], extend["config_source"]
     assert (out / "report.md").is_file() and (out / "results.csv").is_file()
+
+
+@pytest.mark.triton
+def test_the_engines_own_attention_backend_decides_which_attention_kernels_run(tmp_path, rng):
+    """Without --attention-backend, an attention entry runs only where the engine's own selection picks its backend;
+    the others are not-selected rows naming the line that chose, whose text names the backend chosen."""
+    engine = rng.choice(["sglang", "vllm"])
+    try:
+        src = find_engine(engine)
+    except UsageError as exc:
+        pytest.skip(f"no {engine} wheel: {exc}")
+    preset = rng.choice(["qwen3-30b-a3b", "gpt-oss-120b"])
+    out = tmp_path / "out"
+    p = _cli("--engine", engine, "--model", preset, "--target", rng.choice(["rtx-pro-6000", "h200"]), "--batch", 2,
+             "--seq-len", rng.randint(64, 2048), "--out", out, "--jobs", 1, "--kernel",
+             ",".join(k.name for k in kernels_for(engine) if k.backend))
+    assert p.returncode in (0, 1) and "Traceback" not in p.stderr, (p.returncode, p.stdout[-2000:], p.stderr)
+    sel = json.loads((out / "run.json").read_text())["attention_backend"]
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
+    file, line = sel["line"].rsplit(":", 1)
+    assert sel["backend"] in src.read_text(file).splitlines()[int(line) - 1], sel
+    backend_of = {k.name: k.backend for k in kernels_for(engine)}
+    for r in rows:
+        entry = next(k for k in kernels_for(engine) if k.launcher == r["gemm"].split()[0] and
+                     (r["verdict"] != "not-selected" or k.module_file == r["kernel_file"]))
+        if r["verdict"] == "not-selected":
+            assert r["config_source"] == sel["line"] and sel["backend"] in r["reason"], r
+            assert backend_of[entry.name] != sel["backend"], r
+        else:
+            assert sel["backend"] in {backend_of[k.name] for k in kernels_for(engine) if k.launcher == entry.launcher}
+    assert any(r["verdict"] == "not-selected" for r in rows) == (not sel["triton"] or engine == "vllm")
