@@ -256,3 +256,17 @@ def test_heads_that_do_not_split_over_tp_are_a_usage_error(rng):
     odd = replace(model, gdn=replace(model.gdn, key_heads=3, value_heads=3 * rng.choice([1, 2])))
     with pytest.raises(UsageError, match="do not split over 2 ranks"):
         kernels.KERNELS[rng.choice(GDN)].arguments(odd, kernels.Point(1, 16, 2))
+
+
+def test_launches_differing_only_in_an_unspecialised_length_are_one_compile(vllm, rng):
+    """The chunk chain's T is do_not_specialize: two prefills of other lengths (same tensors' dtypes, same configs)
+    plan the same compiles; each job's bytes are Triton's own for its real arguments (the test above)."""
+    entry = kernels.KERNELS["vllm-gdn-chunk-prefill"]
+    target = profile(rng.choice(TARGETS))
+    model = _model(rng)
+    a, b = rng.sample(range(17, 1500), 2)
+    cut = lambda src, launch: loader.module_source(entry, src, target, launch.kernel)  # noqa: E731
+    plans = [{jobs.job_of(vllm, la, target.cc_int, cut) for la in _capture(vllm, target, entry, model,
+                                                                           kernels.Point(1, n, 1))} for n in (a, b)]
+    assert plans[0] == plans[1] and all(la.unspecialized == ("T",) for la in _capture(
+        vllm, target, entry, model, kernels.Point(1, a, 1)) if la.kernel.startswith("chunk_fwd_kernel_o")), (a, b)

@@ -87,6 +87,7 @@ class Launch:
     call_site: str  # file:line of the kernel[grid](...) call in the engine
     branches: tuple[str, ...]  # 'file:line if ...' of each device branch the launcher took before this launch
     autotune: tuple[int, int, int] | None = None
+    unspecialized: tuple[str, ...] = ()  # the kernel's do_not_specialize parameters (Triton types them by magnitude)
 
     def arg(self, name: str, default=None):
         return dict(self.args).get(name, dict(self.options).get(name, default))
@@ -284,7 +285,8 @@ class Session:
         values = {**frame.f_globals, **frame.f_locals} if frame else {}
         self.launches.append(Launch(fn.fn.__name__, rel, tuple((n, describe(bound.get(n))) for n in names),
                                     tuple((k, describe(v)) for k, v in options.items()), grid, site,
-                                    self._branches(values), self._autotune))
+                                    self._branches(values), self._autotune,
+                                    tuple(p.name for p in fn.params if p.do_not_specialize)))
         lookup = {(f, ln) for f, ln in self._ran for line, text, body, orelse in self._ifs.get(f, ())
                   if CONFIG_TEST.search(text) and (ln == line or ln in (body or ()) or ln in orelse)}
         if lookup:
