@@ -21,7 +21,6 @@ from tileprobe.engines.triton_configs import find_engine  # noqa: E402
 from tileprobe.errors import UsageError  # noqa: E402
 from tileprobe.families import arch_for, family  # noqa: E402
 from tileprobe.families import triton_audit as fam  # noqa: E402
-from tileprobe.results import tolerance  # noqa: E402
 from tileprobe.verdict import Verdict  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.triton]
@@ -60,6 +59,6 @@ def test_unwritten_output_fails(device, rng):
     gen = torch.Generator(device="cuda").manual_seed(rng.randrange(2**31))
     built = case.build(runtime_cases.model_of(case), gen, "cuda")
     built.out.fill_(math.nan)
-    bound = tolerance.derive(fam.FAMILY.atol, fam.FAMILY.rtol, built.keys, runtime.ACCUMULATION)
+    bound = runtime.bound_for(built.keys)
     result = runtime.check(built, bound)
     assert result["bad_elements"] == result["checked_elements"] == result["nonfinite"] > 0

@@ -252,13 +252,14 @@ def vllm_mla(lens, sms):
 
 
 def reference(built: Built):
-    """(ref, groups): the fp64 attention output shaped like the kernel's (T, H, Dv), and each (row, head)'s group
-    (sequence * H + head) for the check's rms."""
+    """(ref, groups): the fp64 attention output shaped like the kernel's (T, H, Dv), and each output row's group for
+    the check's rms: the row itself (one query token's head: one softmax average, whose size goes as 1/sqrt(keys it
+    sees), so a row of few keys is judged by its own size, not by its sequence's)."""
     out = built.out
     ref = torch.full(out.shape, math.nan, dtype=torch.float64, device=out.device)
-    groups = torch.zeros(out.shape[:2], dtype=torch.int64, device=out.device)
+    groups = torch.arange(out.shape[0] * out.shape[1], device=out.device).reshape(out.shape[:2])
     h = out.shape[1]
-    for i, s in enumerate(built.seqs):
+    for s in built.seqs:
         kvh = s.k.shape[1]
         q = s.q.double().unflatten(1, (kvh, -1))  # (Lq, KV, g, D): query head h reads KV head h // g
         k, v = s.k.double(), s.v.double()
@@ -275,7 +276,6 @@ def reference(built: Built):
         else:
             p = torch.softmax(logits, dim=-1)
         ref[s.rows] = torch.einsum("cgqn,ncd->qcgd", p.unflatten(0, (kvh, -1)), v).flatten(1, 2)
-        groups[s.rows] = i * h + torch.arange(h, device=out.device)[None, :]
     return ref, groups
 
 
