@@ -1,0 +1,290 @@
+"""Launch the engines' own Triton attention kernels on a GPU with real tensors and check every output element.
+
+For each case of tileprobe.audit.runtime_cases (SGLang extend / prefill / decode attention, vLLM unified attention
+2D and 3D, vLLM's Triton MLA decode), on the one GPU here:
+1. the engine's launcher is imported from its wheel through tileprobe.audit.capture's finder (`serving`: the
+   engine's modules from the wheel, the same stand-ins for its platform helpers answering as this device, and
+   neither the torch.cuda stand-in nor the launch recording: the launches are real);
+2. its launches are first captured once under capture.engine_session with this device as the target, only to
+   name what the engine picked (kernels, BLOCK sizes, warps, stages, the engine line that set them);
+3. the output is poisoned with NaN, the launcher runs once on fresh random inputs (a new seed each run), and every
+   element is checked against the fp64 reference (runtime_cases.reference) with tileprobe.results.tolerance's one
+   rule |out - ref| <= atol * rms(ref over the element's output row) + rtol * |ref| (a row: one query token's head,
+   one softmax average); a NaN left anywhere fails;
+4. the launcher call is timed with triton.testing.do_bench (median and 20-80 % spread of its repetitions:
+   us_median, us_spread; at these small sizes that is mostly the launcher's host-side Python and Triton's launch
+   path) and replayed from a CUDA graph with do_bench_cudagraph (us_graph_median, us_graph_spread: the kernels).
+
+Bound (tolerance.derive's form, fp32 accumulation): rtol = the triton-audit family's 2e-2, atol = 4 * 2^-8 =
+0.0156 (P_ROUNDING) instead of its 1e-2. The kernels read bf16 q/k/v (the reference reads the same values in fp64)
+and accumulate q.k and P.V in fp32; what they round is P to bf16 before the P.V dot and O to bf16 once. O's
+rounding is relative (<= 2^-8 |ref|: rtol's 4 * 2^-8 lies under the 2e-2 floor). P's rounding, each weight's own
+relative error delta_j (|delta_j| <= u = 2^-8, independent signs), gives an element error sum_j delta_j p_j v_jd of
+standard deviation u / sqrt(3) * sqrt(sum_j p_j^2 v_jd^2), which is u / sqrt(3) = 2.3e-3 of the output row's rms
+(sum_j p_j^2 both ways): the measured rel_err of every case is that 2e-3. atol is therefore in units of the
+element's output row (one query token's head, one softmax average: a row of 2 keys is ~10 times the size of one of
+300, so a sequence-wide rms misjudges short rows) and set at 4 u, the margin tolerance.py gives rtol: ~7 standard
+deviations, where an element that cancels to ~0 has no rtol slack. The first H200 runs showed why: with atol 1e-2
+of a sequence's rms, 16 of 3.1M SGLang prefill elements stood at 1.5-1.7 times the bound; per row at 1e-2 the worst
+stood at 0.94 (4.2 standard deviations). A key shifted in or out of the window moves a row by ~1/sqrt(keys) of its
+rms (0.09 at 128 keys), a dropped sink or a wrong KV head by O(1), all far outside; `--corrupt` shows flipped
+elements are caught, and an output left unwritten (the NaN poison) fails.
+
+Rows go through tileprobe's results writer (results.jsonl, results.csv, run.json): verdict ok (evidence verified)
+or incorrect, launch-error when the kernel does not build or run here (the reason says why).
+Run: PYTHONPATH=. python3 -m tileprobe.audit.runtime --out DIR [--wheels DIR] [--case NAME ...] [--slim DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import importlib
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from tileprobe.audit import capture, runtime_cases
+from tileprobe.audit.run import BLOCK_NAMES, branch_line
+from tileprobe.backends.triton.toolchain import cache_root
+from tileprobe.engines.triton_configs import EngineSource, find_engine
+from tileprobe.errors import UsageError
+from tileprobe.families import arch_for, family
+from tileprobe.families import triton_audit as fam
+from tileprobe.families.base import Accumulation
+from tileprobe.lazy import LazyModule
+from tileprobe.results import tolerance
+from tileprobe.results.rows import Outcome, StaticInfo, make_row
+from tileprobe.results.writer import recording
+from tileprobe.targets import NoDevice, Target, profile, query_devices
+from tileprobe.verdict import Verdict
+
+torch = LazyModule("torch")
+triton = LazyModule("triton")
+_testing = LazyModule("triton.testing")
+
+ACCUMULATION = Accumulation("fp32", None, "bf16 q/k/v, fp32 q.k and P.V accumulation, P rounded to bf16 (atol "
+                                           "4*2^-8: P's rounding); ref_group = one output row (a query token's head)")
+# atol in units of the output row's rms: P's bf16 rounding at the margin tolerance.py gives rtol (module docstring)
+P_ROUNDING = tolerance.RTOL_MARGIN * tolerance.UNIT_ROUNDOFF["bf16"]
+
+
+def bound_for(keys: int) -> tolerance.Bound:
+    return tolerance.derive(max(fam.FAMILY.atol, P_ROUNDING), fam.FAMILY.rtol, keys, ACCUMULATION)
+
+
+@contextlib.contextmanager
+def serving(source: EngineSource, target: Target, allow, stand_ins: dict):
+    """A capture.Session whose `module(name)` imports the engine's module from the wheel (capture's finder and
+    stand-ins), with nothing patched: its launches are real. The engine's modules leave sys.modules on exit (not
+    Triton's that a launch imported: its extension's submodules cannot be imported twice)."""
+    session = capture.Session(source, target, frozenset(allow), dict(stand_ins),
+                              cache_root() / "audit-src" / f"{source.engine}-{source.version}")
+    before = dict(sys.modules)
+    finder = capture._Finder(session)
+    sys.meta_path.insert(0, finder)
+    try:
+        yield session
+    finally:
+        sys.meta_path.remove(finder)
+        for name in [n for n in sys.modules if n not in before and n.split(".")[0] == source.engine]:
+            del sys.modules[name]  # the engine's modules only: what a launch imported of Triton stays
+        importlib.invalidate_caches()
+
+
+def captured(src: EngineSource, target: Target, case, built) -> list[capture.Launch]:
+    """The launches the engine's launcher makes for these arguments on this device, recorded, not made."""
+    with capture.engine_session(src, target, case.allow, case.stand_ins) as session:
+        getattr(session.module(case.module), case.launcher)(*built.args, **built.kwargs)
+        return list(session.launches)
+
+
+def check(built, bound) -> dict:
+    ref, groups = runtime_cases.reference(built)
+    dv = built.out.shape[-1]
+    return tolerance.check(built.out.reshape(-1, dv), ref.reshape(-1, dv), groups.reshape(-1), bound)
+
+
+def corrupt(built, bound, n: int, gen) -> dict:
+    """The check of a copy of the verified output with `n` elements flipped in sign (the largest |ref| of random
+    rows): it must fail."""
+    ref, groups = runtime_cases.reference(built)
+    dv = built.out.shape[-1]
+    bad = built.out.reshape(-1, dv).clone()
+    rows = torch.randperm(bad.shape[0], generator=gen, device="cpu")[:n].to(bad.device)
+    cols = ref.reshape(-1, dv)[rows].abs().argmax(dim=1)
+    bad[rows, cols] = -bad[rows, cols]
+    return tolerance.check(bad, ref.reshape(-1, dv), groups.reshape(-1), bound)
+
+
+def _blocks(launch: capture.Launch) -> tuple[int, int, int]:
+    return tuple(next((int(launch.arg(k)) for k in names if isinstance(launch.arg(k), int)), 0)  # type: ignore
+                 for names in BLOCK_NAMES)
+
+
+def _config(src, case, launches, arch):
+    first = launches[0]
+    m, n, d = _blocks(first)
+    key = hashlib.sha256(json.dumps([case.name, [l.identity() for l in launches]], default=str).encode())
+    kernels = "+".join(dict.fromkeys(l.kernel for l in launches))
+    return fam.make_config(src.label(), kernels, case.launcher, m, n, d, int(first.arg("num_warps", 4) or 4),
+                           int(first.arg("num_stages", 3) or 3), arch, branch_line(first), key.hexdigest()[:10])
+
+
+def _outcome(cfg, verdict: Verdict, reason: str) -> Outcome:
+    return Outcome(cfg, verdict, reason, StaticInfo(stages=cfg.stages))
+
+
+def _launch_text(launches) -> str:
+    return "; ".join(f"{l.kernel} grid {'x'.join(map(str, l.grid))} warps {l.arg('num_warps') or 'default'} "
+                     f"stages {l.arg('num_stages') or 'default'} BLOCK {'/'.join(map(str, _blocks(l)))}" for l in launches)
+
+
+def device_target() -> Target:
+    try:
+        return query_devices()[0]
+    except (NoDevice, IndexError, UsageError):
+        return profile("h200")  # no GPU: a dry run (capture and reference only)
+
+
+def nvcc_version() -> str | None:
+    try:
+        out = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return next((l.split("release ")[1].split(",")[0] for l in out.splitlines() if "release " in l), None)
+
+
+def run_case(case, src, target, arch, seed, reps_ms, corrupt_n, launch: bool):
+    """(row fields, printable line, corrupted-check result or None) of one case."""
+    dev = "cuda" if launch else "cpu"
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    model = runtime_cases.model_of(case)
+    built = case.build(model, gen, dev)
+    bound = bound_for(built.keys)
+    launches = captured(src, target, case, built)
+    cfg = _config(src, case, launches, arch)
+    fields = {"problem": f"{model.name}: {case.what}", "workload": case.name, "seed": seed,
+              "kernel_file": launches[0].kernel_file, "config_source": branch_line(launches[0]),
+              "launch_reason": _launch_text(launches)}
+    if not launch:
+        return cfg, _outcome(cfg, Verdict.NOT_RUN, "dry run: captured, not launched"), fields, None
+    try:
+        with serving(src, target, case.allow, case.stand_ins) as session:
+            fn = getattr(session.module(case.module), case.launcher)
+            built.out.fill_(float("nan"))
+            fn(*built.args, **built.kwargs)
+            torch.cuda.synchronize()
+            result = check(built, bound)
+            ms = _testing.do_bench(lambda: fn(*built.args, **built.kwargs), warmup=reps_ms[0], rep=reps_ms[1],
+                                   quantiles=[0.5, 0.2, 0.8])
+            graph = graph_times(lambda: fn(*built.args, **built.kwargs), reps_ms[1])
+    except Exception as exc:  # a kernel that does not build or run under this Triton: its row says so
+        why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
+        fields.update(launch_status="error")
+        return cfg, _outcome(cfg, Verdict.LAUNCH_ERROR, why), fields, None
+    ok = result["bad_elements"] == 0
+    fields.update({k: result[k] for k in ("rel_err", "atol", "rtol", "tolerance", "checked_elements",
+                                          "bad_elements", "bad_groups", "worst_group", "worst_ratio")})
+    fields.update(launch_status="ran", us_median=round(ms[0] * 1e3, 2), us_spread=round((ms[2] - ms[1]) * 1e3, 2))
+    if graph is not None:
+        fields.update(us_graph_median=round(graph[0] * 1e3, 2), us_graph_spread=round((graph[2] - graph[1]) * 1e3, 2))
+    reason = (f"{result['checked_elements']} elements within the bound, worst {result['worst_ratio']:.3f} of it"
+              if ok else f"{result['bad_elements']} of {result['checked_elements']} elements outside the bound "
+                         f"({result['nonfinite']} not finite), worst {result['worst_ratio']:.3g} of it: row "
+                         f"{result['worst_row']} col {result['worst_col']} out {result['worst_value']:.5g} ref "
+                         f"{result['worst_ref']:.5g}")
+    flipped = corrupt(built, bound, corrupt_n, torch.Generator().manual_seed(seed)) if corrupt_n and ok else None
+    return cfg, _outcome(cfg, Verdict.OK if ok else Verdict.INCORRECT, reason), fields, flipped
+
+
+def graph_times(call, rep_ms: int):
+    """[median, 20 %, 80 %] ms of the launcher's launches replayed from a CUDA graph (the kernels without the
+    launcher's Python and Triton's launch path, which dominate do_bench at these sizes), or None when the launcher
+    cannot be captured."""
+    try:
+        return _testing.do_bench_cudagraph(call, rep=rep_ms, quantiles=[0.5, 0.2, 0.8])
+    except Exception:  # noqa: BLE001 (a launcher that syncs or allocates outside the graph: no graph time)
+        torch.cuda.synchronize()
+        return None
+
+
+def slim(out: Path, cases) -> list[Path]:
+    """Small wheels in `out` holding only the files the cases import (and each wheel's METADATA, which
+    EngineSource reads for the name and version)."""
+    out.mkdir(parents=True, exist_ok=True)
+    made = []
+    for engine in sorted({c.engine for c in cases}):
+        src = find_engine(engine)
+        files = {m.replace(".", "/") + ".py" for c in cases if c.engine == engine for m in c.allow}
+        files |= {r for c in cases if c.engine == engine for r in c.reads}
+        with zipfile.ZipFile(src.origin) as whl:
+            meta = [n for n in whl.namelist() if n.endswith(".dist-info/METADATA") and n.startswith(engine + "-")]
+            dest = out / Path(src.origin).name
+            with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as small:
+                for name in sorted(files) + meta:
+                    small.writestr(name, whl.read(name))
+        made.append(dest)
+    return made
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tileprobe.audit.runtime", description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, help="results folder (results.jsonl, results.csv, run.json)")
+    ap.add_argument("--wheels", help="a folder of engine wheels (default: TILEPROBE_ENGINE_WHEELS or the cache)")
+    ap.add_argument("--case", action="append", help="run only these cases (repeatable)")
+    ap.add_argument("--seed", type=int, help="the random inputs' seed (default: a fresh one)")
+    ap.add_argument("--reps", default="25,200", help="do_bench warmup,rep in milliseconds")
+    ap.add_argument("--corrupt", type=int, default=8, help="elements flipped in each verified output's control check")
+    ap.add_argument("--dry-run", action="store_true", help="no launch: build inputs on the CPU, capture, reference")
+    ap.add_argument("--slim", type=Path, help="write small engine wheels for the cases into this folder and stop")
+    a = ap.parse_args(argv)
+    target = device_target()
+    every = runtime_cases.cases(target.sms)
+    chosen = [c for c in every if not a.case or c.name in a.case]
+    if a.case and len(chosen) != len(set(a.case)):
+        raise SystemExit(f"--case: known cases are {', '.join(c.name for c in every)}")
+    if a.slim:
+        for p in slim(a.slim, chosen):
+            print(f"{p} {p.stat().st_size} B")
+        return 0
+    if a.out is None:
+        raise SystemExit("--out DIR is required")
+    launch = not a.dry_run and target.is_device
+    seed = a.seed if a.seed is not None else int.from_bytes(os.urandom(4), "little")
+    reps = tuple(int(x) for x in a.reps.split(","))
+    arch = arch_for(family(fam.NAME), target.cc)
+    columns = {"triton_version": triton.__version__, "nvcc_version": nvcc_version()}
+    sources = {e: find_engine(e, a.wheels) for e in sorted({c.engine for c in chosen})}
+    meta = {"family": fam.NAME, "target": target.as_dict(), "toolchain": columns | {"torch": torch.__version__},
+            "engines": {e: [s.label(), Path(s.origin).name] for e, s in sources.items()}, "launched": launch,
+            "controls": []}
+    failed = 0
+    with recording(a.out, meta, "verified" if launch else "captured", " ".join(sys.argv), seed=seed) as rec:
+        for case in chosen:
+            src = sources[case.engine]
+            cfg, outcome, fields, flipped = run_case(case, src, target, arch, seed, reps, a.corrupt, launch)
+            digest = hashlib.sha256(src.read_text(case.module.replace(".", "/") + ".py").encode()).hexdigest()
+            row = make_row(cfg, target, columns, outcome, runtime=fields,
+                           extra={"engine": src.label(), "engine_hash": digest[:16], "driver": target.driver})
+            rec.write(row)
+            failed += outcome.verdict is not Verdict.OK
+            line = (f"{case.name:34s} {outcome.verdict.value:13s} worst/bound {row['worst_ratio'] or 0:7.4f} "
+                    f"rel_err {row['rel_err'] or 0:.2e} median {row['us_median'] or 0:8.2f} us graph "
+                    f"{row['us_graph_median'] or 0:8.2f} us  {outcome.reason[:60]}")
+            print(line, flush=True)
+            if flipped is not None:
+                control = {"case": case.name, "flipped": a.corrupt, "bad_elements": flipped["bad_elements"],
+                           "worst_ratio": flipped["worst_ratio"], "caught": flipped["bad_elements"] > 0}
+                rec.meta["controls"].append(control)
+                print(f"{'':34s} corrupted control: {a.corrupt} flipped -> {flipped['bad_elements']} outside the "
+                      f"bound ({'caught' if control['caught'] else 'NOT CAUGHT'})", flush=True)
+    return 1 if launch and failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
