@@ -115,6 +115,12 @@ def _quantization(doc: dict, path: str, where: str) -> Quantization | None:
 
 
 
+def model_name(path: Path) -> str:
+    """A config file's model name: its folder's for a `config.json` (a Hugging Face snapshot), else its stem
+    (results/audit/models/gemma-3-4b.json: gemma-3-4b)."""
+    return path.resolve().parent.name if path.name == "config.json" else path.stem
+
+
 def read_json(path: Path) -> dict:
     """A config.json's object; one UsageError line naming the file when it cannot be read or is not an object."""
     try:
@@ -141,7 +147,7 @@ def read_config(path: str | Path) -> ModelConfig:
     if top_k > experts:
         raise UsageError(f"{s}: {where}num_experts_per_tok {top_k} > {experts_field} {experts}")
     model_type = doc.get("model_type")
-    folder = p.resolve().parent.name
+    folder = model_name(p)
     return ModelConfig(s, folder or str(model_type or p.name), model_type if isinstance(model_type, str) else None,
                        _int(doc, "hidden_size", s, where), experts, experts_field, top_k, inter, inter_field,
                        _int(doc, "n_shared_experts", s, where, optional=True) or 0, _quantization(*((top, s, "") if "quantization_config" in top else (doc, s, where))))
@@ -302,7 +308,7 @@ def read_attention(path: str | Path) -> AttentionConfig:
     vision = _vision(top, s)
     moe = read_config(p).moe() if any(k in doc for k in EXPERT_FIELDS) else None
     q = _quantization(*((top, s, "") if "quantization_config" in top else (doc, s, where)))
-    return AttentionConfig(p.resolve().parent.name or str(model_type or p.name), heads, kv_heads, head_dim,
+    return AttentionConfig(model_name(p) or str(model_type or p.name), heads, kv_heads, head_dim,
                            DTYPES[raw_dtype], _int(doc, "sliding_window", s, where, optional=True),
                            tuple(layer_types), model_type == "gpt_oss", model_type, **mla,
                            linear_attention=0 in kinds, ssm=ssm, gdn=gdn, moe=moe,

@@ -13,7 +13,7 @@ from tileprobe.errors import UsageError
 MODULES = (sglang_attention, vllm_attention, vllm_prefix_prefill, sglang_mla, vllm_mla, vllm_gdn, vllm_moe)
 KERNELS: dict[str, AuditKernel] = {k.name: k for m in MODULES for k in m.ENTRIES}
 
-__all__ = ["AuditKernel", "ENGINES", "KERNELS", "Point", "kernels_for"]
+__all__ = ["AuditKernel", "ENGINES", "KERNELS", "Point", "kernels_for", "table"]
 
 ENGINES = ("sglang", "vllm")
 
@@ -27,3 +27,16 @@ def kernels_for(engine: str) -> list[AuditKernel]:
         raise UsageError(f"--engine {engine}: no audited kernel yet (audited: "
                          f"{', '.join(sorted({k.engine for k in KERNELS.values()}))})")
     return found
+
+
+def table() -> str:
+    """The covered kernels as a markdown table, from the registry (docs/audit.md holds it; a test keeps it equal)."""
+    lines = ["| entry | engine | launcher (module in the wheel) | runs when | dtype the engine runs it in |",
+             "|---|---|---|---|---|"]
+    for k in KERNELS.values():
+        when = f"attention backend `{k.backend}`" if k.backend else "it serves the model"
+        if k.chooses is not None:
+            when += "; the engine's own kernel choice (else a not-selected row)"
+        lines.append(f"| `{k.name}` | {k.engine} {k.release} | `{k.launcher}` (`{k.module_file}`) | {when} | "
+                     f"{k.dtype_rule} |")
+    return "\n".join(lines) + "\n"

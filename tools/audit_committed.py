@@ -1,0 +1,95 @@
+"""The committed audits (results/audit/): run them again, and write their summary table.
+
+`python3 tools/audit_committed.py run [--only SUBSTR]` runs `tileprobe audit` for every (target, engine, model) of
+SET into results/audit/<target>__<engine>__<model>/ (the same batches and sequence length for all); folders of
+results/audit/ that SET no longer names are reported, not deleted.
+`python3 tools/audit_committed.py table` prints the summary table of the committed rows (docs/audit.md carries it;
+tests/audit/test_committed.py keeps the two equal): per audit, the attention backend the engine picked and its line,
+the launches and which do not fit (kernel: bytes), the autotuned configs dropped, the launchers the engine does not
+run there.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+AUDITS = ROOT / "results" / "audit"
+MODELS = AUDITS / "models"
+ARGS = ("--batch", "1,8", "--seq-len", "2048", "--jobs", "2")
+# (target, engine, model): the issue's five kinds (MLA, GQA, sliding window, hybrids with linear attention / SSM,
+# gpt-oss) for each engine that serves them, and the public reports' configs
+SET = [
+    *[("rtx-pro-6000", e, m) for m in ("kimi-k2", "qwen3-30b-a3b", "gemma-3-4b", "qwen3-next-80b-a3b",
+                                       "gpt-oss-120b") for e in ("vllm", "sglang")],
+    ("rtx-pro-6000", "vllm", "nemotron-h-8b"), ("rtx-pro-6000", "vllm", "minimax-m1"),
+    ("rtx-pro-6000", "vllm", "gemma2-fp32-like"), ("rtx-pro-6000", "sglang", "gqa-h128-fp32"),
+    ("h200", "sglang", "gqa-h128-fp32"), ("h200", "vllm", "gpt-oss-120b"),
+]
+
+
+def model_arg(model: str) -> str:
+    path = MODELS / f"{model}.json"
+    return str(path.relative_to(ROOT)) if path.is_file() else model
+
+
+def folder(target: str, engine: str, model: str) -> Path:
+    return AUDITS / f"{target}__{engine}__{model}"
+
+
+def run(only: str | None) -> int:
+    worst = 0
+    for target, engine, model in SET:
+        out = folder(target, engine, model)
+        if only and only not in out.name:
+            continue
+        cmd = [sys.executable, "-m", "tileprobe", "audit", "--engine", engine, "--model", model_arg(model),
+               "--target", target, *ARGS, "--out", str(out.relative_to(ROOT))]
+        print("$", " ".join(["tileprobe", *cmd[3:]]), flush=True)
+        p = subprocess.run(cmd, cwd=ROOT, timeout=3600)
+        worst = max(worst, p.returncode)
+    named = {folder(*s).name for s in SET}
+    for stale in sorted(d.name for d in AUDITS.iterdir() if d.is_dir() and d.name != "models"
+                        and d.name not in named):
+        print(f"not in SET (not deleted): results/audit/{stale}")
+    return 0 if worst <= 1 else worst
+
+
+def _rows(out: Path) -> list[dict]:
+    return [json.loads(ln) for ln in (out / "results.jsonl").read_text().splitlines() if ln.strip()]
+
+
+def table() -> str:
+    lines = ["| target | engine | model | attention backend (engine line) | launches | over the limit (kernel: bytes) "
+             "| autotune configs dropped | not run here |", "|---|---|---|---|---|---|---|---|"]
+    for target, engine, model in SET:
+        out = folder(target, engine, model)
+        if not (out / "run.json").is_file():
+            continue
+        meta = json.loads((out / "run.json").read_text())
+        rows = _rows(out)
+        sel = meta.get("attention_backend")
+        backend = f"{sel['backend']} (`{sel['line']}`)" if sel else "-"
+        launched = [r for r in rows if r["verdict"] != "not-selected"]
+        over = sorted({f"{r['kernel']}: {r['smem_bytes']}" for r in launched if r["verdict"] == "smem-over-limit"
+                       and not r.get("autotune_dropped")})
+        tuned = sorted({f"{r['kernel']} {r['autotune_dropped'].split(' (')[0]}" for r in launched
+                        if r.get("autotune_dropped") and not r["autotune_dropped"].startswith("0 of")})
+        elsewhere = sorted({r["kernel"] for r in rows
+                            if r["verdict"] == "not-selected"})
+        lines.append(f"| {target} | {meta['toolchain']['engine']} | {model} | {backend} | {len(launched)} | "
+                     f"{'; '.join(over) or 'none'} | {'; '.join(tuned) or 'none'} | "
+                     f"{', '.join(elsewhere) or 'none'} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["run"]:
+        sys.exit(run(sys.argv[3] if sys.argv[2:3] == ["--only"] else None))
+    if sys.argv[1:2] == ["table"]:
+        sys.stdout.write(table())
+        sys.exit(0)
+    sys.exit("usage: tools/audit_committed.py run [--only SUBSTR] | table")
