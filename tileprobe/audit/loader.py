@@ -11,6 +11,7 @@ release, target or file content is another key.
 from __future__ import annotations
 
 import hashlib
+import sys
 
 from tileprobe.audit import capture
 from tileprobe.audit.kernels import KERNELS, AuditKernel
@@ -20,11 +21,19 @@ from tileprobe.targets import Target, profile
 
 
 def kernel(entry: str, target: str, wheel: str, function: str):
-    """The @triton.jit `function` of `entry`'s module, imported from `wheel` as `target` would see it."""
+    """The @triton.jit `function` of `entry`'s module, imported from `wheel` as `target` would see it; else of the
+    served module that defines it (a launcher that calls into other modules' kernels: vLLM's SSD scan)."""
     k = KERNELS[entry]
     src = find_engine(k.engine, wheel)
     with capture.engine_session(src, profile(target), k.allow, k.stand_ins) as session:
-        return getattr(session.module(k.module), function)
+        module = session.module(k.module)
+        if hasattr(module, function):
+            return getattr(module, function)
+        for name in k.allow:
+            defined = vars(sys.modules[name]) if name in sys.modules else {}
+            if function in defined:
+                return defined[function]
+        raise AttributeError(f"{entry}: no {function} in {k.module} or the modules it serves")
 
 
 def module_source(entry: AuditKernel, src: EngineSource, target: Target, function: str) -> KernelSource:
