@@ -268,12 +268,16 @@ class Session:
                     out.append(f"{rel}:{min(orelse) - 1} else (of line {line} {text})")
         return tuple(out)
 
-    def _launcher_frame(self):
-        """The innermost engine frame of the kernel[grid](...) call."""
+    def _launcher_frame(self, kernel_file: str):
+        """The innermost engine frame of the kernel[grid](...) call: in the kernel's own file when the launch went
+        through a helper of another file (vLLM's triton_helpers.launch_autotuned), else the innermost one."""
         f = sys._getframe(2)
         while f is not None and f.f_code.co_filename not in self._files:
             f = f.f_back
-        return f
+        own = f
+        while own is not None and own.f_code.co_filename != kernel_file:
+            own = own.f_back
+        return own or f
 
     def record(self, fn, args: tuple, grid, kwargs: dict) -> None:
         names = [p.name for p in fn.params]
@@ -289,7 +293,7 @@ class Session:
         grid = tuple(int(g) for g in (grid if isinstance(grid, (tuple, list)) else (grid,)))
         fn_file = fn.fn.__code__.co_filename
         rel = self._files.get(fn_file, fn_file)
-        frame = self._launcher_frame()
+        frame = self._launcher_frame(fn_file)
         site = f"{self._files[frame.f_code.co_filename]}:{frame.f_lineno}" if frame else "?"
         values = {**frame.f_globals, **frame.f_locals} if frame else {}
         self.launches.append(Launch(fn.fn.__name__, rel, tuple((n, describe(bound.get(n))) for n in names),
