@@ -5,11 +5,11 @@ module there and one line here; no other entry's code changes.
 
 from __future__ import annotations
 
-from tileprobe.audit.entries import sglang_attention, vllm_attention
+from tileprobe.audit.entries import sglang_attention, vllm_attention, vllm_mamba
 from tileprobe.audit.entry import AuditKernel, Point
 from tileprobe.errors import UsageError
 
-MODULES = (sglang_attention, vllm_attention)
+MODULES = (sglang_attention, vllm_attention, vllm_mamba)
 KERNELS: dict[str, AuditKernel] = {k.name: k for m in MODULES for k in m.ENTRIES}
 
 __all__ = ["AuditKernel", "ENGINES", "KERNELS", "Point", "kernels_for"]
