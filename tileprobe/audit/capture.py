@@ -96,8 +96,9 @@ def describe(value):
         if name not in _TORCH_DTYPES:
             raise UsageError(f"a launch passes a {value.dtype} tensor, which tileprobe cannot compile for")
         return TensorArg(_TORCH_DTYPES[name], tuple(value.shape), tuple(value.stride()))
-    if isinstance(value, tl.dtype):
-        return f"tl.{value.name}" if hasattr(tl, value.name) else str(value)
+    if isinstance(value, tl.dtype):  # by the triton.language name it is (tl.bfloat16: its .name is 'bf16')
+        return next((f"tl.{k}" for k, v in vars(tl.load()).items() if isinstance(v, tl.dtype) and v == value),
+                    str(value))
     if isinstance(value, tl.constexpr):
         return describe(value.value)
     if value is None or isinstance(value, (bool, int, float, str)):
