@@ -42,9 +42,9 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib
 import math
 import re
-import sys
 import types
 
 from tileprobe.audit import vllm_stand_ins
@@ -212,7 +212,8 @@ def _vllm_ssu(model: AttentionConfig, pt: Point):
     d, n = m.s.head_dim, m.s.state_size
     x, B, C = m.split(m.hBC)  # causal_conv1d_update writes its output into its input
     idx = m.indices[:, None]
-    blackwell = sys.modules["vllm.platforms"].current_platform.is_device_capability_family(100)
+    # the mixer's own test, asked of the session's platform (the arguments are built inside the entry's session)
+    blackwell = importlib.import_module("vllm.platforms").current_platform.is_device_capability_family(100)
     args = (m.ssm_state, x.view(-1, m.h, d), m.dt_in[:, :, None].expand(-1, -1, d),
             m.A[:, None, None].expand(-1, d, n).to(torch.float32), B.view(-1, m.g, n), C.view(-1, m.g, n),
             m.D[:, None].expand(-1, d), m.dt_bias[:, None].expand(-1, d))
