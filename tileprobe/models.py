@@ -258,6 +258,12 @@ ATTENTION_PRESETS = {m.name: m for m in (
     AttentionConfig("qwen3-next-80b-a3b", 16, 2, 256, "bf16", model_type="qwen3_next",
                     layer_types=("linear_attention", "full_attention"), gdn=GatedDeltaDims(16, 32, 128, 128, 4),
                     moe=MOE_PRESETS["qwen3-next-80b-a3b"]),
+    # Nemotron-H-8B-Base-8K (nvidia/Nemotron-H-8B-Base-8K config.json, as NVIDIA/TensorRT-LLM copies it in
+    # tests/unittest/_torch/modeling/test_modeling_mamba_hybrid.py: hidden 4096, 32 heads, 8 KV heads,
+    # attention_head_dim 128; Mamba-2 128 heads of 64, ssm_state_size 128, n_groups 8, chunk_size 256, conv_kernel 4;
+    # hybrid_override_pattern 24 M / 4 * of 52 layers; bf16). results/audit/models/nemotron-h-8b.json has the fields.
+    AttentionConfig("nemotron-h-8b", 32, 8, 128, "bf16", model_type="nemotron_h",
+                    ssm=SSMDims(128, 64, 128, 8, 256, 4)),
 )}
 
 

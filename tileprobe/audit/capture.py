@@ -16,6 +16,8 @@ Inside `engine_session` (a context manager; everything is put back after):
   options num_warps, num_stages, ...; the grid; the kernel's file and function; the engine line of the `kernel[grid]`
   call; the capability branches the launcher took) and launches nothing; `Autotuner.run` records one launch per
   config left after the engine's own pruning (`prune_configs`: early_config_prune, perf_model) and benchmarks none;
+  an autotuned kernel's function launched directly with one of its configs (a caller that keeps the autotuner's
+  pick and launches it again: vLLM's `launch_autotuned`) is recorded as the autotuner's launch, every config again;
 - a line tracer on the served files only records which lines ran since the last launch: an `if`/`elif`/`else`
   whose test names the device (CUDA_CAPABILITY, is_cuda, current_platform, ...) and whose body ran is a taken branch.
 sys.modules is left as it was for the engine's package (every module of it the session added is removed); a
@@ -192,6 +194,7 @@ class Session:
     _autotune: tuple | None = None
     _lookup: set = field(default_factory=set)  # lines of the last tuned-config lookup (CONFIG_TEST) that ran: they
     # count for every launch until the next lookup runs (one lookup serves both of fused_experts' GEMMs)
+    _tuners: dict = field(default_factory=dict)  # id of an autotuned kernel's @triton.jit function -> its Autotuner
 
     @property
     def package(self) -> str:
@@ -213,7 +216,28 @@ class Session:
             tmp.replace(path)
         self._files[str(path)] = rel
         self._ifs[str(path)] = _if_blocks(text)
+        self._data_beside(rel, path.parent)
         return str(path)
+
+    def _data_beside(self, rel: str, folder: Path) -> None:
+        """The wheel's JSON files in folders beside the module (no Python file on the way: vLLM's
+        configs/selective_state_update/*.json next to mamba_ssm.py), written beside its served copy, so a module
+        that reads its bundled configs by its own path reads the release's."""
+        here = rel.rsplit("/", 1)[0]
+        names = self.source.files_under(here)
+        code = {n.rsplit("/", 1)[0] for n in names if n.endswith(".py")}
+        for name in names:
+            parts = name[len(here) + 1:].split("/")
+            if not name.endswith(".json") or len(parts) < 2:
+                continue
+            if any(f"{here}/{'/'.join(parts[:i])}" in code for i in range(1, len(parts))):
+                continue
+            out = folder.joinpath(*parts)
+            if not out.is_file():
+                out.parent.mkdir(parents=True, exist_ok=True)
+                tmp = out.with_name(out.name + ".tmp")
+                tmp.write_text(self.source.read_text(name))
+                tmp.replace(out)
 
     def module(self, name: str):
         """The engine module `name`, imported through the session's finder (the lines its import ran count for
@@ -259,12 +283,16 @@ class Session:
                     out.append(f"{rel}:{min(orelse) - 1} else (of line {line} {text})")
         return tuple(out)
 
-    def _launcher_frame(self):
-        """The innermost engine frame of the kernel[grid](...) call."""
+    def _launcher_frame(self, kernel_file: str):
+        """The innermost engine frame of the kernel[grid](...) call: in the kernel's own file when the launch went
+        through a helper of another file (vLLM's triton_helpers.launch_autotuned), else the innermost one."""
         f = sys._getframe(2)
         while f is not None and f.f_code.co_filename not in self._files:
             f = f.f_back
-        return f
+        own = f
+        while own is not None and own.f_code.co_filename != kernel_file:
+            own = own.f_back
+        return own or f
 
     def record(self, fn, args: tuple, grid, kwargs: dict) -> None:
         names = [p.name for p in fn.params]
@@ -280,7 +308,7 @@ class Session:
         grid = tuple(int(g) for g in (grid if isinstance(grid, (tuple, list)) else (grid,)))
         fn_file = fn.fn.__code__.co_filename
         rel = self._files.get(fn_file, fn_file)
-        frame = self._launcher_frame()
+        frame = self._launcher_frame(fn_file)
         site = f"{self._files[frame.f_code.co_filename]}:{frame.f_lineno}" if frame else "?"
         values = {**frame.f_globals, **frame.f_locals} if frame else {}
         self.launches.append(Launch(fn.fn.__name__, rel, tuple((n, describe(bound.get(n))) for n in names),
@@ -352,7 +380,21 @@ def engine_session(source: EngineSource, target: Target, allow, stand_ins: dict,
     modules_before = dict(sys.modules)
     finder = _Finder(session)
 
+    tuner_init = tuner_cls.__init__
+
+    def autotuner_init(tuner, fn, *args, **kwargs):
+        tuner_init(tuner, fn, *args, **kwargs)
+        inner = fn
+        while not isinstance(inner, jit_cls) and hasattr(inner, "fn"):
+            inner = inner.fn
+        session._tuners[id(inner)] = tuner
+
     def jit_run(fn, *args, grid, warmup, **kwargs):
+        tuner = session._tuners.get(id(fn)) if session._autotune is None else None
+        if tuner is not None:  # the function of an autotuned kernel, launched with a config its caller kept
+            picked = {k for c in tuner.configs for k in c.all_kwargs()}
+            return autotune_run(tuner, *args, grid=grid, warmup=warmup,
+                                **{k: v for k, v in kwargs.items() if k not in picked})
         session.record(fn, args, grid, kwargs)
 
     def autotune_run(tuner, *args, **kwargs):
@@ -365,6 +407,7 @@ def engine_session(source: EngineSource, target: Target, allow, stand_ins: dict,
         finally:
             session._autotune = None
             tuner.nargs = None
+        tuner.best_config = configs[0]  # benchmarked none; a caller reading it gets one of the configs left
 
     trace_before = sys.gettrace()
     sys.meta_path.insert(0, finder)
@@ -372,7 +415,7 @@ def engine_session(source: EngineSource, target: Target, allow, stand_ins: dict,
         with contextlib.ExitStack() as stack:
             stack.enter_context(_patched(torch.cuda, **cuda_answers(target)))
             stack.enter_context(_patched(jit_cls, run=jit_run))
-            stack.enter_context(_patched(tuner_cls, run=autotune_run))
+            stack.enter_context(_patched(tuner_cls, run=autotune_run, __init__=autotuner_init))
             sys.settrace(session._trace)
             try:
                 yield session
