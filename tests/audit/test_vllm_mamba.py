@@ -119,9 +119,11 @@ def test_the_scan_is_sized_as_the_mixer_splits_heads_and_groups(vllm, rng):
     assert args["x_ptr"].shape == (pt.batch * pt.seq_len, s.heads // tp, s.head_dim)
     assert args["C_ptr"].shape == (pt.batch * pt.seq_len, groups, s.state_size)
     assert args["chunk_size"] == s.chunk_size and args["x_ptr"].dtype == model.dtype
-    assert args["states_ptr"].dtype == "fp32"
-    passing = next(la for la in launches if la.kernel == "_state_passing_fwd_kernel")
+    # the states the scan reads are _state_passing_fwd's output, in the SSM cache's dtype (ssd_combined.py passes
+    # out_dtype=state_dtype): fp32 for Nemotron-H, else the model's
     state = "fp32" if model.model_type == "nemotron_h" else model.dtype
+    assert args["states_ptr"].dtype == state
+    passing = next(la for la in launches if la.kernel == "_state_passing_fwd_kernel")
     assert dict(passing.args)["final_states_ptr"].dtype == state
 
 

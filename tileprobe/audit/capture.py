@@ -90,6 +90,7 @@ class Launch:
     branches: tuple[str, ...]  # 'file:line if ...' of each device branch the launcher took before this launch
     autotune: tuple[int, int, int] | None = None
     unspecialized: tuple[str, ...] = ()  # the kernel's do_not_specialize parameters (Triton types them by magnitude)
+    constexprs: tuple[str, ...] = ()  # the kernel's tl.constexpr parameters (compiled at their value)
 
     def arg(self, name: str, default=None):
         return dict(self.args).get(name, dict(self.options).get(name, default))
@@ -314,7 +315,8 @@ class Session:
         self.launches.append(Launch(fn.fn.__name__, rel, tuple((n, describe(bound.get(n))) for n in names),
                                     tuple((k, describe(v)) for k, v in options.items()), grid, site,
                                     self._branches(values), self._autotune,
-                                    tuple(p.name for p in fn.params if p.do_not_specialize)))
+                                    tuple(p.name for p in fn.params if p.do_not_specialize),
+                                    tuple(p.name for p in fn.params if p.is_constexpr)))
         lookup = {(f, ln) for f, ln in self._ran for line, text, body, orelse in self._ifs.get(f, ())
                   if CONFIG_TEST.search(text) and (ln == line or ln in (body or ()) or ln in orelse)}
         if lookup:

@@ -24,19 +24,24 @@ def stand_in_value(value):
     return value_of(value)
 
 
-def unspecialized(value):
-    """A do_not_specialize int as Triton's binder sees it: only its type by magnitude (i32, i64, u64) counts, not
-    its value (no divisibility-by-16 or ==1 specialisation), so one representative per type: launches that differ
-    only there (a sequence length, a token count) are one compile."""
-    if type(value) is not int:
-        return value
-    return 2 if -2**31 <= value < 2**31 else 2**31 if -2**63 <= value < 2**63 else 2**63
+def int_class(value: int, specialized: bool = True) -> int:
+    """A runtime int argument as Triton's binder sees it, by one representative: its type by magnitude (i32, i64,
+    u64) and, where the parameter is specialised, whether it equals 1 and whether 16 divides it. Nothing else of
+    the value reaches the compile, so launches that differ only there (strides, lengths, token counts) are one
+    compile. A do_not_specialize parameter keeps only the type."""
+    wide = 0 if -2**31 <= value < 2**31 else 2**32 if -2**63 <= value < 2**63 else 2**63
+    if not specialized:
+        return wide or 2
+    if value == 1:
+        return 1
+    return wide + (16 if value % 16 == 0 else 17)
 
 
 def job_of(source: EngineSource, launch: Launch, cc: int, kernel_source=kernel_source) -> KernelJob:
     """The compile of `launch` for capability `cc` (120, 90, ...); `kernel_source(source, launch)` gives the kernel's
     module (default: cut from its file; tileprobe.audit.loader's stub where the kernel cannot be cut out)."""
-    kwargs = [(k, stand_in_value(unspecialized(v) if k in launch.unspecialized else v)) for k, v in launch.args]
+    kwargs = [(k, stand_in_value(int_class(v, k not in launch.unspecialized)
+                                 if type(v) is int and k not in launch.constexprs else v)) for k, v in launch.args]
     kwargs += [(k, v) for k, v in launch.options if k in COMPILE_OPTIONS and v is not None]
     return KernelJob(kernel_source(source, launch), (), tuple(kwargs), cc)
 
