@@ -1,0 +1,60 @@
+"""`tileprobe audit`: the command (options to tileprobe.audit.run.AuditOptions, the rows printed and written, the
+notes, OVER and SET lines, the exit rule). The work is tileprobe.audit.run's."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from tileprobe import sweep as sw
+from tileprobe.audit import run as audit_run
+from tileprobe.cli_options import CacheOpt, ints, split_csv
+from tileprobe.models import ATTENTION_PRESETS
+from tileprobe.reports.report import write_reports
+from tileprobe.reports.terminal import WIDTH, print_rows
+
+
+def audit(
+    engine: Annotated[str, typer.Option("--engine", help="vllm or sglang: whose launchers run")],
+    model: Annotated[str, typer.Option("--model", help="a Hugging Face config.json (or its folder), or a preset: " + ", ".join(ATTENTION_PRESETS))],
+    target: Annotated[Optional[str], typer.Option("--target", help="the GPU profile the launchers see (rtx-pro-6000, h200, ...)")] = None,
+    tp: Annotated[int, typer.Option("--tp", help="tensor-parallel ranks the heads split over")] = 1,
+    batch: Annotated[Optional[list[str]], typer.Option("--batch", help="sequences per batch (comma list)")] = None,
+    seq_len: Annotated[Optional[list[str]], typer.Option("--seq-len", help="tokens per sequence (comma list)")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="results folder (default audit-ENGINE-MODEL-TARGET)")] = None,
+    engine_wheel: Annotated[Optional[str], typer.Option("--engine-wheel", help="the engine's wheel, read as a zip (default: a cached wheel)")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles", show_default="cores")] = os.cpu_count() or 1,
+    cache_dir: CacheOpt = None,
+    kernel: Annotated[Optional[list[str]], typer.Option("--kernel", help="only these audited kernels (comma list; an unknown name is refused with the list)")] = None,
+    attention_backend: Annotated[Optional[str], typer.Option("--attention-backend", metavar="NAME", help="the attention backend you pass the engine, spelled as its flag spells it (SGLang: triton, ...; vLLM: TRITON_ATTN, ...); default: the engine's own choice for the model and target")] = None,
+    gpu_name: Annotated[Optional[str], typer.Option("--gpu-name", metavar="NAME", help="the device name the engine sees (its tuned-config files are named after it; default: the target's first SKU name)")] = None,
+) -> None:
+    """Will the model run on the target with this engine? Every Triton launch the engine would make for it (its own
+    backend choices and launchers, from its wheel, under a stand-in device; compiled with Triton, not launched): one
+    row each, what the engine runs instead where it picks another kernel, and what to change; exit 1 with one line
+    per launch that does not fit."""
+    opts = audit_run.AuditOptions(engine, model, target, tp, tuple(ints(batch, "--batch") or (1, 8)),
+                                  tuple(ints(seq_len, "--seq-len") or (1024,)), out, jobs,
+                                  cache_dir, engine_wheel, sw.command_line(),
+                                  tuple(split_csv(kernel) or ()), attention_backend,
+                                  gpu_name)
+    res = audit_run.run_audit(opts)
+    console = Console(width=WIDTH)
+    print_rows(res.rows, console)
+    try:
+        write_reports(res.out, console)
+    except Exception as exc:  # the rows are already safe on disk; a report problem must not fail the audit
+        console.print(f"[yellow]report not written: {type(exc).__name__}: {exc}[/]")
+    sys.stdout.writelines(f"{line}\n" for line in res.notes)
+    sys.stdout.writelines(f"OVER {line}\n" for line in res.failures)
+    sys.stdout.writelines(f"{line}\n" for line in res.remedies)
+    sys.stdout.write(f"{len(res.failures)} of {len(res.launches)} launches do not fit {res.target.name} "
+                     f"({res.target.smem_optin} B opt-in; capture {res.seconds['capture_s']} s, compile "
+                     f"{res.seconds['compile_s']} s; evidence: compiled, not launched)\n")
+    if res.failures:
+        raise typer.Exit(1)
