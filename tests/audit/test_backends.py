@@ -16,7 +16,6 @@ import torch
 from tileprobe.audit import backends
 from tileprobe.audit.kernels import KERNELS
 from tileprobe.audit.selection import ARCHITECTURES
-from tileprobe.engines.triton_configs import find_engine
 from tileprobe.errors import UsageError
 from tileprobe.models import ATTENTION_PRESETS
 from tileprobe.targets import profile
@@ -25,16 +24,9 @@ PRESETS = ("qwen3-30b-a3b", "gpt-oss-120b", "kimi-k2", "minimax-m1")
 TARGETS = ("rtx-pro-6000", "h200")
 
 
-def _engine(name):
-    try:
-        return find_engine(name)
-    except UsageError as exc:
-        pytest.skip(f"no {name} wheel: {exc}")
-
-
 @pytest.fixture(scope="module", params=["vllm", "sglang"])
 def engine(request):
-    return _engine(request.param)
+    return request.getfixturevalue(request.param)
 
 
 def _line_text(src, line: str) -> tuple[str, int, str]:
@@ -74,8 +66,8 @@ def test_selected_line_names_the_backend_in_the_selecting_function(engine, rng):
 
 
 @pytest.mark.parametrize("engine_name", ["vllm", "sglang"])
-def test_gpt_oss_on_sm120_runs_the_triton_backend(engine_name):
-    src = _engine(engine_name)
+def test_gpt_oss_on_sm120_runs_the_triton_backend(request, engine_name):
+    src = request.getfixturevalue(engine_name)
     sel = backends.attention_backend(src, profile("rtx-pro-6000"), ATTENTION_PRESETS["gpt-oss-120b"])
     assert sel.triton and sel.entries, sel
     assert all(e in KERNELS for e in sel.entries)
@@ -111,14 +103,14 @@ def test_forced_unknown_name_names_the_valid_ones(engine, rng):
     assert "\n" not in msg and bogus in msg and all(v in msg for v in default.valid), msg
 
 
-def test_refused_name_gives_the_engines_reason():
+def test_refused_name_gives_the_engines_reason(request):
     """vLLM refuses FLASH_ATTN for gpt-oss on SM120 (sinks need FA3/4, SM120 gets FA2) and SGLang refuses fa3 there
     (attention_registry.py's assert); each message names the engine's reason, read from the wheel here."""
     model = ATTENTION_PRESETS["gpt-oss-120b"]
-    vllm = _engine("vllm")
+    vllm = request.getfixturevalue("vllm")
     with pytest.raises(UsageError, match="sinks not supported.*valid: TRITON_ATTN"):
         backends.attention_backend(vllm, profile("rtx-pro-6000"), model, "FLASH_ATTN")
-    sglang = _engine("sglang")
+    sglang = request.getfixturevalue("sglang")
     text = sglang.read_text("sglang/srt/layers/attention/attention_registry.py")
     fn = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef)
               and n.name == "create_flashattention_v3_backend")

@@ -11,31 +11,18 @@ from dataclasses import replace
 
 import pytest
 import torch
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource, make_backend
+from _engine_own import EXTEND_BRANCH, captured, extend_blocks, tritons_own
 from triton.runtime.autotuner import Autotuner
-from triton.runtime.jit import JITFunction, create_function_from_signature
+from triton.runtime.jit import JITFunction
 
 from tileprobe.audit import capture, jobs, kernels, loader
 from tileprobe.backends.triton.compile import compile_job
-from tileprobe.engines.triton_configs import find_engine
-from tileprobe.errors import UsageError
 from tileprobe.models import AttentionConfig
 from tileprobe.targets import profile
 
 pytestmark = pytest.mark.triton
 
 EXTEND = kernels.KERNELS["sglang-extend-attention"]
-BRANCH = {"rtx-pro-6000": "CUDA_CAPABILITY[0] == 12", "h200": "CUDA_CAPABILITY[0] >= 9"}
-
-
-@pytest.fixture(scope="module")
-def sglang():
-    try:
-        return find_engine("sglang")
-    except UsageError as exc:
-        pytest.skip(f"no SGLang wheel: {exc}")
 
 
 def _model(rng, head_dim=None) -> AttentionConfig:
@@ -43,81 +30,34 @@ def _model(rng, head_dim=None) -> AttentionConfig:
     return AttentionConfig("m", kv * rng.choice([1, 2, 4, 8]), kv, head_dim or rng.choice([64, 128, 256]))
 
 
-def _branch_blocks(text: str, branch: str, lq: int) -> tuple[int, tuple[int, int]]:
-    """The line of `if ... <branch>:` in _get_block_sizes_for_extend_attention, and the (BLOCK_M, BLOCK_N) its
-    body assigns for head size lq (its nested `if Lq <= ...` chain evaluated on lq)."""
-    fn = next(n for n in ast.parse(text).body
-              if isinstance(n, ast.FunctionDef) and n.name == "_get_block_sizes_for_extend_attention")
-    node = next(n for n in ast.walk(fn) if isinstance(n, ast.If) and branch in ast.unparse(n.test))
-    body = node.body
-    while True:
-        stmt = next(s for s in body if isinstance(s, (ast.If, ast.Assign)))
-        if isinstance(stmt, ast.Assign):
-            return node.lineno, tuple(ast.literal_eval(stmt.value))
-        body = stmt.body if eval(ast.unparse(stmt.test), {"Lq": lq, "Lv": lq}) else stmt.orelse  # noqa: S307
-
-
-def _capture(src, target, model, point):
-    with capture.engine_session(src, target, EXTEND.allow, EXTEND.stand_ins) as s:
-        args, kwargs = EXTEND.arguments(model, point)
-        getattr(s.module(EXTEND.module), EXTEND.launcher)(*args, **kwargs)
-    return s.launches
-
-
 @pytest.mark.parametrize("target_name", ["rtx-pro-6000", "h200"])
 def test_extend_attention_takes_the_targets_branch(sglang, rng, target_name):
     model = _model(rng)
     pt = kernels.Point(rng.randint(1, 16), rng.randint(1, 4096))
-    (launch,) = _capture(sglang, profile(target_name), model, pt)
-    line, (bm, bn) = _branch_blocks(sglang.read_text(EXTEND.module_file), BRANCH[target_name], model.head_dim)
+    (launch,) = captured(sglang, profile(target_name), EXTEND, model, pt)
+    branch = EXTEND_BRANCH[target_name]
+    line, (bm, bn) = extend_blocks(sglang.read_text(EXTEND.module_file), branch, model.head_dim)
     assert (launch.arg("BLOCK_M"), launch.arg("BLOCK_N")) == (bm, bn), (target_name, model, launch.branches)
-    assert any(b.startswith(f"{EXTEND.module_file}:{line} ") and BRANCH[target_name] in b for b in launch.branches)
+    assert any(b.startswith(f"{EXTEND.module_file}:{line} ") and branch in b for b in launch.branches)
     assert launch.call_site.startswith(EXTEND.module_file + ":") and launch.kernel == "_fwd_kernel"
     q = dict(launch.args)["Q_Extend"]
     assert q.dtype == "bf16" and q.shape == (pt.batch * pt.seq_len, model.heads, model.head_dim)
 
 
 def _triton_own_shared(src, target, model, point, tmp_path, monkeypatch, entry=EXTEND, only=None) -> dict:
-    """metadata.shared of the engine's own kernel object (imported from the wheel), compiled by Triton's own
-    binder and triton.compile on the launcher's real arguments: no extract, no stand-in strings."""
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    got = []
-
-    def compile_run(fn, *args, grid, warmup, **kwargs):
-        if only is not None and fn.__name__ != only:
-            return
-        gpu = GPUTarget("cuda", target.cc_int, 32)
-        backend = make_backend(gpu)
-        kwargs = {"debug": False, "instrumentation_mode": "", **kwargs}
-        bound, spec, options = create_function_from_signature(fn.signature, fn.params, backend)(*args, **kwargs)
-        options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, spec, options)
-        got.append((fn.__name__, triton.compile(ASTSource(fn, signature, constexprs, attrs), target=gpu,
-                                                options=options.__dict__).metadata.shared))
-
-    with capture.engine_session(src, target, entry.allow, entry.stand_ins) as s:
-        monkeypatch.setattr(JITFunction, "run", compile_run)
-        args, kwargs = entry.arguments(model, point)
-        getattr(s.module(entry.module), entry.launcher)(*args, **kwargs)
-        monkeypatch.undo()
-    return dict(got)
+    """kernel name -> Triton's own metadata.shared for it (tests/audit/_engine_own.py), `only` that kernel if named."""
+    keep = None if only is None else (lambda kernel, tuned: kernel == only)
+    return {k: b for k, _, b in tritons_own(src, target, entry, model, point, tmp_path, monkeypatch, keep)}
 
 
 def test_captured_launch_bytes_are_tritons_own(sglang, rng, tmp_path, monkeypatch):
     target = profile(rng.choice(["rtx-pro-6000", "h200"]))
     model = _model(rng, head_dim=rng.choice([64, 128]))
     pt = kernels.Point(rng.randint(2, 8), rng.randint(64, 2048))
-    (launch,) = _capture(sglang, target, model, pt)
+    (launch,) = captured(sglang, target, EXTEND, model, pt)
     build = compile_job(jobs.job_of(sglang, launch, target.cc_int))
     own = _triton_own_shared(sglang, target, model, pt, tmp_path, monkeypatch)
     assert build.shared == own["_fwd_kernel"], (target.name, model)
-
-
-@pytest.fixture(scope="module")
-def vllm():
-    try:
-        return find_engine("vllm")
-    except UsageError as exc:
-        pytest.skip(f"no vLLM wheel: {exc}")
 
 
 def test_vllm_unified_attention_compiles_from_the_engines_own_module_to_tritons_bytes(vllm, rng, tmp_path,
@@ -128,10 +68,7 @@ def test_vllm_unified_attention_compiles_from_the_engines_own_module_to_tritons_
     target = profile(rng.choice(["rtx-pro-6000", "h200"]))
     model = replace(_model(rng, head_dim=rng.choice([64, 128])), dtype=rng.choice(["bf16", "fp32"]))
     pt = kernels.Point(rng.randint(2, 8), rng.randint(64, 2048), window=rng.choice([None, 128, 4096]))
-    with capture.engine_session(vllm, target, entry.allow, entry.stand_ins) as s:
-        args, kwargs = entry.arguments(model, pt)
-        getattr(s.module(entry.module), entry.launcher)(*args, **kwargs)
-    (launch,) = s.launches
+    (launch,) = captured(vllm, target, entry, model, pt)
     assert dict(launch.args)["query_ptr"].dtype == model.dtype and launch.arg("HEAD_SIZE") == model.head_dim
     assert launch.arg("SLIDING_WINDOW") == (pt.window or 0)
     job = jobs.job_of(vllm, launch, target.cc_int, lambda src, la: loader.module_source(entry, src, target, la.kernel))
@@ -179,10 +116,7 @@ def test_vllm_follows_its_blackwell_large_head_choice(vllm, rng):
     model = AttentionConfig("m", kv * rng.choice([1, 2, 4, 8]), kv, 256)
     pt = kernels.Point(rng.randint(1, 8), rng.randint(16, 4096))
     for name, tuned in (("b200", True), (rng.choice(["rtx-pro-6000", "h200"]), False)):
-        with capture.engine_session(vllm, profile(name), entry.allow, entry.stand_ins) as s:
-            args, kwargs = entry.arguments(model, pt)
-            getattr(s.module(entry.module), entry.launcher)(*args, **kwargs)
-        (launch,) = s.launches
+        (launch,) = captured(vllm, profile(name), entry, model, pt)
         (branch,) = [b for b in launch.branches if b.split(" ", 2)[1] == "tuned_large_head"]
         assert branch.endswith(f"-> {tuned}"), (name, branch)
         got = (launch.arg("BLOCK_M"), launch.arg("num_warps"), launch.arg("num_stages"))
@@ -203,12 +137,10 @@ def test_vllm_lightning_attention_runs_in_fp32_and_its_kv_parallel_bytes_are_tri
     model = replace(_model(rng, head_dim=rng.choice([64, 128])), dtype=rng.choice(["bf16", "fp16"]),
                     linear_attention=True)
     pt = kernels.Point(1, rng.randint(300, 4096))
-    with capture.engine_session(vllm, target, entry.allow, entry.stand_ins) as s:
-        args, kwargs = entry.arguments(model, pt)
-        getattr(s.module(entry.module), entry.launcher)(*args, **kwargs)
-    assert [la.kernel for la in s.launches] == sorted(launched, key=lambda k: text.index(f"{k}[grid]"))
-    assert {v.dtype for la in s.launches for _, v in la.args if isinstance(v, capture.TensorArg)} == {"fp32"}
-    kvp = next(la for la in s.launches if la.kernel == "_fwd_kv_parallel")
+    launches = captured(vllm, target, entry, model, pt)
+    assert [la.kernel for la in launches] == sorted(launched, key=lambda k: text.index(f"{k}[grid]"))
+    assert {v.dtype for la in launches for _, v in la.args if isinstance(v, capture.TensorArg)} == {"fp32"}
+    kvp = next(la for la in launches if la.kernel == "_fwd_kv_parallel")
     build = compile_job(jobs.job_of(vllm, kvp, target.cc_int))
     own = _triton_own_shared(vllm, target, model, pt, tmp_path, monkeypatch, entry, only="_fwd_kv_parallel")
     assert build.shared == own["_fwd_kv_parallel"], (target.name, model)

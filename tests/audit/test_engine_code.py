@@ -13,21 +13,11 @@ import pytest
 from tileprobe.audit import capture, engine_code
 from tileprobe.audit.entries import sglang_attention
 from tileprobe.audit.kernels import KERNELS, Point
-from tileprobe.engines.triton_configs import find_engine
-from tileprobe.errors import UsageError
 from tileprobe.models import AttentionConfig, VisionDims, read_attention
 from tileprobe.targets import PROFILES
 
 pytestmark = pytest.mark.triton
 CONTEXT = KERNELS["sglang-context-attention"]
-
-
-@pytest.fixture(scope="module")
-def sglang():
-    try:
-        return find_engine("sglang")
-    except UsageError as exc:
-        pytest.skip(f"no SGLang wheel: {exc}")
 
 
 def _choice(src, target):

@@ -17,8 +17,6 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from tileprobe.audit import runtime, runtime_cases  # noqa: E402
-from tileprobe.engines.triton_configs import find_engine  # noqa: E402
-from tileprobe.errors import UsageError  # noqa: E402
 from tileprobe.families import arch_for, family  # noqa: E402
 from tileprobe.families import triton_audit as fam  # noqa: E402
 from tileprobe.verdict import Verdict  # noqa: E402
@@ -33,17 +31,10 @@ def device():
     return runtime.device_target()
 
 
-def _source(engine: str):
-    try:
-        return find_engine(engine)
-    except UsageError as exc:
-        pytest.skip(f"no {engine} wheel: {exc}")
-
-
 @pytest.mark.parametrize("name", [c.name for c in CASES])
-def test_engine_kernel_verified_and_corruption_caught(name, device, rng):
+def test_engine_kernel_verified_and_corruption_caught(request, name, device, rng):
     case = next(c for c in runtime_cases.cases(device.sms) if c.name == name)
-    src = _source(case.engine)
+    src = request.getfixturevalue(case.engine)
     arch = arch_for(family(fam.NAME), device.cc)
     seed = rng.randrange(2**31)
     cfg, outcome, fields, flipped = runtime.run_case(case, src, device, arch, seed, (5, 20), 4, launch=True)

@@ -10,17 +10,12 @@ import ast
 from dataclasses import replace
 
 import pytest
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource, make_backend
-from triton.runtime.jit import JITFunction, create_function_from_signature
+from _engine_own import EXTEND_BRANCH, captured, extend_blocks, tritons_own
 
 from tileprobe.audit import capture, jobs
 from tileprobe.audit.entry import Elsewhere, Point
 from tileprobe.audit.kernels import KERNELS
 from tileprobe.backends.triton.compile import compile_job
-from tileprobe.engines.triton_configs import find_engine
-from tileprobe.errors import UsageError
 from tileprobe.models import ATTENTION_PRESETS, AttentionConfig
 from tileprobe.targets import profile
 
@@ -28,25 +23,7 @@ pytestmark = pytest.mark.triton
 
 SGLANG_DENSE = ("sglang-mla-decode", "sglang-mla-extend-absorbed", "sglang-mla-extend-mha")
 SPARSE = KERNELS["sglang-mla-sparse-decode"]
-EXTEND_BRANCH = {"rtx-pro-6000": "CUDA_CAPABILITY[0] == 12", "h200": "CUDA_CAPABILITY[0] >= 9"}
 ENV = "SGLANG_SM120_FLASHMLA_BACKEND"
-
-
-def _engine(name):
-    try:
-        return find_engine(name)
-    except UsageError as exc:
-        pytest.skip(f"no {name} wheel: {exc}")
-
-
-@pytest.fixture(scope="module")
-def sglang():
-    return _engine("sglang")
-
-
-@pytest.fixture(scope="module")
-def vllm():
-    return _engine("vllm")
 
 
 def _mla_model(rng) -> tuple[AttentionConfig, Point]:
@@ -69,43 +46,12 @@ def _v4_model(rng) -> tuple[AttentionConfig, Point]:
     return model, Point(rng.randint(1, 32), rng.randint(128, 8192), rng.choice([1, 2, 4]))
 
 
-def _capture(src, target, entry, model, point):
-    with capture.engine_session(src, target, entry.allow, entry.stand_ins) as s:
-        args, kwargs = entry.arguments(model, point)
-        getattr(s.module(entry.module), entry.launcher)(*args, **kwargs)
-    return s.launches
-
-
-def _tritons_own(src, target, entry, model, point, tmp_path, monkeypatch) -> list[tuple[str, int]]:
-    """metadata.shared of each launch of the engine's own kernel objects (imported from the wheel), compiled by
-    Triton's own binder and triton.compile on the launcher's real arguments (an autotuned kernel: once per config
-    the session's Autotuner.run tries)."""
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    got = []
-
-    def compile_run(fn, *args, grid, warmup, **kwargs):
-        gpu = GPUTarget("cuda", target.cc_int, 32)
-        backend = make_backend(gpu)
-        kwargs = {"debug": False, "instrumentation_mode": "", **kwargs}
-        bound, spec, options = create_function_from_signature(fn.signature, fn.params, backend)(*args, **kwargs)
-        options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, spec, options)
-        got.append((fn.__name__, triton.compile(ASTSource(fn, signature, constexprs, attrs), target=gpu,
-                                                options=options.__dict__).metadata.shared))
-
-    with capture.engine_session(src, target, entry.allow, entry.stand_ins) as s:
-        launcher = getattr(s.module(entry.module), entry.launcher)
-        args, kwargs = entry.arguments(model, point)
-        with monkeypatch.context() as m:
-            m.setattr(JITFunction, "run", compile_run)
-            launcher(*args, **kwargs)
-    return got
-
-
 def _bytes_are_tritons_own(src, target, entry, model, point, tmp_path, monkeypatch):
-    launches = _capture(src, target, entry, model, point)
+    launches = captured(src, target, entry, model, point)
     assert launches, entry.name
     ours = [(la.kernel, compile_job(jobs.job_of(src, la, target.cc_int)).shared) for la in launches]
-    assert ours == _tritons_own(src, target, entry, model, point, tmp_path, monkeypatch), (entry.name, model, point)
+    own = [(k, b) for k, _, b in tritons_own(src, target, entry, model, point, tmp_path, monkeypatch)]
+    assert ours == own, (entry.name, model, point)
     return launches
 
 
@@ -126,20 +72,6 @@ def _branches_are_the_files(src, launches):
             else:
                 node = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.If) and n.lineno == int(line))
                 assert f"if {ast.unparse(node.test)}:" == text, (b, ast.unparse(node.test))
-
-
-def _extend_blocks(text: str, branch: str, lq: int) -> tuple[int, tuple[int, int]]:
-    """The line of `if ... <branch>:` in _get_block_sizes_for_extend_attention and the (BLOCK_M, BLOCK_N) its body
-    assigns for head size lq (its nested `if Lq <= ...` chain evaluated on lq)."""
-    fn = next(n for n in ast.parse(text).body
-              if isinstance(n, ast.FunctionDef) and n.name == "_get_block_sizes_for_extend_attention")
-    node = next(n for n in ast.walk(fn) if isinstance(n, ast.If) and branch in ast.unparse(n.test))
-    body = node.body
-    while True:
-        stmt = next(s for s in body if isinstance(s, (ast.If, ast.Assign)))
-        if isinstance(stmt, ast.Assign):
-            return node.lineno, tuple(ast.literal_eval(stmt.value))
-        body = stmt.body if eval(ast.unparse(stmt.test), {"Lq": lq, "Lv": lq}) else stmt.orelse  # noqa: S307
 
 
 @pytest.mark.parametrize("name", SGLANG_DENSE)
@@ -167,7 +99,7 @@ def test_sglang_mla_launches_compile_to_tritons_own_bytes_on_the_engines_branch(
         q, k = dict(launch.args)["Q_Extend"], dict(launch.args)["K_Extend"]
         assert q.shape == (pt.batch * pt.seq_len, h, lq) and k.shape[1] == (1 if name.endswith("absorbed") else h)
         assert q.dtype == model.dtype
-        line, blocks = _extend_blocks(sglang.read_text(entry.module_file), EXTEND_BRANCH[target.name], lq)
+        line, blocks = extend_blocks(sglang.read_text(entry.module_file), EXTEND_BRANCH[target.name], lq)
         assert (launch.arg("BLOCK_M"), launch.arg("BLOCK_N")) == blocks, (target.name, lq, launch.branches)
         assert any(b.startswith(f"{entry.module_file}:{line} ") and EXTEND_BRANCH[target.name] in b
                    for b in launch.branches)

@@ -12,15 +12,10 @@ import math
 from pathlib import Path
 
 import pytest
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource, make_backend
-from triton.runtime.jit import JITFunction, create_function_from_signature
+from _engine_own import captured, tritons_own
 
-from tileprobe.audit import capture, jobs, kernels, loader, nearest
+from tileprobe.audit import jobs, kernels, loader, nearest
 from tileprobe.backends.triton.compile import TritonBuild, TritonCompileError, compile_job
-from tileprobe.engines.triton_configs import find_engine
-from tileprobe.errors import UsageError
 from tileprobe.models import attention_model
 from tileprobe.targets import profile
 
@@ -32,50 +27,20 @@ LIMIT = TARGET.smem_optin
 FP32_H128 = ROOT / "results/audit/models/gqa-h128-fp32.json"
 
 
-def _engine(name):
-    try:
-        return find_engine(name)
-    except UsageError as exc:
-        pytest.skip(f"no {name} wheel: {exc}")
-
-
-def _captured(entry_name, model, point, kernel):
+def _captured(src, entry_name, model, point, kernel):
     """(engine source, launch, job) of `kernel` as `entry_name`'s launcher makes it for `model` on the target."""
     entry = kernels.KERNELS[entry_name]
-    src = _engine(entry.engine)
-    with capture.engine_session(src, TARGET, entry.allow, entry.stand_ins) as s:
-        args, kwargs = entry.arguments(model, point)
-        getattr(s.module(entry.module), entry.launcher)(*args, **kwargs)
-    launch = next(la for la in s.launches if la.kernel == kernel)
+    launch = next(la for la in captured(src, TARGET, entry, model, point) if la.kernel == kernel)
     cut = jobs.kernel_source if entry.compile_from == "extract" else \
         (lambda s_, la: loader.module_source(entry, s_, TARGET, la.kernel))
     return src, launch, jobs.job_of(src, launch, TARGET.cc_int, cut)
 
 
-def _tritons_own(entry_name, model, point, kernel, values, tmp_path, monkeypatch) -> int:
-    """metadata.shared of the engine's own kernel object, launched by the engine's own launcher on its real
-    arguments with `values` (the variant's) put over the launch's keyword arguments, compiled by Triton's binder."""
-    entry = kernels.KERNELS[entry_name]
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    got = []
-
-    def compile_run(fn, *args, grid, warmup, **kwargs):
-        if fn.__name__ != kernel:
-            return
-        kwargs = {**dict(zip(fn.arg_names, args)), **kwargs, **values, "debug": False, "instrumentation_mode": ""}
-        gpu = GPUTarget("cuda", TARGET.cc_int, 32)
-        backend = make_backend(gpu)
-        bound, spec, options = create_function_from_signature(fn.signature, fn.params, backend)(**kwargs)
-        options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, spec, options)
-        got.append(triton.compile(ASTSource(fn, signature, constexprs, attrs), target=gpu,
-                                  options=options.__dict__).metadata.shared)
-
-    with capture.engine_session(_engine(entry.engine), TARGET, entry.allow, entry.stand_ins) as s:
-        monkeypatch.setattr(JITFunction, "run", compile_run)
-        args, kwargs = entry.arguments(model, point)
-        getattr(s.module(entry.module), entry.launcher)(*args, **kwargs)
-        monkeypatch.undo()
-    (shared,) = got
+def _tritons_own(src, entry_name, model, point, kernel, values, tmp_path, monkeypatch) -> int:
+    """Triton's own metadata.shared (tests/audit/_engine_own.py) of the engine's kernel object, launched by the
+    engine's own launcher on its real arguments with `values` (the variant's) put over them."""
+    ((_, _, shared),) = tritons_own(src, TARGET, kernels.KERNELS[entry_name], model, point, tmp_path, monkeypatch,
+                                    keep=lambda k, tuned: k == kernel, values=values)
     return shared
 
 
@@ -124,8 +89,8 @@ def _key(launch, variant, stages):
     return qi, ki, stages - new.get("num_stages", stages)
 
 
-def _check(entry_name, model, point, kernel, tmp_path, monkeypatch, limit=LIMIT, compile_one=compile_job):
-    src, launch, job = _captured(entry_name, model, point, kernel)
+def _check(src, entry_name, model, point, kernel, tmp_path, monkeypatch, limit=LIMIT, compile_one=compile_job):
+    src, launch, job = _captured(src, entry_name, model, point, kernel)
     own = compile_job(job)
     assert own.shared > limit, (kernel, own.shared)
     variant = nearest.nearest(launch, job, limit, compile_one)
@@ -134,7 +99,7 @@ def _check(entry_name, model, point, kernel, tmp_path, monkeypatch, limit=LIMIT,
         return launch, job, None, _earlier(launch, (99, 99, 99), stages)
     assert variant.bytes <= limit and isinstance(variant.build, TritonBuild)
     new = {k: b for k, _, b in variant.changed}
-    assert _tritons_own(entry_name, model, point, kernel, new, tmp_path, monkeypatch) == variant.bytes
+    assert _tritons_own(src, entry_name, model, point, kernel, new, tmp_path, monkeypatch) == variant.bytes
     before, after = dict(job.kwargs), dict(variant.job.kwargs)
     differ = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
     allowed = {*nearest.QUERY_SIDE, *nearest.KV_SIDE, "BLOCK_Q", "NUM_CBLOCK", "num_stages"}
@@ -155,25 +120,25 @@ def _none_fit(job, earlier, limit):
         assert not (isinstance(b, TritonBuild) and b.shared <= limit), (values, b.shared)
 
 
-def test_lightning_kv_parallel_for_minimax_m1(rng, tmp_path, monkeypatch):
+def test_lightning_kv_parallel_for_minimax_m1(vllm, rng, tmp_path, monkeypatch):
     model = attention_model("minimax-m1")
     pt = kernels.Point(1, rng.randint(300, 4096))
-    _, job, variant, earlier = _check("vllm-lightning-attention", model, pt, "_fwd_kv_parallel", tmp_path,
+    _, job, variant, earlier = _check(vllm, "vllm-lightning-attention", model, pt, "_fwd_kv_parallel", tmp_path,
                                       monkeypatch)
     assert variant is not None and variant.tried == len(earlier) + 1
     _none_fit(job, earlier, LIMIT)
 
 
-def test_lightning_kv_parallel_under_a_random_limit(rng, tmp_path, monkeypatch):
+def test_lightning_kv_parallel_under_a_random_limit(vllm, rng, tmp_path, monkeypatch):
     """A random limit under what num_stages 1 alone gives: the variant found (or None) is the first of the rule's
     order that fits under it, so it halves CBLOCK (lightning's key/value-side tile), keeping NUM_CBLOCK * CBLOCK the
     launcher's block."""
     model = attention_model("minimax-m1")
     pt = kernels.Point(1, rng.randint(300, 4096))
-    _, launch, job = _captured("vllm-lightning-attention", model, pt, "_fwd_kv_parallel")
+    _, launch, job = _captured(vllm, "vllm-lightning-attention", model, pt, "_fwd_kv_parallel")
     stages_only = compile_job(nearest.with_values(job, {"num_stages": 1})).shared
     limit = rng.randint(stages_only // 2, stages_only - 1)
-    _, job, variant, earlier = _check("vllm-lightning-attention", model, pt, "_fwd_kv_parallel", tmp_path,
+    _, job, variant, earlier = _check(vllm, "vllm-lightning-attention", model, pt, "_fwd_kv_parallel", tmp_path,
                                       monkeypatch, limit)
     smallest = compile_job(nearest.with_values(job, {"CBLOCK": 16, "NUM_CBLOCK": launch.arg("BLOCK") // 16,
                                                            "num_stages": 1}))
@@ -184,19 +149,19 @@ def test_lightning_kv_parallel_under_a_random_limit(rng, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("entry,kernel", [("sglang-context-attention", "_fwd_kernel"),
                                           ("sglang-extend-attention", "_fwd_kernel")])
-def test_sglang_fp32_head_128(rng, tmp_path, monkeypatch, entry, kernel):
+def test_sglang_fp32_head_128(sglang, rng, tmp_path, monkeypatch, entry, kernel):
     model = attention_model(str(FP32_H128))
     pt = kernels.Point(rng.randint(1, 8), rng.randint(64, 4096))
-    _, job, variant, earlier = _check(entry, model, pt, kernel, tmp_path, monkeypatch)
+    _, job, variant, earlier = _check(sglang, entry, model, pt, kernel, tmp_path, monkeypatch)
     assert variant is not None and variant.tried == len(earlier) + 1
     _none_fit(job, earlier, LIMIT)
 
 
-def test_a_candidate_the_kernel_rejects_is_not_a_variant(rng, tmp_path, monkeypatch):
+def test_a_candidate_the_kernel_rejects_is_not_a_variant(vllm, rng, tmp_path, monkeypatch):
     """A compile error (a static_assert, ...) is "not this one": with the first fitting candidates rejected, the
     next fitting one in the order is the variant."""
     model = attention_model("minimax-m1")
-    _, launch, job = _captured("vllm-lightning-attention", model, kernels.Point(1, rng.randint(300, 4096)),
+    _, launch, job = _captured(vllm, "vllm-lightning-attention", model, kernels.Point(1, rng.randint(300, 4096)),
                                "_fwd_kv_parallel")
     first = nearest.nearest(launch, job, LIMIT, compile_job)
     rejected = {first.job}
@@ -208,20 +173,21 @@ def test_a_candidate_the_kernel_rejects_is_not_a_variant(rng, tmp_path, monkeypa
     assert got.job not in rejected and got.bytes <= LIMIT and got.tried > first.tried
 
 
-def test_a_launch_that_fits_has_none(rng):
+def test_a_launch_that_fits_has_none(vllm, rng):
     model = attention_model("minimax-m1")
     kernel = rng.choice(["_fwd_kv_reduce", "_fwd_diag_kernel"])
-    _, launch, job = _captured("vllm-lightning-attention", model, kernels.Point(1, rng.randint(300, 4096)), kernel)
+    _, launch, job = _captured(vllm, "vllm-lightning-attention", model, kernels.Point(1, rng.randint(300, 4096)),
+                               kernel)
     assert compile_job(job).shared <= LIMIT
     assert nearest.nearest(launch, job, LIMIT, compile_job) is None
 
 
-def test_an_autotuned_launch_gets_the_first_config_of_its_autotuner_that_fits(rng):
+def test_an_autotuned_launch_gets_the_first_config_of_its_autotuner_that_fits(vllm, rng):
     """The configs one autotune call was left with (here: the captured kv_parallel launch with num_stages and
     CBLOCK set per config, as the capture records an autotuner's configs), in a random order: the variant is the
     first in the list that fits, and the count says how many fit; a launch of another call is not among them."""
     model = attention_model("minimax-m1")
-    _, launch, job = _captured("vllm-lightning-attention", model, kernels.Point(1, rng.randint(300, 4096)),
+    _, launch, job = _captured(vllm, "vllm-lightning-attention", model, kernels.Point(1, rng.randint(300, 4096)),
                                "_fwd_kv_parallel")
     block = launch.arg("BLOCK")
     own = {"num_stages": compile_job(job).num_stages, "CBLOCK": launch.arg("CBLOCK"),

@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from tileprobe.engines.triton_configs import find_engine
-from tileprobe.errors import UsageError
 from tileprobe.audit.kernels import kernels_for
 from tileprobe.models import ATTENTION_PRESETS
 from tileprobe.targets import PROFILES
@@ -74,11 +72,7 @@ def test_unknown_engine_model_and_unserved_model_are_one_line(tmp_path, rng):
 
 @pytest.mark.triton
 @pytest.mark.parametrize("mla", [False, True])
-def test_audit_writes_a_row_per_distinct_launch_and_exits_by_the_fit_rule(tmp_path, rng, mla):
-    try:
-        find_engine("sglang")
-    except UsageError as exc:
-        pytest.skip(f"no SGLang wheel: {exc}")
+def test_audit_writes_a_row_per_distinct_launch_and_exits_by_the_fit_rule(sglang, tmp_path, rng, mla):
     preset = rng.choice(sorted(p for p, m in ATTENTION_PRESETS.items() if m.mla == mla))
     target = rng.choice(["rtx-pro-6000", "h200"])
     batch, seq = rng.randint(2, 64), rng.randint(16, 8192)
@@ -118,19 +112,16 @@ def test_audit_writes_a_row_per_distinct_launch_and_exits_by_the_fit_rule(tmp_pa
     want = "CUDA_CAPABILITY[0] == 12" if target == "rtx-pro-6000" else "CUDA_CAPABILITY[0] >= 9"
     file, line = extend["config_source"].rsplit(":", 1)
     assert want in extend["reason"] and file == "sglang/kernels/ops/attention/extend_attention.py", extend
-    assert want in find_engine("sglang").read_text(file).splitlines()[int(line) - 1], extend["config_source"]
+    assert want in sglang.read_text(file).splitlines()[int(line) - 1], extend["config_source"]
     assert (out / "report.md").is_file() and (out / "results.csv").is_file()
 
 
 @pytest.mark.triton
-def test_the_engines_own_attention_backend_decides_which_attention_kernels_run(tmp_path, rng):
+def test_the_engines_own_attention_backend_decides_which_attention_kernels_run(request, tmp_path, rng):
     """Without --attention-backend, an attention entry runs only where the engine's own selection picks its backend;
     the others are not-selected rows naming the line that chose, whose text names the backend chosen."""
     engine = rng.choice(["sglang", "vllm"])
-    try:
-        src = find_engine(engine)
-    except UsageError as exc:
-        pytest.skip(f"no {engine} wheel: {exc}")
+    src = request.getfixturevalue(engine)
     preset = rng.choice(["qwen3-30b-a3b", "gpt-oss-120b"])
     out = tmp_path / "out"
     p = _cli("--engine", engine, "--model", preset, "--target", rng.choice(["rtx-pro-6000", "h200"]), "--batch", 2,

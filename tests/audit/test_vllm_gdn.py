@@ -10,15 +10,11 @@ import re
 from dataclasses import replace
 
 import pytest
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource, make_backend
-from triton.runtime.jit import JITFunction, create_function_from_signature
+from _engine_own import captured, tritons_own
 
 from tileprobe.audit import capture, jobs, kernels, loader, run
 from tileprobe.audit.entries import vllm_gdn
 from tileprobe.backends.triton.compile import compile_job
-from tileprobe.engines.triton_configs import find_engine
 from tileprobe.errors import UsageError
 from tileprobe.models import ATTENTION_PRESETS, AttentionConfig, GatedDeltaDims
 from tileprobe.targets import profile
@@ -27,14 +23,6 @@ pytestmark = pytest.mark.triton
 
 GDN = sorted(k.name for k in vllm_gdn.ENTRIES)
 TARGETS = ("rtx-pro-6000", "h200")
-
-
-@pytest.fixture(scope="module")
-def vllm():
-    try:
-        return find_engine("vllm")
-    except UsageError as exc:
-        pytest.skip(f"no vLLM wheel: {exc}")
 
 
 def _model(rng, key_head_dim=None) -> AttentionConfig:
@@ -53,39 +41,6 @@ def _point(rng, model, decode: bool) -> kernels.Point:
                          1 if decode else rng.randint(17, 1500), tp)
 
 
-def _capture(src, target, entry, model, pt):
-    with capture.engine_session(src, target, entry.allow, entry.stand_ins) as s:
-        args, kwargs = entry.arguments(model, pt)
-        getattr(s.module(entry.module), entry.launcher)(*args, **kwargs)
-    return s.launches
-
-
-def _triton_own(src, target, entry, model, pt, wanted: set, tmp_path, monkeypatch) -> dict:
-    """metadata.shared of the engine's own kernel objects (imported from the wheel in the session), compiled by
-    Triton's own binder and triton.compile on the launcher's real arguments, for the (kernel, autotune index) pairs
-    in `wanted`."""
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    got = {}
-    with capture.engine_session(src, target, entry.allow, entry.stand_ins) as s:
-        def compile_run(fn, *args, grid, warmup, **kwargs):
-            key = (fn.__name__, s._autotune[0] if s._autotune else None)
-            if key not in wanted:
-                return
-            gpu = GPUTarget("cuda", target.cc_int, 32)
-            backend = make_backend(gpu)
-            kwargs = {"debug": False, "instrumentation_mode": "", **kwargs}
-            bound, spec, options = create_function_from_signature(fn.signature, fn.params, backend)(*args, **kwargs)
-            options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, spec, options)
-            got[key] = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=gpu,
-                                      options=options.__dict__).metadata.shared
-
-        monkeypatch.setattr(JITFunction, "run", compile_run)
-        args, kwargs = entry.arguments(model, pt)
-        getattr(s.module(entry.module), entry.launcher)(*args, **kwargs)
-        monkeypatch.undo()
-    return got
-
-
 @pytest.mark.parametrize("name", GDN)
 def test_gdn_launches_compile_to_tritons_own_bytes(vllm, rng, tmp_path, monkeypatch, name):
     """For each kernel the launcher launches, one launch (a random autotune config of those the engine lists):
@@ -94,12 +49,13 @@ def test_gdn_launches_compile_to_tritons_own_bytes(vllm, rng, tmp_path, monkeypa
     target = profile(rng.choice(TARGETS))
     model = _model(rng)
     pt = _point(rng, model, decode=name.endswith(("decode", "update")))
-    launches = _capture(vllm, target, entry, model, pt)
+    launches = captured(vllm, target, entry, model, pt)
     picked = {}
     for kernel in dict.fromkeys(la.kernel for la in launches):
         picked[kernel] = rng.choice([la for la in launches if la.kernel == kernel])
     wanted = {(la.kernel, la.autotune[0] if la.autotune else None): la for la in picked.values()}
-    own = _triton_own(vllm, target, entry, model, pt, set(wanted), tmp_path, monkeypatch)
+    own = {(k, tuned): b for k, tuned, b in tritons_own(vllm, target, entry, model, pt, tmp_path, monkeypatch,
+                                                        keep=lambda k, tuned: (k, tuned) in wanted)}
     assert set(own) == set(wanted), (name, sorted(own), sorted(wanted))
     cut = jobs.kernel_source if entry.compile_from == "extract" else \
         (lambda src, launch: loader.module_source(entry, src, target, launch.kernel))
@@ -121,7 +77,7 @@ def test_chunk_prefill_launches_every_kernel_of_the_engines_chain(vllm, rng):
     package = vllm_gdn.FLA.replace(".", "/")
     want = [f"{package}/{imports[name]}.py" for _, name in calls]
     model = _model(rng)
-    launches = _capture(vllm, profile(rng.choice(TARGETS)), entry, model, _point(rng, model, decode=False))
+    launches = captured(vllm, profile(rng.choice(TARGETS)), entry, model, _point(rng, model, decode=False))
     got = list(dict.fromkeys((la.kernel, la.kernel_file) for la in launches))
     assert [f for _, f in got] == want, (got, want)
     for kernel, _ in got:
@@ -145,7 +101,7 @@ def test_chunk_o_block_list_follows_the_targets_shared_memory(vllm, rng, target_
     want = ast.literal_eval(bkv.body if target.smem_optin >= default else bkv.orelse)
     entry = kernels.KERNELS["vllm-gdn-chunk-prefill"]
     model = _model(rng)
-    launches = _capture(vllm, target, entry, model, _point(rng, model, decode=False))
+    launches = captured(vllm, target, entry, model, _point(rng, model, decode=False))
     assert sorted({la.arg("BK") for la in launches if la.kernel == "chunk_fwd_kernel_o"}) == sorted(want)
 
 
@@ -163,7 +119,7 @@ def test_causal_conv1d_launches_with_cudas_pdl_answer(vllm, rng, target_name):
     want = eval(ast.unparse(last.value), {"major": int(target.cc.split(".")[0])})  # noqa: S307
     model = _model(rng)
     for name, decode in (("vllm-gdn-causal-conv1d", False), ("vllm-gdn-causal-conv1d-update", True)):
-        (launch,) = _capture(vllm, target, kernels.KERNELS[name], model, _point(rng, model, decode))
+        (launch,) = captured(vllm, target, kernels.KERNELS[name], model, _point(rng, model, decode))
         assert launch.arg("launch_pdl") is want, (name, target_name)
 
 
@@ -268,7 +224,7 @@ def test_launches_differing_only_in_an_unspecialised_length_are_one_compile(vllm
     model = _model(rng)
     a, b = rng.sample(range(17, 1500), 2)
     cut = lambda src, launch: loader.module_source(entry, src, target, launch.kernel)  # noqa: E731
-    plans = [{jobs.job_of(vllm, la, target.cc_int, cut) for la in _capture(vllm, target, entry, model,
+    plans = [{jobs.job_of(vllm, la, target.cc_int, cut) for la in captured(vllm, target, entry, model,
                                                                            kernels.Point(1, n, 1))} for n in (a, b)]
-    assert plans[0] == plans[1] and all(la.unspecialized == ("T",) for la in _capture(
+    assert plans[0] == plans[1] and all(la.unspecialized == ("T",) for la in captured(
         vllm, target, entry, model, kernels.Point(1, a, 1)) if la.kernel.startswith("chunk_fwd_kernel_o")), (a, b)

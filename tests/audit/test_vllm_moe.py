@@ -12,10 +12,7 @@ import json
 from dataclasses import replace
 
 import pytest
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource, make_backend
-from triton.runtime.jit import JITFunction, create_function_from_signature
+from _engine_own import captured, tritons_own
 
 from tileprobe.audit import capture, jobs, kernels
 from tileprobe.audit.entries import vllm_moe, vllm_moe_mxfp4
@@ -23,7 +20,6 @@ from tileprobe.backends.triton.compile import compile_job
 from tileprobe.engines import triton_configs as tc
 from tileprobe.engines import triton_lookup
 from tileprobe.engines import vllm as vllm_engine
-from tileprobe.errors import UsageError
 from tileprobe.models import AttentionConfig, Quantization
 from tileprobe.targets import profile
 from tileprobe.workloads import PRESETS, MoEModel
@@ -33,14 +29,6 @@ pytestmark = pytest.mark.triton
 DECODE = kernels.KERNELS["vllm-fused-moe-decode"]
 QUANT = {"bf16": None, "fp8": Quantization("fp8", None), "fp8-block": Quantization("fp8", (128, 128))}
 COMPARED = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "GROUP_SIZE_M", "num_warps", "num_stages")
-
-
-@pytest.fixture(scope="module")
-def vllm():
-    try:
-        return tc.find_engine("vllm")
-    except UsageError as exc:
-        pytest.skip(f"no vLLM wheel: {exc}")
 
 
 def _model(moe: MoEModel, scheme: str) -> AttentionConfig:
@@ -76,13 +64,6 @@ def _case(src, rng):
     return device, moe, rng.choice(list(QUANT)), _tp(rng, moe.inter)
 
 
-def _capture(src, target, model, point):
-    with capture.engine_session(src, target, DECODE.allow, DECODE.stand_ins) as s:
-        args, kwargs = DECODE.arguments(model, point)
-        getattr(s.module(DECODE.module), DECODE.launcher)(*args, **kwargs)
-    return s.launches
-
-
 def _write_user_file(folder, E, N, scheme, device, rng) -> dict:
     """A random tuned file in the user's folder, as vLLM's tuner writes them (M -> config)."""
     entries = {str(m): {"BLOCK_SIZE_M": rng.choice([16, 32, 64]), "BLOCK_SIZE_N": rng.choice([32, 64, 128]),
@@ -107,7 +88,7 @@ def test_the_captured_config_is_the_lookups_pick(vllm, rng, tmp_path, monkeypatc
         monkeypatch.delenv("VLLM_TUNED_CONFIG_FOLDER", raising=False)
     target = replace(profile(triton_lookup.known_device_names()[device]), device_name=device)
     tokens = rng.choice([rng.randint(1, 64), rng.randint(65, 4096)])
-    launches = _capture(vllm, target, _model(moe, scheme), kernels.Point(tokens, 1, tp))
+    launches = captured(vllm, target, DECODE, _model(moe, scheme), kernels.Point(tokens, 1, tp))
     assert [la.kernel for la in launches] == ["fused_moe_kernel", "fused_moe_kernel"]
     picks = triton_lookup.picks("vllm", vllm, moe.experts, n, moe.hidden, moe.top_k, tc.scheme(scheme), target,
                                 device, str(tmp_path) if user else None, max_m=max(tokens, 1))
@@ -124,38 +105,16 @@ def test_the_captured_config_is_the_lookups_pick(vllm, rng, tmp_path, monkeypatc
         assert from_file == (pick.source in ("user", "shipped")), (pick.source, la.branches)
 
 
-def _triton_own_shared(src, target, model, point, tmp_path, monkeypatch) -> list[int]:
-    """metadata.shared of the engine's own kernel object (imported from the wheel), compiled by Triton's own binder
-    and triton.compile on the launcher's real arguments, for each launch in order."""
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    got = []
-
-    def compile_run(fn, *args, grid, warmup, **kwargs):
-        gpu = GPUTarget("cuda", target.cc_int, 32)
-        backend = make_backend(gpu)
-        kwargs = {"debug": False, "instrumentation_mode": "", **kwargs}
-        bound, spec, options = create_function_from_signature(fn.signature, fn.params, backend)(*args, **kwargs)
-        options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, spec, options)
-        got.append(triton.compile(ASTSource(fn, signature, constexprs, attrs), target=gpu,
-                                  options=options.__dict__).metadata.shared)
-
-    with capture.engine_session(src, target, DECODE.allow, DECODE.stand_ins) as s:
-        monkeypatch.setattr(JITFunction, "run", compile_run)
-        args, kwargs = DECODE.arguments(model, point)
-        getattr(s.module(DECODE.module), DECODE.launcher)(*args, **kwargs)
-        monkeypatch.undo()
-    return got
-
-
 def test_captured_fused_moe_bytes_are_tritons_own(vllm, rng, tmp_path, monkeypatch):
     monkeypatch.delenv("VLLM_TUNED_CONFIG_FOLDER", raising=False)
     device, moe, scheme, tp = _case(vllm, rng)
     target = replace(profile(rng.choice(["rtx-pro-6000", "h200"])), device_name=device)
     model = _model(moe, scheme)
     pt = kernels.Point(rng.choice([rng.randint(1, 32), rng.randint(33, 2048)]), 1, tp)
-    launches = _capture(vllm, target, model, pt)
+    launches = captured(vllm, target, DECODE, model, pt)
     ours = [compile_job(jobs.job_of(vllm, la, target.cc_int)).shared for la in launches]
-    assert ours == _triton_own_shared(vllm, target, model, pt, tmp_path, monkeypatch), (device, moe, scheme, tp)
+    own = [b for _, _, b in tritons_own(vllm, target, DECODE, model, pt, tmp_path, monkeypatch)]
+    assert ours == own, (device, moe, scheme, tp)
 
 
 def test_the_launch_is_sized_by_the_model_and_the_token_count(vllm, rng):
@@ -164,10 +123,7 @@ def test_the_launch_is_sized_by_the_model_and_the_token_count(vllm, rng):
     tp = _tp(rng, moe.inter)
     pt = kernels.Point(rng.randint(1, 64), rng.randint(2, 512), tp)
     for entry, tokens in ((DECODE, pt.batch), (kernels.KERNELS["vllm-fused-moe-prefill"], pt.batch * pt.seq_len)):
-        with capture.engine_session(vllm, profile("rtx-pro-6000"), entry.allow, entry.stand_ins) as s:
-            args, kwargs = entry.arguments(_model(moe, scheme), pt)
-            getattr(s.module(entry.module), entry.launcher)(*args, **kwargs)
-        up, down = s.launches
+        up, down = captured(vllm, profile("rtx-pro-6000"), entry, _model(moe, scheme), pt)
         assert (up.arg("N"), up.arg("K")) == (2 * moe.inter // tp, moe.hidden)
         assert (down.arg("N"), down.arg("K")) == (moe.hidden, moe.inter // tp)
         assert up.arg("num_valid_tokens") == tokens * moe.top_k and down.arg("top_k") == 1

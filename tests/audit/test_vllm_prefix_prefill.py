@@ -10,14 +10,10 @@ from dataclasses import replace
 
 import pytest
 import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource, make_backend
-from triton.runtime.jit import JITFunction, create_function_from_signature
+from _engine_own import call_launcher, tritons_own
 
 from tileprobe.audit import capture, jobs, kernels, loader
 from tileprobe.backends.triton.compile import compile_job
-from tileprobe.engines.triton_configs import find_engine
-from tileprobe.errors import UsageError
 from tileprobe.models import AttentionConfig
 from tileprobe.targets import profile
 
@@ -25,14 +21,6 @@ pytestmark = pytest.mark.triton
 
 ENTRY = kernels.KERNELS["vllm-prefix-prefill"]
 TORCH_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
-
-
-@pytest.fixture(scope="module")
-def vllm():
-    try:
-        return find_engine("vllm")
-    except UsageError as exc:
-        pytest.skip(f"no vLLM wheel: {exc}")
 
 
 def _model(rng) -> AttentionConfig:
@@ -44,33 +32,8 @@ def _model(rng) -> AttentionConfig:
 def _capture(src, target, model, pt):
     with capture.engine_session(src, target, ENTRY.allow, ENTRY.stand_ins) as s:
         elsewhere = ENTRY.chooses(s, model, pt)
-        args, kwargs = ENTRY.arguments(model, pt)
-        getattr(s.module(ENTRY.module), ENTRY.launcher)(*args, **kwargs)
+        call_launcher(s, ENTRY, model, pt)
     return elsewhere, s.launches
-
-
-def _triton_own_shared(src, target, model, pt, tmp_path, monkeypatch) -> int:
-    """metadata.shared of the engine's own kernel object (imported from the wheel), compiled by Triton's own binder
-    and triton.compile on the launcher's real arguments: no stub, no stand-in strings."""
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    got = []
-
-    def compile_run(fn, *args, grid, warmup, **kwargs):
-        gpu = GPUTarget("cuda", target.cc_int, 32)
-        backend = make_backend(gpu)
-        kwargs = {"debug": False, "instrumentation_mode": "", **kwargs}
-        bound, spec, options = create_function_from_signature(fn.signature, fn.params, backend)(*args, **kwargs)
-        options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, spec, options)
-        got.append(triton.compile(ASTSource(fn, signature, constexprs, attrs), target=gpu,
-                                  options=options.__dict__).metadata.shared)
-
-    with capture.engine_session(src, target, ENTRY.allow, ENTRY.stand_ins) as s:
-        monkeypatch.setattr(JITFunction, "run", compile_run)
-        args, kwargs = ENTRY.arguments(model, pt)
-        getattr(s.module(ENTRY.module), ENTRY.launcher)(*args, **kwargs)
-        monkeypatch.undo()
-    (shared,) = got
-    return shared
 
 
 def _launcher_text(text: str):
@@ -109,7 +72,8 @@ def test_captured_launch_is_the_engines_and_its_bytes_are_tritons_own(vllm, rng,
     assert launch.arg("num_queries_per_kv") == model.heads // model.kv_heads
     job = jobs.job_of(vllm, launch, target.cc_int, lambda s, la: loader.module_source(ENTRY, s, target, la.kernel))
     build = compile_job(job)
-    assert build.shared == _triton_own_shared(vllm, target, model, pt, tmp_path, monkeypatch), (target.name, model)
+    ((_, _, own),) = tritons_own(vllm, target, ENTRY, model, pt, tmp_path, monkeypatch)
+    assert build.shared == own, (target.name, model)
 
 
 def _calls(src, name: str) -> set[str]:
