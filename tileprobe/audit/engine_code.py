@@ -2,11 +2,13 @@
 whose module cannot be imported without the engine's whole config tree (SGLang's VisionAttention picks its backend in
 a method of a torch module whose file imports the distributed and quantization layers).
 
-`run_function(source, file, qualname, scope, *args)` parses `file` from the wheel, takes the function `qualname`
-('func' or 'Class.method', decorators dropped), compiles it alone with its own line numbers, runs it with `scope` as
-its globals, and returns its value with the lines it ran in order. `decided(ran)` names the engine line that made the
-choice: the last assignment it ran and the `if`/`elif`/`else` whose body holds it. Nothing is re-typed: the function
-is the engine's text; only the names it reads from its module are stood in (the caller says which).
+`define(source, file, qualnames, scope)` parses `file` from the wheel, takes the functions `qualnames` ('func' or
+'Class.method', decorators dropped), compiles them together with their own line numbers into one module whose globals
+are a copy of `scope`, and returns those globals. `run_function(source, file, qualname, scope, *args,
+helpers=(...))` defines `qualname` so (with the module-level `helpers` it calls), runs it, and returns its value with
+the lines of the file it ran, in order. `decided(ran)` names the engine line that made the choice: the last
+assignment it ran and the `if`/`elif`/`else` whose body holds it. Nothing is re-typed: the function is the engine's
+text; only the names it reads from its module are stood in (the caller says which).
 """
 
 from __future__ import annotations
@@ -34,13 +36,25 @@ def _find(tree: ast.Module, qualname: str) -> ast.FunctionDef:
     return next(n for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name)
 
 
-def run_function(source: EngineSource, file: str, qualname: str, scope: dict, *args, **kwargs) -> Ran:
-    node = _find(ast.parse(source.read_text(file)), qualname)
-    node.decorator_list = []
+def _define(source: EngineSource, file: str, qualnames: tuple[str, ...], scope: dict):
+    tree = ast.parse(source.read_text(file))
+    nodes = [_find(tree, q) for q in qualnames]
+    for node in nodes:
+        node.decorator_list = []
     filename = f"<{source.label()}>/{file}"
-    code = compile(ast.Module([node], []), filename, "exec")
     glb = dict(scope)
-    exec(code, glb)  # noqa: S102 - the engine's own function text, from its wheel
+    exec(compile(ast.Module(nodes, []), filename, "exec"), glb)  # noqa: S102 - the engine's own text, from its wheel
+    return glb, nodes, filename
+
+
+def define(source: EngineSource, file: str, qualnames: tuple[str, ...], scope: dict) -> dict:
+    return _define(source, file, qualnames, scope)[0]
+
+
+def run_function(source: EngineSource, file: str, qualname: str, scope: dict, *args,
+                 helpers: tuple[str, ...] = (), **kwargs) -> Ran:
+    glb, nodes, filename = _define(source, file, (*helpers, qualname), scope)
+    node = nodes[-1]
     lines: list[int] = []
 
     def trace(frame, event, arg):

@@ -41,17 +41,17 @@ which MambaStateDtypeCalculator._mamba_state_dtype resolves to the conv state's 
 config update sets it from the HF config's `mamba_ssm_dtype`, a field tileprobe's config reader does not read.)
 
 Selection (`chooses`): the prefill entry runs vLLM's own `_resolve_gdn_prefill_backend(vllm_config)`
-(qwen_gdn_linear_attn.py) under the session's stand-in platform, with additional_config {} (no
---gdn-prefill-backend: "auto") and the model's linear_key_head_dim / linear_value_head_dim. The module itself cannot
-be imported under the session: it imports transformers (not installed, and outside the engine package the session's
-finder serves), einops, vllm._custom_ops (a compiled extension), vllm.config, vllm.distributed and some thirty other
-modules of vLLM's config tree. So the function (and the two module-level helpers it calls, xpu_gdn_kernel_available
-and _aiter_flydsl_unsupported_reasons) is cut from the wheel's file text with its line numbers kept and executed
-unchanged; the names it reads are the session's current_platform, torch, a logger and typing.Literal (rocm_aiter_ops
-is reached only on ROCm and is not given). Its `get_cuda_runtime_major()` (CudaPlatformBase in
-vllm/platforms/cuda.py: torch.version.cuda's major) answers with the CUDA runtime the wheel's extensions link
-(`libcudart.so.N` in the smallest vllm/*.abi3.so of the wheel that names one: 13 for the PyPI 0.33.0 wheel). The Elsewhere
-names the last device test of the selector whose body ran. The packed-decode entry reads
+(qwen_gdn_linear_attn.py) under the session's stand-in platform, with additional_config {} (no --gdn-prefill-backend:
+"auto") and the model's linear_key_head_dim / linear_value_head_dim. The module itself cannot be imported under the
+session: it imports transformers (not installed, and outside the engine package the session's finder serves), einops,
+vllm._custom_ops (a compiled extension), vllm.config, vllm.distributed and some thirty other modules of vLLM's config
+tree. So the function (and the two module-level helpers it calls, xpu_gdn_kernel_available and
+_aiter_flydsl_unsupported_reasons) is cut from the wheel's file text with its line numbers kept and executed
+unchanged (tileprobe.audit.engine_code.run_function); the names it reads are the session's current_platform, torch, a
+logger and typing.Literal (rocm_aiter_ops is reached only on ROCm and is not given). Its `get_cuda_runtime_major()`
+(CudaPlatformBase in vllm/platforms/cuda.py: torch.version.cuda's major) answers with the CUDA runtime the wheel's
+extensions link (`libcudart.so.N` in the smallest vllm/*.abi3.so of the wheel that names one: 13 for the PyPI 0.33.0
+wheel). The Elsewhere names the last device test of the selector whose body ran. The packed-decode entry reads
 envs.VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE from the engine's own vllm.envs (the flag `_forward_core` tests).
 
 Stand-ins (beside tileprobe.audit.vllm_stand_ins'): `vllm.triton_utils` adds `tldevice` (op.py) and a `triton` whose
@@ -65,13 +65,12 @@ from __future__ import annotations
 import ast
 import functools
 import re
-import sys
 import types
 import typing
 import zipfile
 from pathlib import Path
 
-from tileprobe.audit import vllm_stand_ins
+from tileprobe.audit import engine_code, vllm_stand_ins
 from tileprobe.audit.entry import TORCH, AuditKernel, Elsewhere, Point, empty, indptr, torch
 from tileprobe.engines.triton_configs import EngineSource
 from tileprobe.errors import UsageError
@@ -137,13 +136,8 @@ def cuda_runtime_major(origin: str) -> int:
 def cuda_platform_method(source: EngineSource, name: str):
     """CudaPlatformBase.<name> (vllm/platforms/cuda.py) cut from the wheel's text and defined as it is (torch's
     answers are the session's: torch.cuda answers as the target)."""
-    text = source.read_text("vllm/platforms/cuda.py")
-    cls = next(n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == "CudaPlatformBase")
-    fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == name)
-    fn.decorator_list = []
-    scope = {"torch": torch.load()}
-    exec(compile(ast.Module([fn], []), "vllm/platforms/cuda.py", "exec"), scope)  # noqa: S102
-    return scope[name]
+    return engine_code.define(source, "vllm/platforms/cuda.py", (f"CudaPlatformBase.{name}",),
+                              {"torch": torch.load()})[name]
 
 
 def platforms(target: Target, source: EngineSource) -> dict:
@@ -280,36 +274,16 @@ def _vllm_config(model: AttentionConfig):
 
 
 def run_selector(session, model: AttentionConfig) -> tuple[tuple[str, str], set[int]]:
-    """vLLM's `_resolve_gdn_prefill_backend` cut from the wheel's file and run as it is, under the session's
-    platform: its (requested, active) answer and the file lines it ran."""
-    text = session.source.read_text(LAYER)
-    defs = _functions(text)
-    code = compile(ast.Module([defs[n] for n in (*SELECTOR_HELPERS, SELECTOR)], []), LAYER, "exec")
+    """vLLM's `_resolve_gdn_prefill_backend` (with the module-level helpers it calls) cut from the wheel's file and
+    run as it is (tileprobe.audit.engine_code), under the session's platform: its (requested, active) answer and the
+    file lines it ran."""
     logger = vllm_stand_ins.logger(session.target, session.source)["init_logger"](LAYER)
     scope = {"__name__": "tileprobe.audit.vllm_gdn_selector", "torch": torch.load(), "Literal": typing.Literal,
              "VllmConfig": object, "logger": logger,
              "current_platform": session.module("vllm.platforms").current_platform}
-    exec(code, scope)  # noqa: S102  (the engine's own function definitions)
-    ran: set[int] = set()
-
-    def trace(frame, event, arg):
-        if frame.f_code.co_filename != LAYER:
-            return None
-
-        def local(frame, event, arg):
-            if event == "line":
-                ran.add(frame.f_lineno)
-            return local
-
-        return local
-
-    before = sys.gettrace()
-    sys.settrace(trace)
-    try:
-        answer = scope[SELECTOR](_vllm_config(model))
-    finally:
-        sys.settrace(before)
-    return answer, ran
+    ran = engine_code.run_function(session.source, LAYER, SELECTOR, scope, _vllm_config(model),
+                                   helpers=SELECTOR_HELPERS)
+    return ran.value, set(ran.lines)
 
 
 def _names(text: str) -> dict[str, str]:
