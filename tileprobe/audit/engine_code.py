@@ -7,13 +7,15 @@ a method of a torch module whose file imports the distributed and quantization l
 are a copy of `scope`, and returns those globals. `run_function(source, file, qualname, scope, *args,
 helpers=(...))` defines `qualname` so (with the module-level `helpers` it calls), runs it, and returns its value with
 the lines of the file it ran, in order. `decided(ran)` names the engine line that made the choice: the last
-assignment it ran and the `if`/`elif`/`else` whose body holds it. Nothing is re-typed: the function is the engine's
+assignment it ran and the `if`/`elif`/`else` whose body holds it. `top_level(source, file, names, scope)` executes
+the top-level definitions (functions, classes, assignments) that bind `names` into `scope`. Nothing is re-typed: the function is the engine's
 text; only the names it reads from its module are stood in (the caller says which).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from dataclasses import dataclass
 
@@ -36,12 +38,16 @@ def _find(tree: ast.Module, qualname: str) -> ast.FunctionDef:
     return next(n for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name)
 
 
+def _filename(source: EngineSource, file: str) -> str:
+    return f"<{source.label()}>/{file}"
+
+
 def _define(source: EngineSource, file: str, qualnames: tuple[str, ...], scope: dict):
     tree = ast.parse(source.read_text(file))
     nodes = [_find(tree, q) for q in qualnames]
     for node in nodes:
         node.decorator_list = []
-    filename = f"<{source.label()}>/{file}"
+    filename = _filename(source, file)
     glb = dict(scope)
     exec(compile(ast.Module(nodes, []), filename, "exec"), glb)  # noqa: S102 - the engine's own text, from its wheel
     return glb, nodes, filename
@@ -49,6 +55,28 @@ def _define(source: EngineSource, file: str, qualnames: tuple[str, ...], scope: 
 
 def define(source: EngineSource, file: str, qualnames: tuple[str, ...], scope: dict) -> dict:
     return _define(source, file, qualnames, scope)[0]
+
+
+def _binds(node: ast.stmt) -> set[str]:
+    if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, ast.AnnAssign):
+        return {getattr(node.target, "id", "")}
+    if isinstance(node, ast.Assign):
+        return {getattr(t, "id", "") for t in node.targets}
+    return set()
+
+
+def top_level(source: EngineSource, file: str, names: tuple[str, ...], scope: dict) -> dict:
+    """The top-level definitions of the wheel's `file` that bind `names`, decorators kept (`functools` is given
+    unless `scope` has one), executed in `scope` itself (returned): LookupError naming any the file lacks."""
+    body = [n for n in ast.parse(source.read_text(file)).body if _binds(n) & set(names)]
+    missing = set(names) - set().union(*map(_binds, body))
+    if missing:
+        raise LookupError(f"{source.label()} {file} has no {', '.join(sorted(missing))}")
+    scope.setdefault("functools", functools)
+    exec(compile(ast.Module(body, []), _filename(source, file), "exec"), scope)  # noqa: S102 - the engine's own text
+    return scope
 
 
 def run_function(source: EngineSource, file: str, qualname: str, scope: dict, *args,

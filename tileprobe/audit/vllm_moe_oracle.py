@@ -30,7 +30,7 @@ import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from tileprobe.audit import vllm_moe_stand_ins
+from tileprobe.audit import engine_code
 from tileprobe.engines.triton_configs import EngineSource
 from tileprobe.lazy import LazyModule
 
@@ -92,8 +92,8 @@ def scope(source: EngineSource) -> Scope:
                "Callable": Callable, "TYPE_CHECKING": False, "__builtins__": __builtins__,
                "__name__": __name__})  # dataclass looks its module up in sys.modules
     quant_keys(source, s)
-    vllm_moe_stand_ins.from_text(source, PRIORITY, ("_HUMMING_PREFERRED_CAPABILITIES", "prefers_humming",
-                                                    "prioritize_humming", "_KernelT"), s)
+    engine_code.top_level(source, PRIORITY, ("_HUMMING_PREFERRED_CAPABILITIES", "prefers_humming",
+                                             "prioritize_humming", "_KernelT"), s)
     return s
 
 
@@ -134,7 +134,7 @@ def load(source: EngineSource, oracle: str, names: tuple[str, ...], s: Scope) ->
     named = {x.id for x in ast.walk(function(tree, "backend_to_kernel_cls")) if isinstance(x, ast.Name)}
     groups = tuple(t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
                    if isinstance(t, ast.Name) and t.id in named)
-    vllm_moe_stand_ins.from_text(source, oracle, names + groups, s)
+    engine_code.top_level(source, oracle, names + groups, s)
     return tree
 
 

@@ -29,6 +29,7 @@ import importlib
 import re
 
 from tileprobe.audit import vllm_stand_ins
+from tileprobe.audit.engine_code import top_level
 from tileprobe.engines.triton_configs import EngineSource
 from tileprobe.lazy import LazyModule
 from tileprobe.targets import Target
@@ -38,30 +39,9 @@ torch = LazyModule("torch")
 FUSED_MOE = "vllm/model_executor/layers/fused_moe"
 
 
-def _names(node) -> set[str]:
-    if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-        return {node.name}
-    if isinstance(node, ast.AnnAssign):
-        return {getattr(node.target, "id", "")}
-    if isinstance(node, ast.Assign):
-        return {getattr(t, "id", "") for t in node.targets}
-    return set()
-
-
-def from_text(source: EngineSource, rel: str, names: tuple[str, ...], scope: dict) -> dict:
-    """The top-level definitions `names` of the wheel's file `rel`, exec'd in `scope` (returned)."""
-    body = [n for n in ast.parse(source.read_text(rel)).body if _names(n) & set(names)]
-    missing = set(names) - set().union(*map(_names, body))
-    if missing:
-        raise LookupError(f"{source.label()} {rel} has no {', '.join(sorted(missing))}")
-    scope.setdefault("functools", functools)
-    exec(compile(ast.Module(body, []), rel, "exec"), scope)  # noqa: S102
-    return scope
-
-
 def package(target: Target, source: EngineSource) -> dict:
     """vllm.model_executor.layers.fused_moe: get_config (the override config), from its __init__.py."""
-    return from_text(source, f"{FUSED_MOE}/__init__.py", ("_config", "get_config"), {"Any": object})
+    return top_level(source, f"{FUSED_MOE}/__init__.py", ("_config", "get_config"), {"Any": object})
 
 
 def custom_ops(target: Target, source: EngineSource) -> dict:
@@ -90,7 +70,7 @@ def activation(target: Target, source: EngineSource) -> dict:
 
 
 def config(target: Target, source: EngineSource) -> dict:
-    scope = from_text(source, f"{FUSED_MOE}/config.py", ("_get_config_dtype_str",), {"torch": torch.load()})
+    scope = top_level(source, f"{FUSED_MOE}/config.py", ("_get_config_dtype_str",), {"torch": torch.load()})
     return {"_get_config_dtype_str": scope["_get_config_dtype_str"], "FUSED_MOE_UNQUANTIZED_CONFIG": None,
             "FusedMoEQuantConfig": object}
 
@@ -110,7 +90,7 @@ def modular_kernel(target: Target, source: EngineSource) -> dict:
 def utils(target: Target, source: EngineSource) -> dict:
     envs = importlib.import_module("vllm.envs")
     platform = importlib.import_module("vllm.platforms").current_platform
-    scope = from_text(source, f"{FUSED_MOE}/utils.py",
+    scope = top_level(source, f"{FUSED_MOE}/utils.py",
                       ("enable_swap_ab", "resolve_moe_use_td", "warn_if_moe_use_td_ineffective",
                        "_warned_moe_use_td_ineffective"),
                       {"envs": envs, "current_platform": platform,
@@ -135,7 +115,7 @@ def quantize_input(A, A_scale, quant_dtype, per_act_token_quant, block_shape=Non
 
 
 def platform_utils(target: Target, source: EngineSource) -> dict:
-    return from_text(source, "vllm/utils/platform_utils.py", ("get_device_name_as_file_name",),
+    return top_level(source, "vllm/utils/platform_utils.py", ("get_device_name_as_file_name",),
                      {"re": re, "cache": functools.cache})
 
 

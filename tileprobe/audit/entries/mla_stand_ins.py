@@ -14,8 +14,7 @@ it is built from the release being audited (the session's EngineSource).
 
 from __future__ import annotations
 
-import ast
-
+from tileprobe.audit import engine_code
 from tileprobe.engines.triton_configs import EngineSource
 from tileprobe.errors import UsageError
 from tileprobe.lazy import LazyModule
@@ -29,17 +28,12 @@ VLLM_TRITON_MLA = "vllm.v1.attention.backends.mla.triton_mla"
 
 
 def top_level(source: EngineSource, path: str, names: tuple[str, ...], scope: dict) -> dict:
-    """The top-level functions and constants `names` of the engine file `path`, executed from its own text in
-    `scope` (their globals)."""
-    text = source.read_text(path)
-    nodes = [n for n in ast.parse(text).body
-             if (isinstance(n, ast.FunctionDef) and n.name in names)
-             or (isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in n.targets))]
-    ns = dict(scope)
-    exec(compile(ast.Module(nodes, []), path, "exec"), ns)  # noqa: S102
-    missing = [n for n in names if n not in ns]
-    if missing:
-        raise UsageError(f"{source.label()} {path}: no top-level {', '.join(missing)} (tileprobe reads them)")
+    """The top-level functions and constants `names` of the engine file `path`, executed from its own text
+    (tileprobe.audit.engine_code.top_level) with a copy of `scope` as their globals."""
+    try:
+        ns = engine_code.top_level(source, path, names, dict(scope))
+    except LookupError as exc:
+        raise UsageError(f"{exc} (tileprobe reads them)") from None
     return {n: ns[n] for n in names}
 
 
