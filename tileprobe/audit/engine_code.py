@@ -4,12 +4,12 @@ a method of a torch module whose file imports the distributed and quantization l
 
 `define(source, file, qualnames, scope)` parses `file` from the wheel, takes the functions `qualnames` ('func' or
 'Class.method', decorators dropped), compiles them together with their own line numbers into one module whose globals
-are a copy of `scope`, and returns those globals. `run_function(source, file, qualname, scope, *args,
-helpers=(...))` defines `qualname` so (with the module-level `helpers` it calls), runs it, and returns its value with
-the lines of the file it ran, in order. `decided(ran)` names the engine line that made the choice: the last
-assignment it ran and the `if`/`elif`/`else` whose body holds it. `top_level(source, file, names, scope)` executes
-the top-level definitions (functions, classes, assignments) that bind `names` into `scope`. Nothing is re-typed: the function is the engine's
-text; only the names it reads from its module are stood in (the caller says which).
+are a copy of `scope`, and returns those globals. `run_function(source, file, qualname, scope, *args, helpers=(...))`
+defines `qualname` so (with the module-level `helpers` it calls), runs it, and returns its value with the lines of
+the file it ran, in order. `decided(ran)` names the engine line that made the choice: the last assignment it ran and
+the `if`/`elif`/`else` whose body holds it. `top_level(source, file, names, scope)` executes the top-level
+definitions (functions, classes, assignments) that bind `names` into `scope`. Nothing is re-typed: the function is
+the engine's text; only the names it reads from its module are stood in (the caller says which).
 """
 
 from __future__ import annotations

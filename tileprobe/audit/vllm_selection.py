@@ -9,6 +9,7 @@ import contextlib
 import logging
 import types
 
+from tileprobe.audit import vllm_stand_ins
 from tileprobe.audit.engine_text import TextModules
 from tileprobe.audit.selection import (DTYPES, Selection, device, entries_of, function_node, is_triton, naming_line,
                                        tracing)
@@ -24,24 +25,13 @@ torch = LazyModule("torch")
 # vLLM
 # ---------------------------------------------------------------------------------------------------------------
 
-class _Logger(logging.LoggerAdapter):
-    def debug_once(self, msg, *a, **k):
-        self.debug(msg, *a)
-
-    def info_once(self, msg, *a, **k):
-        self.info(msg, *a)
-
-    def warning_once(self, msg, *a, **k):
-        self.warning(msg, *a)
-
-
 _ENGINE_LOG = logging.getLogger("tileprobe.engine")  # the engine's log lines during a selection: not shown
 _ENGINE_LOG.addHandler(logging.NullHandler())
 _ENGINE_LOG.propagate = False
 
 
 def _logger_stand_in(mods: TextModules) -> dict:
-    return {"init_logger": lambda name: _Logger(logging.getLogger(f"tileprobe.engine.{name}"), {})}
+    return {"init_logger": vllm_stand_ins.init_logger("tileprobe.engine")}
 
 
 def _class_defaults(mods: TextModules, module: str, cls: str) -> types.SimpleNamespace:
@@ -56,24 +46,14 @@ def _class_defaults(mods: TextModules, module: str, cls: str) -> types.SimpleNam
 
 
 def _vllm_modules(source: EngineSource, target: Target) -> TextModules:
-    major, minor = (int(x) for x in target.cc.split("."))
     holder = {}
 
     def platforms(mods: TextModules) -> dict:
         cuda = mods.module("vllm.platforms.cuda")
         interface = mods.module("vllm.platforms.interface")
-
-        class TargetPlatform(cuda.CudaPlatformBase):
-            @classmethod
-            def get_device_capability(cls, device_id: int = 0):
-                return interface.DeviceCapability(major, minor)
-
-            @classmethod
-            def get_device_name(cls, device_id: int = 0) -> str:
-                return target.device_name
-
-        holder["platform"] = TargetPlatform
-        return {"current_platform": TargetPlatform(), "CpuArchEnum": interface.CpuArchEnum}
+        platform = vllm_stand_ins.target_platform(cuda.CudaPlatformBase, interface, target)
+        holder["platform"] = platform
+        return {"current_platform": platform(), "CpuArchEnum": interface.CpuArchEnum}
 
     def config(mods: TextModules) -> dict:
         cfg = types.SimpleNamespace(

@@ -3,11 +3,13 @@ the engine release that returns the stand-in module's attributes).
 
 - `vllm.platforms`: `current_platform` is a subclass of vLLM's own `Platform` (vllm/platforms/interface.py, served
   from the wheel), so is_device_capability / has_device_capability / is_device_capability_family / fp8_dtype keep
-  vLLM's semantics; only `get_device_capability` (the target's) and the CUDA enum are set here.
+  vLLM's semantics; only `get_device_capability` (the target's), `get_device_name` and the CUDA enum are set here
+  (`target_platform`, which tileprobe.audit.vllm_selection uses on CudaPlatformBase too).
 - `vllm.triton_utils`: the installed Triton (HAS_TRITON), as vllm/triton_utils/__init__.py exports it.
 - `vllm.utils.import_utils`: resolve_obj_by_qualname only (the module imports the third-party `regex`).
 - `vllm.v1.attention.backends.utils`: PAD_SLOT_ID, read from the wheel's text.
-- `vllm.logger`: `init_logger` gives a logging.Logger with vLLM's *_once methods.
+- `vllm.logger`: `init_logger` gives a logging.Logger with vLLM's *_once methods (`init_logger(prefix)`: the same
+  under another logger prefix, for tileprobe.audit.vllm_selection).
 - `vllm.v1.kv_cache_interface`: `KVQuantMode`, the enum class read from the wheel's own text (the module's other
   imports pull in vLLM's config tree).
 """
@@ -38,8 +40,13 @@ class _Logger(logging.LoggerAdapter):
         self.warning(msg, *args)
 
 
+def init_logger(prefix: str):
+    """vllm.logger.init_logger, its loggers under `prefix`."""
+    return lambda name: _Logger(logging.getLogger(f"{prefix}.{name}"), {})
+
+
 def logger(target: Target, source: EngineSource) -> dict:
-    return {"init_logger": lambda name: _Logger(logging.getLogger(f"tileprobe.audit.{name}"), {})}
+    return {"init_logger": init_logger("tileprobe.audit")}
 
 
 def triton_utils(target: Target, source: EngineSource) -> dict:
@@ -48,25 +55,26 @@ def triton_utils(target: Target, source: EngineSource) -> dict:
             "LOGE2": 0.6931471805599453}
 
 
-def platforms(target: Target, source: EngineSource) -> dict:
-    interface = importlib.import_module("vllm.platforms.interface")
+def target_platform(base: type, interface, target: Target, **attrs) -> type:
+    """A subclass of vLLM's platform class `base` that answers as the target: get_device_capability (the target's
+    capability, as `interface`'s DeviceCapability) and get_device_name (its SKU name); `attrs`: class attributes."""
     major, minor = (int(x) for x in target.cc.split("."))
 
-    class TargetPlatform(interface.Platform):
-        _enum = interface.PlatformEnum.CUDA
-        device_name = "cuda"
-        device_type = "cuda"
-        dispatch_key = "CUDA"
+    def get_device_capability(cls, device_id: int = 0):
+        return interface.DeviceCapability(major, minor)
 
-        @classmethod
-        def get_device_capability(cls, device_id: int = 0):
-            return interface.DeviceCapability(major, minor)
+    def get_device_name(cls, device_id: int = 0) -> str:
+        return target.device_name
 
-        @classmethod
-        def get_device_name(cls, device_id: int = 0) -> str:
-            return target.device_name
+    return type("TargetPlatform", (base,), {**attrs, "get_device_capability": classmethod(get_device_capability),
+                                            "get_device_name": classmethod(get_device_name)})
 
-    return {"current_platform": TargetPlatform()}
+
+def platforms(target: Target, source: EngineSource) -> dict:
+    interface = importlib.import_module("vllm.platforms.interface")
+    platform = target_platform(interface.Platform, interface, target, _enum=interface.PlatformEnum.CUDA,
+                               device_name="cuda", device_type="cuda", dispatch_key="CUDA")
+    return {"current_platform": platform()}
 
 
 def kv_cache_interface(target: Target, source: EngineSource) -> dict:
