@@ -11,15 +11,11 @@ import json
 from dataclasses import replace
 
 import pytest
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource, make_backend
-from triton.runtime.jit import JITFunction, create_function_from_signature
+from _engine_own import captured, tritons_own
 
 from tileprobe.audit import capture, jobs, kernels, loader, run
 from tileprobe.audit.entries import vllm_mamba
 from tileprobe.backends.triton.compile import compile_job
-from tileprobe.engines.triton_configs import find_engine
 from tileprobe.errors import UsageError
 from tileprobe.models import AttentionConfig, SSMDims
 from tileprobe.targets import DEVICE_NAMES, profile
@@ -29,14 +25,6 @@ pytestmark = pytest.mark.triton
 ENTRIES = {k.name: k for k in vllm_mamba.ENTRIES}
 SCAN = ENTRIES["vllm-mamba2-chunk-scan"]
 SSU = ENTRIES["vllm-mamba2-selective-state-update"]
-
-
-@pytest.fixture(scope="module")
-def vllm():
-    try:
-        return find_engine("vllm")
-    except UsageError as exc:
-        pytest.skip(f"no vLLM wheel: {exc}")
 
 
 def _model(rng, **ssm) -> tuple[AttentionConfig, int]:
@@ -52,41 +40,6 @@ def _model(rng, **ssm) -> tuple[AttentionConfig, int]:
     return model, tp
 
 
-def _capture(src, target, entry, model, points):
-    with capture.engine_session(src, target, entry.allow, entry.stand_ins) as s:
-        launcher = getattr(s.module(entry.module), entry.launcher)
-        for pt in points:
-            args, kwargs = entry.arguments(model, pt)
-            launcher(*args, **kwargs)
-    return s.launches
-
-
-def _triton_own_shared(src, target, entry, model, pt, want, tmp_path, monkeypatch) -> dict:
-    """metadata.shared of the engine's own kernel objects (imported from the wheel), compiled by Triton's own binder
-    on the launcher's real arguments, for the (kernel, autotune index) pairs in `want`."""
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    got = {}
-    with capture.engine_session(src, target, entry.allow, entry.stand_ins) as s:
-
-        def compile_run(fn, *args, grid, warmup, **kwargs):
-            index = s._autotune[0] if s._autotune else None
-            if (fn.__name__, index) not in want:
-                return
-            gpu = GPUTarget("cuda", target.cc_int, 32)
-            backend = make_backend(gpu)
-            kwargs = {"debug": False, "instrumentation_mode": "", **kwargs}
-            bound, spec, options = create_function_from_signature(fn.signature, fn.params, backend)(*args, **kwargs)
-            options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, spec, options)
-            got[(fn.__name__, index)] = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=gpu,
-                                                       options=options.__dict__).metadata.shared
-
-        monkeypatch.setattr(JITFunction, "run", compile_run)
-        args, kwargs = entry.arguments(model, pt)
-        getattr(s.module(entry.module), entry.launcher)(*args, **kwargs)
-        monkeypatch.undo()
-    return got
-
-
 @pytest.mark.parametrize("name", sorted(ENTRIES))
 def test_captured_launches_compile_to_tritons_own_bytes(vllm, rng, tmp_path, monkeypatch, name):
     """Every kernel the launcher launches (one random autotune config each) compiles, through tileprobe's job and
@@ -95,12 +48,13 @@ def test_captured_launches_compile_to_tritons_own_bytes(vllm, rng, tmp_path, mon
     target = profile(rng.choice(["rtx-pro-6000", "h200"]))
     model, tp = _model(rng)
     pt = kernels.Point(rng.randint(1, 4), rng.randint(1, 700), tp)
-    launches = _capture(vllm, target, entry, model, [pt])
+    launches = captured(vllm, target, entry, model, pt)
     picked = {}
     for kernel in dict.fromkeys(la.kernel for la in launches):
         picked[kernel] = rng.choice([la for la in launches if la.kernel == kernel])
     want = {(k, la.autotune[0] if la.autotune else None) for k, la in picked.items()}
-    own = _triton_own_shared(vllm, target, entry, model, pt, want, tmp_path, monkeypatch)
+    own = {(k, tuned): b for k, tuned, b in tritons_own(vllm, target, entry, model, pt, tmp_path, monkeypatch,
+                                                        keep=lambda k, tuned: (k, tuned) in want)}
     assert set(own) == want, (name, model)
     for kernel, la in picked.items():
         job = jobs.job_of(vllm, la, target.cc_int, lambda s, x: loader.module_source(entry, s, target, x.kernel))
@@ -112,7 +66,7 @@ def test_the_scan_is_sized_as_the_mixer_splits_heads_and_groups(vllm, rng):
     model, tp = _model(rng)
     pt = kernels.Point(rng.randint(1, 4), rng.randint(1, 700), tp)
     s = model.ssm
-    launches = _capture(vllm, profile("rtx-pro-6000"), SCAN, model, [pt])
+    launches = captured(vllm, profile("rtx-pro-6000"), SCAN, model, pt)
     scan = next(la for la in launches if la.kernel == "_chunk_scan_fwd_kernel")
     groups = max(s.groups, tp) // tp  # one group is replicated to tp groups (mamba_mixer2.py)
     args = dict(scan.args)
@@ -147,7 +101,7 @@ def test_autotune_lists_are_the_engines_decorators(vllm, rng):
     model, tp = _model(rng)
     pt = kernels.Point(rng.randint(1, 4), rng.randint(1, 700), tp)
     for target in ("rtx-pro-6000", "h200"):
-        launches = _capture(vllm, profile(target), SCAN, model, [pt])
+        launches = captured(vllm, profile(target), SCAN, model, pt)
         for kernel in dict.fromkeys(la.kernel for la in launches):
             mine = sorted((la for la in launches if la.kernel == kernel), key=lambda la: la.autotune[0])
             calls, deco = _decorator_configs(vllm.read_text(mine[0].kernel_file), kernel)
@@ -195,7 +149,7 @@ def test_decode_takes_the_wheels_tuned_config_for_the_device_name(vllm, rng):
     key = rng.choice([k for k in tuned if k % heads == 0 and k >= heads])
     model = AttentionConfig("m", 32, 8, 128, "bf16", model_type="nemotron_h",
                             ssm=SSMDims(heads, 64, 128, rng.choice([1, 8]), 256, 4))
-    (launch,) = _capture(vllm, target, SSU, model, [kernels.Point(key // heads, 1)])
+    (launch,) = captured(vllm, target, SSU, model, kernels.Point(key // heads, 1))
     assert (launch.arg("BLOCK_SIZE_M"), launch.arg("num_warps")) == (tuned[key]["BLOCK_SIZE_M"],
                                                                       tuned[key]["num_warps"])
 
@@ -211,7 +165,7 @@ def test_conv_launch_pdl_is_cudas_answer(vllm, rng):
     model, tp = _model(rng)
     for name in ("rtx-pro-6000", "rtx-4090"):
         target = profile(name)
-        (launch, *_) = _capture(vllm, target, entry, model, [kernels.Point(rng.randint(1, 4), 64, tp)])
+        (launch, *_) = captured(vllm, target, entry, model, kernels.Point(rng.randint(1, 4), 64, tp))
         assert launch.arg("launch_pdl") is (int(target.cc.split(".")[0]) >= floor), name
 
 
