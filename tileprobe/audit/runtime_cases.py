@@ -40,20 +40,18 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tileprobe.audit import vllm_stand_ins
+# the engine modules the audit entries serve for the same launchers
+from tileprobe.audit.entries.sglang_attention import DECODE_ALLOW as SGLANG_DECODE
+from tileprobe.audit.entries.sglang_attention import EXTEND_ALLOW as SGLANG_EXTEND
 from tileprobe.audit.entries.sglang_attention import SGLANG_STAND_INS
+from tileprobe.audit.entries.vllm_attention import VLLM_ALLOW as VLLM_UNIFIED
 from tileprobe.audit.entry import TORCH
 from tileprobe.lazy import LazyModule
 from tileprobe.models import ATTENTION_PRESETS, AttentionConfig
 
 torch = LazyModule("torch")
 
-SGLANG_EXTEND = ("sglang.kernels.ops.attention.extend_attention", "sglang.kernels.ops.attention.decode_attention",
-                 "sglang.kernels.ops.attention.score_mod", "sglang.srt.environ")
 SGLANG_PREFILL = ("sglang.kernels.ops.attention.prefill_attention",)
-SGLANG_DECODE = ("sglang.kernels.ops.attention.decode_attention", "sglang.kernels.ops.attention.score_mod",
-                 "sglang.srt.environ")
-VLLM_UNIFIED = ("vllm.v1.attention.ops.triton_unified_attention", "vllm.v1.attention.ops.triton_attention_helpers",
-                "vllm.envs", "vllm.platforms.interface", "vllm.v1.attention.backends.registry")
 VLLM_MLA = ("vllm.v1.attention.ops.triton_decode_attention", "vllm.platforms.interface",
             "vllm.v1.attention.backends.registry")
 # files the stand-ins read beside the served modules (vllm_stand_ins.kv_cache_interface, backend_utils)

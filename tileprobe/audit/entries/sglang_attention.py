@@ -120,20 +120,21 @@ def _sglang_decode(model: AttentionConfig, pt: Point):
     return args, dict(logit_cap=0.0, sinks=empty((h,), torch.float32) if model.sinks else None, page_size=1)
 
 
+# the engine modules each launcher imports (the MLA entries, tileprobe.audit.entries.sglang_mla, run the same two)
+EXTEND_ALLOW = ("sglang.kernels.ops.attention.extend_attention", "sglang.kernels.ops.attention.decode_attention",
+                "sglang.kernels.ops.attention.score_mod", "sglang.srt.environ")
+DECODE_ALLOW = ("sglang.kernels.ops.attention.decode_attention", "sglang.kernels.ops.attention.score_mod",
+                "sglang.srt.environ")
+
 ENTRIES = (
     AuditKernel("sglang-extend-attention", "sglang", "0.5.23", "sglang.kernels.ops.attention.extend_attention",
-                "extend_attention_fwd",
-                ("sglang.kernels.ops.attention.extend_attention", "sglang.kernels.ops.attention.decode_attention",
-                 "sglang.kernels.ops.attention.score_mod", "sglang.srt.environ"),
-                SGLANG_STAND_INS, _sglang_extend, not_mla, "the model's dtype (the layer's q/k/v)", backend="triton"),
+                "extend_attention_fwd", EXTEND_ALLOW, SGLANG_STAND_INS, _sglang_extend, not_mla,
+                "the model's dtype (the layer's q/k/v)", backend="triton"),
     AuditKernel("sglang-context-attention", "sglang", "0.5.23", "sglang.kernels.ops.attention.prefill_attention",
                 "context_attention_fwd", ("sglang.kernels.ops.attention.prefill_attention",),
                 SGLANG_STAND_INS, _sglang_vision, _vision, "the model's dtype (the vision encoder's q/k/v)",
                 windowed=False, chooses=_vision_backend),
     AuditKernel("sglang-decode-attention", "sglang", "0.5.23", "sglang.kernels.ops.attention.decode_attention",
-                "decode_attention_fwd",
-                ("sglang.kernels.ops.attention.decode_attention", "sglang.kernels.ops.attention.score_mod",
-                 "sglang.srt.environ"),
-                SGLANG_STAND_INS, _sglang_decode, not_mla, "the model's dtype; split-K partials in fp32",
-                windowed=False, backend="triton"),
+                "decode_attention_fwd", DECODE_ALLOW, SGLANG_STAND_INS, _sglang_decode, not_mla,
+                "the model's dtype; split-K partials in fp32", windowed=False, backend="triton"),
 )

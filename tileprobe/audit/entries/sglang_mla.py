@@ -47,7 +47,7 @@ import importlib
 import math
 
 from tileprobe.audit.entries import mla_stand_ins
-from tileprobe.audit.entries.sglang_attention import SGLANG_STAND_INS
+from tileprobe.audit.entries.sglang_attention import DECODE_ALLOW, EXTEND_ALLOW, SGLANG_STAND_INS
 from tileprobe.audit.entry import TORCH, AuditKernel, Elsewhere, Point, empty, heads, indptr, torch
 from tileprobe.models import AttentionConfig
 
@@ -192,16 +192,10 @@ def _sparse_chooses(session, model: AttentionConfig, pt: Point) -> Elsewhere | N
                      f"{path}:{_line_of(text, test, 'def flash_mla_with_kvcache_sm120')}", test)
 
 
-EXTEND_ALLOW = ("sglang.kernels.ops.attention.extend_attention", "sglang.kernels.ops.attention.decode_attention",
-                "sglang.kernels.ops.attention.score_mod", "sglang.srt.environ")
-
 ENTRIES = (
     AuditKernel("sglang-mla-decode", "sglang", "0.5.23", "sglang.kernels.ops.attention.decode_attention",
-                "decode_attention_fwd",
-                ("sglang.kernels.ops.attention.decode_attention", "sglang.kernels.ops.attention.score_mod",
-                 "sglang.srt.environ"),
-                STAND_INS, _decode, _mla, "the model's dtype (the latent KV pool); split-K partials in fp32",
-                windowed=False, backend="triton"),
+                "decode_attention_fwd", DECODE_ALLOW, STAND_INS, _decode, _mla,
+                "the model's dtype (the latent KV pool); split-K partials in fp32", windowed=False, backend="triton"),
     AuditKernel("sglang-mla-extend-absorbed", "sglang", "0.5.23", "sglang.kernels.ops.attention.extend_attention",
                 "extend_attention_fwd", EXTEND_ALLOW, STAND_INS, _extend_absorbed, _mla,
                 "the model's dtype (q, the latent k/v and pool)", windowed=False, backend="triton"),
