@@ -141,4 +141,9 @@ def test_the_engines_own_attention_backend_decides_which_attention_kernels_run(r
             assert backend_of[entry.name] != sel["backend"], r
         else:
             assert sel["backend"] in {backend_of[k.name] for k in kernels_for(engine) if k.launcher == entry.launcher}
-    assert any(r["verdict"] == "not-selected" for r in rows) == (not sel["triton"] or engine == "vllm")
+    # every served attention entry of another backend is a not-selected row; one of the chosen backend, launched
+    model = ATTENTION_PRESETS[preset]
+    served = [k for k in kernels_for(engine) if k.backend and k.serves(model) is None]
+    elsewhere = {r["kernel_file"] for r in rows if r["verdict"] == "not-selected"}
+    assert elsewhere == {k.module_file for k in served if k.backend != sel["backend"]}, (elsewhere, sel)
+    assert any(r["verdict"] != "not-selected" for r in rows) == any(k.backend == sel["backend"] for k in served)
