@@ -78,7 +78,7 @@ def table() -> str:
                        and not r.get("autotune_dropped")})
         tuned = sorted({f"{r['kernel']} {r['autotune_dropped'].split(' (')[0]}" for r in launched
                         if r.get("autotune_dropped") and not r["autotune_dropped"].startswith("0 of")})
-        elsewhere = sorted({r["kernel"] for r in rows
+        elsewhere = sorted({r["gemm"] for r in rows
                             if r["verdict"] == "not-selected"})
         lines.append(f"| {target} | {meta['toolchain']['engine']} | {model} | {backend} | {len(launched)} | "
                      f"{'; '.join(over) or 'none'} | {'; '.join(tuned) or 'none'} | "

@@ -134,8 +134,8 @@ def test_the_engines_own_attention_backend_decides_which_attention_kernels_run(r
     assert sel["backend"] in src.read_text(file).splitlines()[int(line) - 1], sel
     backend_of = {k.name: k.backend for k in kernels_for(engine)}
     for r in rows:
-        entry = next(k for k in kernels_for(engine) if k.launcher == r["gemm"].split()[0] and
-                     (r["verdict"] != "not-selected" or k.module_file == r["kernel_file"]))
+        entry = next(k for k in kernels_for(engine) if k.name == r["gemm"] or  # a not-selected row's op: the entry
+                     (r["verdict"] != "not-selected" and k.launcher == r["gemm"].split()[0]))
         if r["verdict"] == "not-selected":
             assert r["config_source"] == sel["line"] and sel["backend"] in r["reason"], r
             assert backend_of[entry.name] != sel["backend"], r

@@ -238,7 +238,7 @@ class Audit:
 def _not_selected_row(n: NotSelected, src: EngineSource, arch: str, target: Target, columns: dict,
                       model: AttentionConfig) -> dict:
     e = n.elsewhere
-    cfg = fam.make_config(src.label(), n.kernel.launcher, n.kernel.launcher, 0, 0, 0, 0, 0, arch, e.line,
+    cfg = fam.make_config(src.label(), n.kernel.launcher, n.kernel.name, 0, 0, 0, 0, 0, arch, e.line,
                           hashlib.sha256(json.dumps([n.kernel.name, e.runs, e.line]).encode()).hexdigest()[:10])
     reason = f"{src.label()} runs {e.runs} here, not this Triton launcher: {e.line} {e.why}"
     pts = "; ".join(dict.fromkeys(pt.label() for pt in n.points))
