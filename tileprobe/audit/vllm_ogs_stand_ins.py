@@ -15,8 +15,8 @@ What is the engine's own code and what is not, exactly:
   (fused_moe/modular_kernel.py), the QuantKey constants (tileprobe.audit.vllm_moe_oracle.quant_keys);
 - stood in by names only (base classes and annotations the module's classes name; nothing of them runs on the
   `triton_kernel_moe_forward` path): the modular-kernel base classes FusedMoEExpertsModular /
-  FusedMoEExpertsMonolithic / TopKWeightAndReduce / ExpertTokensMetadata, LoRAExpertsMixin, TopKWeightAndReduceNoOP, FusedMoEConfig,
-  FusedMoEParallelConfig, FusedMoEQuantConfig, remap_topk_to_local (expert parallelism only), swiglu_limit_func,
+  FusedMoEExpertsMonolithic / TopKWeightAndReduce / ExpertTokensMetadata, LoRAExpertsMixin,
+  TopKWeightAndReduceNoOP, FusedMoEConfig, FusedMoEParallelConfig, FusedMoEQuantConfig, remap_topk_to_local (expert parallelism only), swiglu_limit_func,
   direct_register_custom_op;
 - the platform, the logger, vllm.triton_utils, MoEActivation and FUSED_MOE_UNQUANTIZED_CONFIG:
   tileprobe.audit.vllm_moe_stand_ins'. Triton's active driver (triton_kernels' opt_flags reads its backend, and

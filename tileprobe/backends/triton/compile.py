@@ -204,12 +204,13 @@ def stand_in_problem(value) -> str | None:
     if isinstance(value, str) and value.startswith("tl."):
         return None if isinstance(getattr(_tl, value[3:], None), _tl.dtype) else \
             f"{value} is not a triton.language dtype (e.g. tl.float32, tl.bfloat16)"
-    return "not a launch argument: '*bf16' (a tensor of that dtype), 'tl.float32' (a dtype), a number, true/false or null"
+    return ("not a launch argument: '*bf16' (a tensor of that dtype), 'tl.float32' (a dtype), "
+            "'tensordesc<bf16[64, 64]>' (a host TMA descriptor), a number, true/false or null")
 
 
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8e4nv": "float8e4nv", "fp8e5": "float8e5",
-           "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32",
-           "u64": "uint64", "i1": "int1"}
+           "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16",
+           "u32": "uint32", "u64": "uint64", "i1": "int1"}
 
 
 def _dtype(name: str):
