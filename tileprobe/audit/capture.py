@@ -18,15 +18,18 @@ Inside `engine_session` (a context manager; everything is put back after):
   import (SGLang's `CUDA_CAPABILITY = torch.cuda.get_device_capability()`) are the target's; Triton's active driver
   (`triton.runtime.driver.active`, which triton.language.target_info's is_cuda / cuda_capability_geq read) answers
   the target's GPUTarget and device properties;
-- `JITFunction.run` records the launch (bound arguments: a tensor as dtype/shape/strides, numbers, constexprs; the
-  options num_warps, num_stages, ...; the grid; the kernel's file and function; the engine line of the `kernel[grid]`
-  call; the capability branches the launcher took) and launches nothing; `Autotuner.run` records one launch per
+- `JITFunction.run` records the launch (bound arguments: a tensor as dtype/shape/strides (a wrapped tensor, such as
+  triton_kernels' Tensor, by its storage's), a host TMA descriptor as Triton's signature writes it
+  (`tensordesc<bf16[1, 32, 128]>`), numbers, constexprs; the options num_warps, num_stages, ...; the grid; the
+  kernel's file and function (`module.function` for a kernel the engine defines at run time: kernel_name); the engine
+  line of the `kernel[grid]` call; the capability branches the launcher took) and launches nothing (the launched
+  @triton.jit objects stay in `session.kernels`); `Autotuner.run` records one launch per
   config left after the engine's own pruning (`prune_configs`: early_config_prune, perf_model) and benchmarks none;
 - a line tracer on the served files only records which lines ran since the last launch: an `if`/`elif`/`else`
   whose test names the device (CUDA_CAPABILITY, is_cuda, current_platform, ...) and whose body ran is a taken branch.
-sys.modules is left as it was for the engine's package (every module of it the session added is removed); a
-third-party library an engine module imported stays loaded, as torch and triton are (torch._dynamo cannot be
-imported twice in one process: its TORCH_LIBRARY registrations refuse a second run).
+sys.modules is left as it was for the engine's package and its aliases (every module of them the session added is
+removed); a third-party library an engine module imported stays loaded, as torch and triton are (torch._dynamo cannot
+be imported twice in one process: its TORCH_LIBRARY registrations refuse a second run).
 """
 
 from __future__ import annotations
