@@ -8,21 +8,30 @@ Inside `engine_session` (a context manager; everything is put back after):
   packages for their parents (the engine's heavy `__init__`s never run), and stand-in modules for the platform
   helpers (`stand_ins`: module name -> a function of the target and the engine release that returns the module's
   attributes; it may import served modules, e.g. to subclass the engine's own platform class); any other
-  module of the engine is an ImportError naming it;
+  module of the engine is an ImportError naming it; a stand_ins value `Alias(package)` serves a top-level name and
+  its submodules from the wheel's files of the engine's `package`, under the alias name (vLLM's
+  import_utils.import_triton_kernels: sys.modules["triton_kernels"] = vllm.third_party.triton_kernels, so
+  `triton_kernels.matmul_ogs` loads from vllm/third_party/triton_kernels/matmul_ogs.py as `triton_kernels.…`); a
+  name the aliased package does not ship is an ImportError, as it is to Python;
 - `torch.cuda` answers as the target (capability, device properties with `shared_memory_per_block_optin` and
   `multi_processor_count`, `is_available`), before the engine's modules import, so capability globals cached at
-  import (SGLang's `CUDA_CAPABILITY = torch.cuda.get_device_capability()`) are the target's;
-- `JITFunction.run` records the launch (bound arguments: a tensor as dtype/shape/strides, numbers, constexprs; the
-  options num_warps, num_stages, ...; the grid; the kernel's file and function; the engine line of the `kernel[grid]`
-  call; the capability branches the launcher took) and launches nothing; `Autotuner.run` records one launch per
+  import (SGLang's `CUDA_CAPABILITY = torch.cuda.get_device_capability()`) are the target's; Triton's active driver
+  (`triton.runtime.driver.active`, which triton.language.target_info's is_cuda / cuda_capability_geq read) answers
+  the target's GPUTarget and device properties;
+- `JITFunction.run` records the launch (bound arguments: a tensor as dtype/shape/strides (a wrapped tensor, such as
+  triton_kernels' Tensor, by its storage's), a host TMA descriptor as Triton's signature writes it
+  (`tensordesc<bf16[1, 32, 128]>`), numbers, constexprs; the options num_warps, num_stages, ...; the grid; the
+  kernel's file and function (`module.function` for a kernel the engine defines at run time: kernel_name); the engine
+  line of the `kernel[grid]` call; the capability branches the launcher took) and launches nothing (the launched
+  @triton.jit objects stay in `session.kernels`); `Autotuner.run` records one launch per
   config left after the engine's own pruning (`prune_configs`: early_config_prune, perf_model) and benchmarks none;
   an autotuned kernel's function launched directly with one of its configs (a caller that keeps the autotuner's
   pick and launches it again: vLLM's `launch_autotuned`) is recorded as the autotuner's launch, every config again;
 - a line tracer on the served files only records which lines ran since the last launch: an `if`/`elif`/`else`
   whose test names the device (CUDA_CAPABILITY, is_cuda, current_platform, ...) and whose body ran is a taken branch.
-sys.modules is left as it was for the engine's package (every module of it the session added is removed); a
-third-party library an engine module imported stays loaded, as torch and triton are (torch._dynamo cannot be
-imported twice in one process: its TORCH_LIBRARY registrations refuse a second run).
+sys.modules is left as it was for the engine's package and its aliases (every module of them the session added is
+removed); a third-party library an engine module imported stays loaded, as torch and triton are (torch._dynamo cannot
+be imported twice in one process: its TORCH_LIBRARY registrations refuse a second run).
 """
 
 from __future__ import annotations
@@ -50,11 +59,15 @@ triton = LazyModule("triton")
 tl = LazyModule("triton.language")
 _jit = LazyModule("triton.runtime.jit")
 _autotuner = LazyModule("triton.runtime.autotuner")
+_driver_config = LazyModule("triton.runtime.driver")
+_compiler = LazyModule("triton.backends.compiler")
+_tensor_descriptor = LazyModule("triton.tools.tensor_descriptor")
 
 # torch dtype name -> Triton's pointer dtype name
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64",
                  "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5", "int8": "i8", "int16": "i16",
-                 "int32": "i32", "int64": "i64", "uint8": "u8", "bool": "i1"}
+                 "int32": "i32", "int64": "i64", "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
+                 "bool": "i1"}
 _TL_NAMES = ("bfloat16", "float16", "float32", "float64", "float8e4nv", "float8e5", "int8", "int16", "int32", "int64",
              "uint8", "int1")
 # Options a launch passes beside the kernel's parameters that tileprobe's compile takes (HIP-only ones dropped).
@@ -106,6 +119,12 @@ def describe(value):
         if name not in _TORCH_DTYPES:
             raise UsageError(f"a launch passes a {value.dtype} tensor, which tileprobe cannot compile for")
         return TensorArg(_TORCH_DTYPES[name], tuple(value.shape), tuple(value.stride()))
+    if isinstance(value, _tensor_descriptor.TensorDescriptor):  # a host TMA descriptor, as Triton's signature has it
+        return f"tensordesc<{describe(value.base).dtype}[{', '.join(str(int(b)) for b in value.block_shape)}]>"
+    data = getattr(getattr(value, "storage", None), "data", None)
+    if isinstance(data, torch.Tensor) and hasattr(value, "data_ptr") and isinstance(value.dtype, torch.dtype):
+        # a wrapped tensor (triton_kernels' Tensor over a Storage): Triton's binder reads its dtype and data_ptr
+        return describe(data)
     if isinstance(value, tl.dtype):  # by the triton.language name that is it (tl.bfloat16's .name is 'bf16')
         return next((f"tl.{n}" for n in (value.name, *_TL_NAMES) if getattr(tl, n, None) == value), str(value))
     if isinstance(value, tl.constexpr):
@@ -140,13 +159,23 @@ def cuda_answers(target: Target) -> dict:
             "is_available": lambda: True, "device_count": lambda: 1, "current_device": lambda: 0}
 
 
+@dataclass(frozen=True)
+class Alias:
+    """A stand_ins value: the top-level name is the engine's package `package` (dotted, inside the wheel)."""
+
+    package: str
+
+
 class _Finder(importlib.abc.MetaPathFinder):
     def __init__(self, session: "Session") -> None:
         self.session = session
 
     def find_spec(self, name, path=None, target=None):
         s = self.session
-        if name.split(".")[0] != s.package:
+        top = name.split(".")[0]
+        if isinstance(s.stand_ins.get(top), Alias):
+            return s.alias_spec(name, s.stand_ins[top].package + name[len(top):])
+        if top != s.package:
             return None
         parent = any(a.startswith(name + ".") for a in (*s.allow, *s.stand_ins))
         if name in s.stand_ins:
@@ -188,6 +217,7 @@ class Session:
     stand_ins: dict
     folder: Path
     launches: list[Launch] = field(default_factory=list)
+    kernels: dict = field(default_factory=dict)  # Launch.kernel -> the @triton.jit object launched
     _ran: set = field(default_factory=set)  # (file, line) run since the last launch
     _imported: set = field(default_factory=set)  # (file, line) run while the modules imported (capability globals)
     _files: dict = field(default_factory=dict)  # served file path -> its path inside the wheel
@@ -201,8 +231,28 @@ class Session:
     def package(self) -> str:
         return self.source.engine
 
+    def alias_spec(self, name: str, real: str):
+        """The spec of `name`, an alias of the engine's module `real`: its file from the wheel (a package's
+        __init__.py, with no search path of its own: this finder serves its submodules; a folder of modules without
+        one, a namespace package, is an empty package)."""
+        rel = real.replace(".", "/")
+        names = set(self.source.files_under(rel.rsplit("/", 1)[0]))
+        if f"{rel}/__init__.py" in names:
+            return importlib.util.spec_from_file_location(name, self._file(f"{rel}/__init__.py"),
+                                                          submodule_search_locations=[])
+        if f"{rel}.py" in names:
+            return importlib.util.spec_from_file_location(name, self._file(f"{rel}.py"))
+        if any(n.startswith(f"{rel}/") and n.endswith(".py") for n in names):  # a folder of modules, no __init__
+            spec = importlib.util.spec_from_loader(name, _StandIn(self, name), is_package=True)
+            spec.submodule_search_locations = []
+            return spec
+        raise ModuleNotFoundError(f"tileprobe audit: {name} (an alias of {real}): {self.source.label()} ships no "
+                                  f"{rel}.py", name=name)
+
     def file_of(self, module: str) -> str:
-        rel = module.replace(".", "/") + ".py"
+        return self._file(module.replace(".", "/") + ".py")
+
+    def _file(self, rel: str) -> str:
         text = self.source.read_text(rel)
         data = {d: self.source.read_text(d) for d in data_beside(self.source, rel)}
         digest = hashlib.sha256("\0".join([text, *(f"{d}\0{t}" for d, t in data.items())]).encode()).hexdigest()[:16]
@@ -312,7 +362,8 @@ class Session:
         frame = self._launcher_frame(fn_file)
         site = f"{self._files[frame.f_code.co_filename]}:{frame.f_lineno}" if frame else "?"
         values = {**frame.f_globals, **frame.f_locals} if frame else {}
-        self.launches.append(Launch(fn.fn.__name__, rel, tuple((n, describe(bound.get(n))) for n in names),
+        self.kernels[kernel_name(fn)] = fn
+        self.launches.append(Launch(kernel_name(fn), rel, tuple((n, describe(bound.get(n))) for n in names),
                                     tuple((k, describe(v)) for k, v in options.items()), grid, site,
                                     self._branches(values), self._autotune,
                                     tuple(p.name for p in fn.params if p.do_not_specialize),
@@ -322,6 +373,16 @@ class Session:
         if lookup:
             self._lookup = lookup
         self._ran.clear()
+
+
+def kernel_name(fn) -> str:
+    """The kernel's function name; `module.name` for a kernel the engine defines at run time (triton_kernels'
+    specialize: source text exec'd into a module made for it, e.g. matmul_ogs_swiglu_dflt), which is no module's
+    file (tileprobe.audit.loader gets it back by running the launcher)."""
+    module = sys.modules.get(fn.fn.__module__)
+    if getattr(module, "__file__", None) == fn.fn.__code__.co_filename:
+        return fn.fn.__name__
+    return f"{fn.fn.__module__}.{fn.fn.__name__}"
 
 
 def data_beside(source: EngineSource, rel: str) -> list[str]:
@@ -371,6 +432,35 @@ def _patched(obj, **values):
             setattr(obj, k, v)
 
 
+def _driver(target: Target):
+    """triton.runtime.driver's active driver as the target answers it (the fields Triton's CUDA driver reports)."""
+    gpu = _compiler.GPUTarget("cuda", target.cc_int, 32)
+    props = {"max_shared_mem": target.smem_optin, "multiprocessor_count": target.sms, "warpSize": 32}
+    return types.SimpleNamespace(get_current_target=lambda: gpu, get_current_device=lambda: 0,
+                                 utils=types.SimpleNamespace(get_device_properties=lambda device=0: dict(props)))
+
+
+@contextlib.contextmanager
+def _active_driver(target: Target):
+    config = _driver_config.driver
+    before = config.__dict__.get("_active")
+    config._active = _driver(target)
+    try:
+        yield
+    finally:
+        config._active = before
+
+
+_open: list = []  # the sessions open now, innermost last
+
+
+def current() -> Session:
+    """The innermost open session (an entry's `arguments`, called inside it, reads the engine release from it)."""
+    if not _open:
+        raise RuntimeError("tileprobe audit: no engine session is open")
+    return _open[-1]
+
+
 @contextlib.contextmanager
 def engine_session(source: EngineSource, target: Target, allow, stand_ins: dict, cache_dir=None):
     """A Session whose `module(name)` imports the engine's module from the wheel, under the target's stand-in
@@ -413,9 +503,11 @@ def engine_session(source: EngineSource, target: Target, allow, stand_ins: dict,
 
     trace_before = sys.gettrace()
     sys.meta_path.insert(0, finder)
+    _open.append(session)
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(_patched(torch.cuda, **cuda_answers(target)))
+            stack.enter_context(_active_driver(target))
             stack.enter_context(_patched(jit_cls, run=jit_run))
             stack.enter_context(_patched(tuner_cls, run=autotune_run, __init__=autotuner_init))
             sys.settrace(session._trace)
@@ -424,10 +516,12 @@ def engine_session(source: EngineSource, target: Target, allow, stand_ins: dict,
             finally:
                 sys.settrace(trace_before)
     finally:
+        _open.remove(session)
         sys.meta_path.remove(finder)
+        aliases = {n for n, v in session.stand_ins.items() if isinstance(v, Alias)}
         for name in list(sys.modules):  # the engine's modules go; a library they imported stays (like torch and
             # triton: torch._dynamo, which @torch.compiler.disable imports, registers TORCH_LIBRARYs, once a process)
-            if name not in modules_before and name.split(".")[0] == session.package:
+            if name not in modules_before and name.split(".")[0] in {session.package, *aliases}:
                 del sys.modules[name]
         for name, mod in modules_before.items():
             if sys.modules.get(name) is not mod:

@@ -73,6 +73,9 @@ class AuditKernel:
     remedy: Callable | None = None
     compile_from: str = "extract"  # the kernel's module for the compile: cut from its file, or "module": the
     # engine's own module imported under the session (tileprobe.audit.loader), for kernels that cannot be cut out
+    # (session, kernel name) -> the @triton.jit object, or None: for compile_from "module", a kernel the engine
+    # defines at run time (tileprobe.audit.capture.kernel_name `module.name`: no module's attribute until it runs)
+    kernel_of: Callable | None = None
 
     @property
     def module_file(self) -> str:

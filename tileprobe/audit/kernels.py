@@ -6,11 +6,12 @@ module there and one line here; no other entry's code changes.
 from __future__ import annotations
 
 from tileprobe.audit.entries import (sglang_attention, sglang_mla, vllm_attention, vllm_gdn, vllm_mamba, vllm_mla,
-                                     vllm_moe, vllm_prefix_prefill)
+                                     vllm_moe, vllm_moe_mxfp4, vllm_prefix_prefill)
 from tileprobe.audit.entry import AuditKernel, Point
 from tileprobe.errors import UsageError
 
-MODULES = (sglang_attention, vllm_attention, vllm_prefix_prefill, sglang_mla, vllm_mla, vllm_gdn, vllm_mamba, vllm_moe)
+MODULES = (sglang_attention, vllm_attention, vllm_prefix_prefill, sglang_mla, vllm_mla, vllm_gdn, vllm_mamba, vllm_moe,
+           vllm_moe_mxfp4)
 KERNELS: dict[str, AuditKernel] = {k.name: k for m in MODULES for k in m.ENTRIES}
 
 __all__ = ["AuditKernel", "ENGINES", "KERNELS", "Point", "kernels_for", "table"]

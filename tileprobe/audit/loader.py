@@ -26,6 +26,9 @@ def kernel(entry: str, target: str, wheel: str, function: str):
     src = find_engine(k.engine, wheel)
     with capture.engine_session(src, profile(target), k.allow, k.stand_ins) as session:
         launcher = session.module(k.module)
+        found = k.kernel_of(session, function) if k.kernel_of else None
+        if found is not None:  # a kernel the engine defines at run time (capture.kernel_name)
+            return found
         if hasattr(launcher, function):
             return getattr(launcher, function)
         for name in sorted(k.allow):  # a kernel of another served module the launcher calls into (vLLM's fla ops)
@@ -36,11 +39,12 @@ def kernel(entry: str, target: str, wheel: str, function: str):
 
 
 def module_source(entry: AuditKernel, src: EngineSource, target: Target, function: str) -> KernelSource:
+    name = function.rsplit(".", 1)[-1]  # a run-time kernel's `module.name` (capture.kernel_name): the stub binds name
     shas = [f"# {m}: sha256 {hashlib.sha256(src.read_text(m.replace('.', '/') + '.py').encode()).hexdigest()}"
             for m in sorted(entry.allow)]
     text = "\n".join([
         f'"""{entry.name}: {function} from {src.label()}, imported from the wheel under the {target.name} stand-in."""',
         f"# engine: {src.label()} ({src.origin})", *shas,
         "from tileprobe.audit import loader",
-        f"{function} = loader.kernel({entry.name!r}, {target.name!r}, {src.origin!r}, {function!r})", ""])
-    return KernelSource(text, function, f"{src.label()} {entry.module_file}::{function}")
+        f"{name} = loader.kernel({entry.name!r}, {target.name!r}, {src.origin!r}, {function!r})", ""])
+    return KernelSource(text, name, f"{src.label()} {entry.module_file}::{function}")

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types as _types
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -51,6 +52,9 @@ _compiler = LazyModule("triton.compiler")
 _backends = LazyModule("triton.backends.compiler")
 _knobs = LazyModule("triton.knobs")
 _errors = LazyModule("triton.runtime.errors")
+_driver = LazyModule("triton.runtime.driver")
+_tensor_descriptor = LazyModule("triton.tools.tensor_descriptor")
+_torch = LazyModule("torch")
 _compiler_errors = LazyModule("triton.compiler.errors")
 
 CACHE_VERSION = 2  # 2: the key holds the compiler's environment (compile_env)
@@ -160,7 +164,30 @@ def stand_in(value):
         return _Ptr(_dtype(value[1:]))
     if isinstance(value, str) and value.startswith("tl."):
         return getattr(_tl, value[3:])
+    if isinstance(value, str) and TENSORDESC.fullmatch(value):
+        return _tensordesc(value)
     return value
+
+
+# A host tensor descriptor as Triton's signature writes it (its dtype and block shape are all the compile sees)
+TENSORDESC = re.compile(r"tensordesc<(\w+)\[(\d+(?:, \d+)*)\]>")
+
+
+def _tensordesc(value: str):
+    """'tensordesc<bf16[1, 32, 128]>' -> a TensorDescriptor of that dtype and block shape over a meta tensor of the
+    block's size (its rows padded to 16 bytes, as a descriptor's strides must be)."""
+    name, dims = TENSORDESC.fullmatch(value).groups()
+    block = [int(d) for d in dims.split(", ")]
+    dtype = getattr(_torch, _DTYPES[name].replace("float8e4nv", "float8_e4m3fn").replace("float8e5", "float8_e5m2")
+                    .replace("int1", "bool"))
+    itemsize = _torch.empty((), dtype=dtype, device="meta").element_size()
+    row = -(-block[-1] * itemsize // 16) * 16 // itemsize
+    strides = [1, row]
+    for d in reversed(block[1:-1]):
+        strides.append(strides[-1] * d)
+    strides = list(reversed(strides))[-len(block):]
+    base = _torch.empty_strided(block, strides, dtype=dtype, device="meta")
+    return _tensor_descriptor.TensorDescriptor(base, block, strides, block)
 
 
 def stand_in_problem(value) -> str | None:
@@ -171,14 +198,19 @@ def stand_in_problem(value) -> str | None:
     if isinstance(value, str) and value.startswith("*"):
         return None if value[1:] in _DTYPES else (f"unknown pointer dtype {value}; known: "
                                                   f"{', '.join('*' + d for d in _DTYPES)}")
+    if isinstance(value, str) and value.startswith("tensordesc<"):
+        m = TENSORDESC.fullmatch(value)
+        return None if m and m.group(1) in _DTYPES else f"{value}: not tensordesc<DTYPE[B0, B1, ...]>"
     if isinstance(value, str) and value.startswith("tl."):
         return None if isinstance(getattr(_tl, value[3:], None), _tl.dtype) else \
             f"{value} is not a triton.language dtype (e.g. tl.float32, tl.bfloat16)"
-    return "not a launch argument: '*bf16' (a tensor of that dtype), 'tl.float32' (a dtype), a number, true/false or null"
+    return ("not a launch argument: '*bf16' (a tensor of that dtype), 'tl.float32' (a dtype), "
+            "'tensordesc<bf16[64, 64]>' (a host TMA descriptor), a number, true/false or null")
 
 
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8e4nv": "float8e4nv", "fp8e5": "float8e5",
-           "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "i1": "int1"}
+           "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16",
+           "u32": "uint32", "u64": "uint64", "i1": "int1"}
 
 
 def _dtype(name: str):
@@ -248,6 +280,20 @@ def _compile_now(job: KernelJob, work: Path, cache: Path, triton_cache: str | No
         return _compile_in(job, work, cache)
 
 
+@contextmanager
+def _driver_target(target):
+    """Triton's active driver answers `target` while the kernel compiles: the frontend's @constexpr_function target
+    queries (triton.language.target_info is_cuda / cuda_capability_geq, which triton_kernels' kernels call) read
+    `driver.active.get_current_target()`, which has no GPU to answer here (and the wrong one on another GPU)."""
+    config = _driver.driver
+    before = config.__dict__.get("_active")
+    config._active = _types.SimpleNamespace(get_current_target=lambda: target)
+    try:
+        yield
+    finally:
+        config._active = before
+
+
 def _compile_in(job: KernelJob, work: Path, cache: Path) -> dict:
     kernel = src_mod.load(job.source, cache)
     fn = jit_function(kernel)
@@ -261,8 +307,9 @@ def _compile_in(job: KernelJob, work: Path, cache: Path) -> dict:
         kwargs.setdefault("instrumentation_mode", _knobs.compilation.instrumentation_mode)
         bound, spec, options = binder(*[stand_in(a) for a in job.args], **kwargs)
         options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, spec, options)
-        compiled = _triton.compile(_compiler.ASTSource(fn, signature, constexprs, attrs), target=target,
-                                   options=options.__dict__)
+        with _driver_target(target):
+            compiled = _triton.compile(_compiler.ASTSource(fn, signature, constexprs, attrs), target=target,
+                                       options=options.__dict__)
     except TritonCompileError:
         raise
     except Exception as exc:  # Triton's frontend, MLIR passes or ptxas: the row carries its one line
