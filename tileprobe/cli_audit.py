@@ -32,6 +32,7 @@ def audit(
     cache_dir: CacheOpt = None,
     kernel: Annotated[Optional[list[str]], typer.Option("--kernel", help="only these audited kernels (comma list; an unknown name is refused with the list)")] = None,
     attention_backend: Annotated[Optional[str], typer.Option("--attention-backend", metavar="NAME", help="the attention backend you pass the engine, spelled as its flag spells it (SGLang: triton, ...; vLLM: TRITON_ATTN, ...); default: the engine's own choice for the model and target")] = None,
+    moe_backend: Annotated[Optional[str], typer.Option("--moe-backend", metavar="NAME", help="vLLM's --moe-backend as you pass it (e.g. triton): its MXFP4 MoE oracle's explicit branch (gpt-oss)")] = None,
     gpu_name: Annotated[Optional[str], typer.Option("--gpu-name", metavar="NAME", help="the device name the engine sees (its tuned-config files are named after it; default: the target's first SKU name)")] = None,
 ) -> None:
     """Will the model run on the target with this engine? Every Triton launch the engine would make for it (its own
@@ -42,7 +43,7 @@ def audit(
                                   tuple(ints(seq_len, "--seq-len") or (1024,)), out, jobs,
                                   cache_dir, engine_wheel, sw.command_line(),
                                   tuple(split_csv(kernel) or ()), attention_backend,
-                                  gpu_name)
+                                  moe_backend, gpu_name)
     res = audit_run.run_audit(opts)
     console = Console(width=WIDTH)
     print_rows(res.rows, console)

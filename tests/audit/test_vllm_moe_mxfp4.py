@@ -22,7 +22,6 @@ from tileprobe.audit import capture, jobs, kernels, loader
 from tileprobe.audit import vllm_ogs_stand_ins as stand_ins
 from tileprobe.audit.entries import vllm_moe_mxfp4
 from tileprobe.backends.triton.compile import compile_job
-from tileprobe.engines import triton_configs as tc
 from tileprobe.errors import UsageError
 from tileprobe.models import attention_model
 from tileprobe.targets import profile
@@ -31,19 +30,6 @@ pytestmark = pytest.mark.triton
 
 DECODE = kernels.KERNELS["vllm-moe-mxfp4-decode"]
 SM120 = ("rtx-pro-6000", "rtx-5090")
-
-
-@pytest.fixture(scope="module")
-def vllm():
-    try:
-        return tc.find_engine("vllm")
-    except UsageError as exc:
-        pytest.skip(f"no vLLM wheel: {exc}")
-
-
-@pytest.fixture(autouse=True)
-def _not_forced(monkeypatch):
-    monkeypatch.delenv(vllm_moe_mxfp4.FORCE_ENV, raising=False)
 
 
 def _point(rng):
@@ -137,18 +123,18 @@ def test_the_alias_is_the_vendored_package_and_goes_with_the_session(vllm):
 
 
 def test_sm120_default_is_the_oracles_family_120_move_and_forcing_triton_runs_the_launcher(vllm, rng, monkeypatch):
-    """Default: an Elsewhere at the oracle's family-120 test. $TILEPROBE_VLLM_MOE_BACKEND=triton: the engine's own
+    """Default: an Elsewhere at the oracle's family-120 test. --moe-backend triton: the engine's own
     explicit branch (`runner_backend != 'auto'`, read here) accepts TRITON on the target, so chooses says None."""
     target = profile(rng.choice(SM120))
     model = attention_model("gpt-oss-120b")
     with capture.engine_session(vllm, target, DECODE.allow, DECODE.stand_ins) as s:
         default = DECODE.chooses(s, model, _point(rng))
-        monkeypatch.setenv(vllm_moe_mxfp4.FORCE_ENV, "triton")
+        s.flags[vllm_moe_mxfp4.FLAG] = "triton"
         forced = DECODE.chooses(s, model, _point(rng))
         m = vllm_moe_mxfp4.choose_backend(vllm, "triton")
-        monkeypatch.setenv(vllm_moe_mxfp4.FORCE_ENV, "marlin")
+        s.flags[vllm_moe_mxfp4.FLAG] = "marlin"
         other = DECODE.chooses(s, model, _point(rng))
-        monkeypatch.setenv(vllm_moe_mxfp4.FORCE_ENV, "no-such-backend")
+        s.flags[vllm_moe_mxfp4.FLAG] = "no-such-backend"
         with pytest.raises(UsageError):
             DECODE.chooses(s, model, _point(rng))
     assert default is not None and default.runs.startswith("MARLIN")

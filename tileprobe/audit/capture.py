@@ -217,6 +217,7 @@ class Session:
     stand_ins: dict
     folder: Path
     launches: list[Launch] = field(default_factory=list)
+    flags: dict = field(default_factory=dict)  # the engine flags the user passes (--moe-backend ...): hooks read them
     kernels: dict = field(default_factory=dict)  # Launch.kernel -> the @triton.jit object launched
     _ran: set = field(default_factory=set)  # (file, line) run since the last launch
     _imported: set = field(default_factory=set)  # (file, line) run while the modules imported (capability globals)
@@ -462,13 +463,14 @@ def current() -> Session:
 
 
 @contextlib.contextmanager
-def engine_session(source: EngineSource, target: Target, allow, stand_ins: dict, cache_dir=None):
+def engine_session(source: EngineSource, target: Target, allow, stand_ins: dict, cache_dir=None, flags=None):
     """A Session whose `module(name)` imports the engine's module from the wheel, under the target's stand-in
     device, recording launches instead of making them (the module docstring); all of it undone on exit."""
     jit_cls, tuner_cls = _jit.JITFunction, _autotuner.Autotuner  # torch and Triton in sys.modules before the snapshot
     torch.cuda.get_device_capability  # noqa: B018
     session = Session(source, target, frozenset(allow), dict(stand_ins),
-                      cache_root(cache_dir) / "audit-src" / f"{source.engine}-{source.version}")
+                      cache_root(cache_dir) / "audit-src" / f"{source.engine}-{source.version}",
+                      flags=dict(flags or {}))
     modules_before = dict(sys.modules)
     finder = _Finder(session)
 

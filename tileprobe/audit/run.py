@@ -53,6 +53,7 @@ class AuditOptions:
     command: str = "tileprobe audit"
     kernels: tuple[str, ...] = ()  # --kernel: only these entries (tileprobe.audit.kernels names)
     attention_backend: str | None = None  # --attention-backend: forced, as the engine's own flag spells it
+    moe_backend: str | None = None  # --moe-backend: vLLM's own flag (its MXFP4 MoE oracle's explicit branch)
     gpu_name: str | None = None  # --gpu-name: the name the stand-in device reports (default: the target's first SKU)
 
 
@@ -146,7 +147,8 @@ def capture_all(src: EngineSource, target: Target, model: AttentionConfig, entri
             continue
         cut = jobs.kernel_source if k.compile_from == "extract" else \
             (lambda s, launch, k=k: loader.module_source(k, s, target, launch.kernel))
-        with capture.engine_session(src, target, k.allow, k.stand_ins, opts.cache_dir) as session:
+        with capture.engine_session(src, target, k.allow, k.stand_ins, opts.cache_dir,
+                                    {"moe_backend": opts.moe_backend}) as session:
             launcher = getattr(session.module(k.module), k.launcher)
             for pt in points:
                 other = k.chooses(session, model, pt) if k.chooses else None
@@ -285,6 +287,9 @@ def run_audit(opts: AuditOptions) -> Audit:
     check(opts)
     model = attention_model(opts.model)
     entries = serving(opts.engine, model, opts.kernels)
+    if opts.moe_backend and not (opts.engine == "vllm" and any(k.name.startswith("vllm-moe-mxfp4") for k in entries)):
+        raise UsageError(f"--moe-backend {opts.moe_backend}: tileprobe follows vLLM's --moe-backend for its MXFP4 MoE "
+                         f"(gpt-oss) only; {opts.engine} with {model.name} has no such MoE here")
     target, _ = resolve_target(opts.target)
     target = replace(target, device_name=gpu_name(target, opts.gpu_name))
     arch = arch_for(family(fam.NAME), target.cc)

@@ -30,7 +30,7 @@ import importlib
 import sys
 from math import prod
 
-from tileprobe.audit import vllm_moe_oracle, vllm_moe_stand_ins, vllm_stand_ins
+from tileprobe.audit import engine_code, vllm_moe_oracle, vllm_moe_stand_ins, vllm_stand_ins
 from tileprobe.audit.capture import Alias
 from tileprobe.engines.triton_configs import EngineSource
 from tileprobe.targets import Target
@@ -47,12 +47,12 @@ def _named(name: str) -> type:
 def import_utils(target: Target, source: EngineSource) -> dict:
     log = vllm_stand_ins.logger(target, source)["init_logger"]("vllm.utils.import_utils")
     scope = {"importlib": importlib, "sys": sys, "cache": functools.cache, "logger": log}
-    vllm_moe_stand_ins.from_text(source, "vllm/utils/import_utils.py", PROBES, scope)
+    engine_code.top_level(source, "vllm/utils/import_utils.py", PROBES, scope)
     return {**vllm_stand_ins.import_utils(target, source), **{n: scope[n] for n in PROBES}}
 
 
 def modular_kernel(target: Target, source: EngineSource) -> dict:
-    scope = vllm_moe_stand_ins.from_text(source, f"{FUSED_MOE}/modular_kernel.py", ("FusedMoEActivationFormat",),
+    scope = engine_code.top_level(source, f"{FUSED_MOE}/modular_kernel.py", ("FusedMoEActivationFormat",),
                                          {"Enum": importlib.import_module("enum").Enum})
     return {"FusedMoEActivationFormat": scope["FusedMoEActivationFormat"],
             **{n: _named(n) for n in ("FusedMoEExperts", "FusedMoEExpertsModular", "FusedMoEExpertsMonolithic",
@@ -60,14 +60,14 @@ def modular_kernel(target: Target, source: EngineSource) -> dict:
 
 
 def config(target: Target, source: EngineSource) -> dict:
-    scope = vllm_moe_stand_ins.from_text(source, f"{FUSED_MOE}/config.py", ("RoutingMethodType",),
+    scope = engine_code.top_level(source, f"{FUSED_MOE}/config.py", ("RoutingMethodType",),
                                          {"IntEnum": importlib.import_module("enum").IntEnum})
     return {**vllm_moe_stand_ins.config(target, source), "RoutingMethodType": scope["RoutingMethodType"],
             **{n: _named(n) for n in ("FusedMoEConfig", "FusedMoEParallelConfig")}}
 
 
 def utils(target: Target, source: EngineSource) -> dict:
-    scope = vllm_moe_stand_ins.from_text(source, f"{FUSED_MOE}/utils.py", ("_resize_cache",), {"prod": prod})
+    scope = engine_code.top_level(source, f"{FUSED_MOE}/utils.py", ("_resize_cache",), {"prod": prod})
 
     def not_on_this_path(*args, **kwargs):
         raise NotImplementedError("tileprobe stands this vLLM helper in by name only (expert parallelism / "

@@ -8,7 +8,7 @@ kernel classes passes `is_supported_config`. On a capability-family-120 device t
 BATCHED_MARLIN (the engine's comment: "their 99KB shared memory budget caps them at small tiles, so MARLIN prefills
 ~10% faster ... Keep TRITON as an opt-in"). The opt-in is vLLM's `--moe-backend triton` (KernelConfig.moe_backend;
 vLLM has no environment variable for it). tileprobe's CLI has no such flag; the entry reads the same value from
-$TILEPROBE_VLLM_MOE_BACKEND (e.g. `triton`) and runs the engine's explicit branch: `_get_requested_backends` ->
+`tileprobe audit --moe-backend NAME` (vLLM's own --moe-backend, e.g. `triton`) and runs the engine's explicit branch: `_get_requested_backends` ->
 `map_mxfp4_backend` (the engine's name -> backend table), then the same kernel-class support checks the walk runs
 (`_return_or_raise`'s is_supported_config, device and quant scheme parts). What runs and what is stood in:
 tileprobe.audit.vllm_moe_oracle.
@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import os
 from dataclasses import dataclass
 
 import importlib
@@ -57,7 +56,7 @@ import typing
 
 from tileprobe.audit import capture
 from tileprobe.audit import vllm_moe_oracle as oracle
-from tileprobe.audit import vllm_moe_stand_ins, vllm_stand_ins
+from tileprobe.audit import engine_code, vllm_stand_ins
 from tileprobe.audit import vllm_ogs_stand_ins as stand_ins
 from tileprobe.audit.entry import AuditKernel, Elsewhere, Point, empty, torch
 from tileprobe.engines.triton_configs import EngineSource
@@ -66,7 +65,7 @@ from tileprobe.models import AttentionConfig, attention_model
 
 ORACLE = "vllm/model_executor/layers/fused_moe/oracle/mxfp4.py"
 FORCED_NAMES = ("map_mxfp4_backend", "_get_requested_backends")
-FORCE_ENV = "TILEPROBE_VLLM_MOE_BACKEND"  # vLLM's --moe-backend (KernelConfig.moe_backend), which has no env var
+FLAG = "moe_backend"  # session.flags key: vLLM's --moe-backend (KernelConfig.moe_backend), as `tileprobe audit` takes it
 ROUNDING_GROUPS = ("FLASHINFER_MOE_EP_MXFP4_BACKENDS", "B12X_BACKENDS", "TRTLLM_BACKENDS")
 MXFP4_UTILS = "vllm/model_executor/layers/quantization/utils/mxfp4_utils.py"
 SWIZZLE_NAMES = ("_swizzle_mxfp4", "should_use_gfx1250_mx_scale_swizzle", "should_use_cdna4_mx_scale_swizzle")
@@ -83,9 +82,9 @@ class Mxfp4Choice:
     forced: str | None = None  # the --moe-backend value it was forced with
 
 
-def forced_backend() -> str | None:
-    """vLLM's --moe-backend value for this audit ($TILEPROBE_VLLM_MOE_BACKEND; None or "auto": the default)."""
-    value = os.environ.get(FORCE_ENV, "").strip()
+def forced_backend(session) -> str | None:
+    """vLLM's --moe-backend value for this audit (`tileprobe audit --moe-backend`; None or "auto": the default)."""
+    value = (session.flags.get(FLAG) or "").strip()
     return value if value and value != "auto" else None
 
 
@@ -101,13 +100,13 @@ def choose_backend(source: EngineSource, moe_backend: str | None = None) -> Mxfp
         try:
             backends = s["_get_requested_backends"](moe_backend, None)
         except ValueError as exc:
-            raise UsageError(f"{FORCE_ENV}={moe_backend}: {source.label()} refuses it: {exc}") from None
+            raise UsageError(f"--moe-backend {moe_backend}: {source.label()} refuses it: {exc}") from None
         branch = next(n for n in ast.walk(oracle.function(tree, "select_mxfp4_moe_backend"))
                       if isinstance(n, ast.If) and ast.unparse(n.test) == "runner_backend != 'auto'")
         c = oracle.walk(source, ORACLE, tree, "select_mxfp4_moe_backend", backends, s, s["kMxfp4Static"],
                         s["_backend_activation_key"])
         if c.backend == "NONE":
-            raise UsageError(f"{FORCE_ENV}={moe_backend}: none of {', '.join(c.order)} is supported on the target "
+            raise UsageError(f"--moe-backend {moe_backend}: none of {', '.join(c.order)} is supported on the target "
                              f"({ORACLE}:{branch.lineno} raises)")
         return Mxfp4Choice(dataclasses.replace(c, walk_line=branch.lineno), None, ast.unparse(moved.test),
                            moe_backend)
@@ -121,14 +120,14 @@ def choose_backend(source: EngineSource, moe_backend: str | None = None) -> Mxfp
 def chooses(session, model: AttentionConfig, point: Point) -> Elsewhere | None:
     """None when the engine picks TRITON (the launcher's path), else what it runs and the engine line that decided:
     the family-120 move when it held and put the chosen backend ahead of TRITON (it is listed after TRITON), else the
-    oracle's walk over the candidates; with $TILEPROBE_VLLM_MOE_BACKEND set, the engine's explicit branch."""
-    m = choose_backend(session.source, forced_backend())
+    oracle's walk over the candidates; with --moe-backend given, the engine's explicit branch."""
+    m = choose_backend(session.source, forced_backend(session))
     c = m.choice
     if c.backend == "TRITON":
         return None
     if m.forced:
         return Elsewhere(f"{c.backend} ({', '.join(c.classes)})", f"{ORACLE}:{c.walk_line}",
-                         f"moe_backend={m.forced!r} (${FORCE_ENV}): the first of {', '.join(c.order)} supported")
+                         f"moe_backend={m.forced!r} (--moe-backend): the first of {', '.join(c.order)} supported")
     fn = oracle.function(ast.parse(session.source.read_text(ORACLE)), "_get_priority_backends_for_gpt_oss")
     listed = [ast.unparse(e).rsplit(".", 1)[-1] for n in ast.walk(fn)
               if isinstance(n, ast.Assign) and isinstance(n.value, ast.List) for e in n.value.elts]
@@ -155,7 +154,7 @@ def sizes(source: EngineSource, model: AttentionConfig, tp: int) -> tuple[int, i
     s = oracle.scope(source)
     s["round_up"] = importlib.import_module("vllm.utils.math_utils").round_up
     oracle.load(source, ORACLE, ("Mxfp4MoeBackend", "mxfp4_round_up_hidden_size_and_intermediate_size"), s)
-    vllm_moe_stand_ins.from_text(source, ORACLE, ROUNDING_GROUPS, s)
+    engine_code.top_level(source, ORACLE, ROUNDING_GROUPS, s)
     return s["mxfp4_round_up_hidden_size_and_intermediate_size"](s["Mxfp4MoeBackend"].TRITON, model.moe.hidden,
                                                                  model.moe.inter // tp)
 
@@ -168,7 +167,7 @@ def swizzle(source: EngineSource):
              utils.get_triton_kernels_version, "Any": typing.Any,
          "is_torch_equal_or_newer": importlib.import_module("vllm.utils.torch_utils").is_torch_equal_or_newer,
          "logger": vllm_stand_ins.logger(None, source)["init_logger"](MXFP4_UTILS)}
-    return vllm_moe_stand_ins.from_text(source, MXFP4_UTILS, SWIZZLE_NAMES, s)["_swizzle_mxfp4"]
+    return engine_code.top_level(source, MXFP4_UTILS, SWIZZLE_NAMES, s)["_swizzle_mxfp4"]
 
 
 def arguments(source: EngineSource, model: AttentionConfig, tokens: int, tp: int):
