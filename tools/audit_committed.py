@@ -28,6 +28,7 @@ SET = [
     ("rtx-pro-6000", "vllm", "nemotron-h-8b"), ("rtx-pro-6000", "vllm", "minimax-m1"),
     ("rtx-pro-6000", "vllm", "gemma2-fp32-like"), ("rtx-pro-6000", "sglang", "gqa-h128-fp32"),
     ("h200", "sglang", "gqa-h128-fp32"), ("h200", "vllm", "gpt-oss-120b"),
+    ("rtx-pro-6000", "vllm", "gpt-oss-120b", "--moe-backend", "triton"),  # vLLM's opt-in TRITON MXFP4 MoE on sm_120
 ]
 
 
@@ -36,18 +37,20 @@ def model_arg(model: str) -> str:
     return str(path.relative_to(ROOT)) if path.is_file() else model
 
 
-def folder(target: str, engine: str, model: str) -> Path:
-    return AUDITS / f"{target}__{engine}__{model}"
+def folder(target: str, engine: str, model: str, *flags: str) -> Path:
+    """results/audit/<target>__<engine>__<model>[__<flag>-<value>...]"""
+    extra = "".join(f"__{flags[i].lstrip('-')}-{flags[i + 1]}" for i in range(0, len(flags), 2))
+    return AUDITS / f"{target}__{engine}__{model}{extra}"
 
 
 def run(only: str | None) -> int:
     worst = 0
-    for target, engine, model in SET:
-        out = folder(target, engine, model)
+    for target, engine, model, *flags in SET:
+        out = folder(target, engine, model, *flags)
         if only and only not in out.name:
             continue
         cmd = [sys.executable, "-m", "tileprobe", "audit", "--engine", engine, "--model", model_arg(model),
-               "--target", target, *ARGS, "--out", str(out.relative_to(ROOT))]
+               "--target", target, *ARGS, *flags, "--out", str(out.relative_to(ROOT))]
         print("$", " ".join(["tileprobe", *cmd[3:]]), flush=True)
         p = subprocess.run(cmd, cwd=ROOT, timeout=3600)
         worst = max(worst, p.returncode)
@@ -63,10 +66,10 @@ def _rows(out: Path) -> list[dict]:
 
 
 def table() -> str:
-    lines = ["| target | engine | model | attention backend (engine line) | launches | over the limit (kernel: bytes) "
+    lines = ["| target | engine | model (flags) | attention backend (engine line) | launches | over the limit (kernel: bytes) "
              "| autotune configs dropped | not run here |", "|---|---|---|---|---|---|---|---|"]
-    for target, engine, model in SET:
-        out = folder(target, engine, model)
+    for target, engine, model, *flags in SET:
+        out = folder(target, engine, model, *flags)
         if not (out / "run.json").is_file():
             continue
         meta = json.loads((out / "run.json").read_text())
@@ -80,7 +83,8 @@ def table() -> str:
                         if r.get("autotune_dropped") and not r["autotune_dropped"].startswith("0 of")})
         elsewhere = sorted({r["gemm"] for r in rows
                             if r["verdict"] == "not-selected"})
-        lines.append(f"| {target} | {meta['toolchain']['engine']} | {model} | {backend} | {len(launched)} | "
+        label = f"{model} ({' '.join(flags)})" if flags else model
+        lines.append(f"| {target} | {meta['toolchain']['engine']} | {label} | {backend} | {len(launched)} | "
                      f"{'; '.join(over) or 'none'} | {'; '.join(tuned) or 'none'} | "
                      f"{', '.join(elsewhere) or 'none'} |")
     return "\n".join(lines) + "\n"

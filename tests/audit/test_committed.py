@@ -36,8 +36,8 @@ def test_the_covered_kernels_table_is_the_registrys():
 def test_the_committed_audits_table_is_what_the_rows_say():
     tool = _tool()
     assert _between("committed audits") == tool.table()
-    for target, engine, model in tool.SET:
-        out = tool.folder(target, engine, model)
+    for target, engine, model, *flags in tool.SET:
+        out = tool.folder(target, engine, model, *flags)
         meta = json.loads((out / "run.json").read_text())
         rows = [json.loads(ln) for ln in (out / "results.jsonl").read_text().splitlines() if ln.strip()]
         assert rows and meta["toolchain"]["engine"].startswith(engine) and meta["target"]["name"] == target
