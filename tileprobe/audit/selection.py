@@ -38,7 +38,7 @@ class Selection:
     refused: dict = field(default_factory=dict)  # backend -> the engine's reasons, for those ranked above it
 
 
-def entries_of(engine: str, backend: str, mla: bool) -> tuple[str, ...]:
+def entries_of(engine: str, backend: str) -> tuple[str, ...]:
     """The audit entries a backend runs: those whose `backend` is it (tileprobe.audit.entry.AuditKernel.backend)."""
     return tuple(k.name for k in KERNELS.values() if k.engine == engine and k.backend == backend)
 

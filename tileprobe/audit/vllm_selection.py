@@ -127,5 +127,5 @@ def select(source: EngineSource, target: Target, model: AttentionConfig, forced:
     else:
         line = naming_line(mods, "vllm.platforms.cuda", "_get_backend_priorities",
                             ran.get("_get_backend_priorities", set()), name)
-    return Selection("vllm", name, is_triton("vllm", name), entries_of("vllm", name, model.mla), line,
+    return Selection("vllm", name, is_triton("vllm", name), entries_of("vllm", name), line,
                      forced is not None, names, refused)
