@@ -12,6 +12,7 @@ files, and not nvcc. A missing needed item makes the exit code 2; an item that o
 from __future__ import annotations
 
 import importlib.metadata as md
+import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +90,7 @@ def diagnose(engine: str | None = None, target: str | None = None, cutlass_dir: 
     for name, label in ENGINES.items():
         out.append(_engine_check(name, label, needed=engine == name))
     out.append(_flashinfer_check())
+    out.append(_torch_check())
     out.append(_gpu_check())
     out.append(_cache_check(cache_dir))
     return out
@@ -140,6 +142,14 @@ def _engine_check(name: str, label: str, needed: bool) -> Check:
     if src.version != pinned:
         return Check(label, False, f"{label} {src.version} ({src.origin}), tileprobe reads {pinned}", fix, needed)
     return Check(label, True, f"{label} {src.version} ({src.origin})", needed=needed)
+
+
+def _torch_check() -> Check:
+    """torch: `tileprobe audit` runs the engines' launchers on its meta tensors (found, not imported)."""
+    if importlib.util.find_spec("torch") is None:
+        return Check("torch", False, "not installed (tileprobe audit runs the engines' launchers on torch meta "
+                                     "tensors)", "pip install 'tileprobe[audit]'", needed=False)
+    return Check("torch", True, f"torch {md.version('torch')} (tileprobe audit)", needed=False)
 
 
 def _flashinfer_check() -> Check:

@@ -147,3 +147,14 @@ def test_the_engines_own_attention_backend_decides_which_attention_kernels_run(r
     elsewhere = {r["kernel_file"] for r in rows if r["verdict"] == "not-selected"}
     assert elsewhere == {k.module_file for k in served if k.backend != sel["backend"]}, (elsewhere, sel)
     assert any(r["verdict"] != "not-selected" for r in rows) == any(k.backend == sel["backend"] for k in served)
+
+
+def test_no_torch_is_one_line_naming_the_extra(rng):
+    """The audit's stand-in tensors are torch's: without torch, one line and exit 2 before any capture."""
+    code = ("import sys; sys.modules['torch'] = None; from tileprobe.cli import main; "
+            f"sys.argv = ['tileprobe', 'audit', '--engine', {rng.choice(['vllm', 'sglang'])!r}, '--model', "
+            f"{rng.choice(sorted(ATTENTION_PRESETS))!r}, '--target', 'rtx-pro-6000']; main()")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                       env=os.environ | {"PYTHONPATH": str(ROOT)})
+    line = _one_line_exit_2(p)
+    assert "torch" in line and "tileprobe[audit]" in line, line

@@ -11,6 +11,7 @@ table, report.md and results.csv. Exit 1 when a launch does not fit: one line ea
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import time
 from dataclasses import dataclass, field, replace
@@ -297,6 +298,9 @@ def run_audit(opts: AuditOptions) -> Audit:
         raise UsageError(f"--target {target.name} (sm_{target.cc_int}): tileprobe audits the engines' Triton "
                          f"kernels on {', '.join(fam.ARCHS)}")
     triton = require_triton()
+    if importlib.util.find_spec("torch") is None:  # the stand-in tensors the engine's launchers run on
+        raise UsageError("tileprobe audit runs the engine's launchers on torch meta tensors, and torch is not "
+                         "installed: pip install 'tileprobe[audit]' (or use the Python your engine runs in)")
     preflight.check_triton(triton, target.cc_int, opts.cache_dir)
     src = find_engine(opts.engine, opts.engine_wheel)
     t0 = time.perf_counter()
