@@ -158,3 +158,27 @@ def test_no_torch_is_one_line_naming_the_extra(rng):
                        env=os.environ | {"PYTHONPATH": str(ROOT)})
     line = _one_line_exit_2(p)
     assert "torch" in line and "tileprobe[audit]" in line, line
+
+
+@pytest.mark.triton
+def test_the_users_tuned_folder_is_what_the_audit_sizes_and_the_fix_is_a_folder_that_fits(vllm, tmp_path, rng):
+    """vLLM reads VLLM_TUNED_CONFIG_FOLDER first: a file there for the target's SKU whose configs are over the limit
+    makes the captured fused_moe launches over (exit 1), and the SET line names the folder to write instead."""
+    model = ATTENTION_PRESETS[rng.choice(["kimi-k2", "deepseek-v3"])]  # fp8 [128, 128]: Triton on sm_120
+    cfg = {"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 256, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, "num_warps": 8,
+           "num_stages": rng.choice([4, 5, 6])}
+    name = (f"E={model.moe.experts},N={model.moe.inter},device_name=NVIDIA_RTX_PRO_6000_Blackwell_Workstation_Edition,"
+            "dtype=fp8_w8a8,block_shape=[128,128].json")
+    (tmp_path / "tuned").mkdir()
+    (tmp_path / "tuned" / name).write_text(json.dumps({str(2**i): cfg for i in range(13)}))
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, "-m", "tileprobe", "audit", "--engine", "vllm", "--model", model.name,
+                        "--target", "rtx-pro-6000", "--kernel", "vllm-fused-moe-decode", "--batch",
+                        str(rng.randint(1, 64)), "--out", str(out), "--jobs", "1"], capture_output=True, text=True, timeout=600,
+                       cwd=ROOT, env=os.environ | {"PYTHONPATH": str(ROOT), "VLLM_TUNED_CONFIG_FOLDER": str(tmp_path / "tuned")})
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
+    assert p.returncode == 1 and rows and all(r["verdict"] == "smem-over-limit" for r in rows), (p.stdout, rows)
+    assert all((r["block_m"], r["block_n"], r["block_k"], r["stages"]) == (128, 256, 128, cfg["num_stages"])
+               for r in rows), rows
+    sets = [ln for ln in p.stdout.splitlines() if ln.startswith("SET fused_moe_kernel")]
+    assert len(sets) == 1 and "VLLM_TUNED_CONFIG_FOLDER" in sets[0] and "export triton-configs" in sets[0], p.stdout

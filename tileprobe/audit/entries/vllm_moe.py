@@ -141,9 +141,19 @@ ALLOW = (MODULE, "vllm.model_executor.layers.fused_moe.moe_align_block_size", "v
          "vllm.platforms.interface", "vllm.v1.attention.backends.registry")
 DTYPE_RULE = "the model's dtype (activations), its weights' (bf16 or float8_e4m3fn); fp32 router weights"
 
+def tuned_folder(launch, target) -> str:
+    """fused_moe_kernel's config is data the engine reads: a folder of files in which every entry fits, first in
+    vLLM's lookup (VLLM_TUNED_CONFIG_FOLDER, get_moe_configs)."""
+    return (f"a config folder in which every entry fits: tileprobe export triton-configs --engine vllm --model "
+            f"<your config.json> --tp <N> --target {target.name} --out ./tuned; then export "
+            "VLLM_TUNED_CONFIG_FOLDER=$PWD/tuned (vLLM reads it before its shipped files)")
+
+
 ENTRIES = (
     AuditKernel("vllm-fused-moe-decode", "vllm", "0.33.0", MODULE, "fused_experts_impl", ALLOW,
-                vllm_moe_stand_ins.STAND_INS, _decode, serves, DTYPE_RULE, windowed=False, chooses=chooses),
+                vllm_moe_stand_ins.STAND_INS, _decode, serves, DTYPE_RULE, windowed=False, chooses=chooses,
+                remedy=tuned_folder),
     AuditKernel("vllm-fused-moe-prefill", "vllm", "0.33.0", MODULE, "fused_experts_impl", ALLOW,
-                vllm_moe_stand_ins.STAND_INS, _prefill, serves, DTYPE_RULE, windowed=False, chooses=chooses),
+                vllm_moe_stand_ins.STAND_INS, _prefill, serves, DTYPE_RULE, windowed=False, chooses=chooses,
+                remedy=tuned_folder),
 )
