@@ -262,9 +262,9 @@ def main(argv=None) -> int:
     sources = {e: find_engine(e, a.wheels) for e in sorted({c.engine for c in chosen})}
     meta = {"family": fam.NAME, "target": target.as_dict(), "toolchain": columns | {"torch": torch.__version__},
             "engines": {e: [s.label(), Path(s.origin).name] for e, s in sources.items()}, "launched": launch,
-            "controls": []}
+            "controls": [], "configs": len(chosen)}
     failed = 0
-    with recording(a.out, meta, "verified" if launch else "captured", " ".join(sys.argv), seed=seed) as rec:
+    with recording(a.out, meta, "verified" if launch else "none", " ".join(sys.argv), seed=seed) as rec:
         for case in chosen:
             src = sources[case.engine]
             cfg, outcome, fields, flipped = run_case(case, src, target, arch, seed, reps, a.corrupt, launch)
