@@ -222,6 +222,8 @@ class AttentionConfig:
     ssm: SSMDims | None = None  # Mamba-2 layers (hybrid_override_pattern has an M)
     gdn: GatedDeltaDims | None = None  # gated-delta-net layers (layer_types has linear_attention)
     vision: VisionDims | None = None  # the vision encoder's attention, when the config has a vision_config
+    architecture: str | None = None  # config.json `architectures[0]` (the engines register their overrides by it)
+    index_topk: int | None = None  # DeepSeek-V3.2 / GLM-5 sparse attention's indexer top-k (`index_topk`)
     moe: MoEModel | None = None  # the routed experts, when the config has them (read_config's fields)
     quant: Quantization | None = None  # quantization_config (fp8 [+ weight_block_size], mxfp4, modelopt_fp4, ...)
 
@@ -318,7 +320,17 @@ def read_attention(path: str | Path) -> AttentionConfig:
                            DTYPES[raw_dtype], _int(doc, "sliding_window", s, where, optional=True),
                            tuple(layer_types), model_type == "gpt_oss", model_type, **mla,
                            linear_attention=0 in kinds, ssm=ssm, gdn=gdn, moe=moe,
-                           quant=q, vision=vision)
+                           quant=q, vision=vision, architecture=_architecture(top, doc, s),
+                           index_topk=_int(doc, "index_topk", s, where, optional=True))
+
+
+def _architecture(top: dict, doc: dict, path: str) -> str | None:
+    archs = top.get("architectures", doc.get("architectures"))
+    if archs is None:
+        return None
+    if not (isinstance(archs, list) and archs and all(isinstance(a, str) for a in archs)):
+        raise UsageError(f"{path}: architectures is {archs!r}, not a list of names")
+    return archs[0]
 
 
 def _vision(top: dict, path: str) -> VisionDims | None:

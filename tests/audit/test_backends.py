@@ -8,6 +8,7 @@ drawn at random each run."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import sys
 
 import pytest
@@ -63,6 +64,20 @@ def test_selected_line_names_the_backend_in_the_selecting_function(engine, rng):
         assert sel.backend in sel.valid
     assert sel.triton == backends.is_triton(engine.engine, sel.backend)
     assert not sel.entries or sel.triton
+
+
+def test_a_sparse_mla_model_gets_the_engines_sparse_backend(engine, rng):
+    """A config with the DSA indexer (`index_topk`, DeepSeek-V3.2 / GLM-5): the engine's own rules (SGLang's
+    is_deepseek_dsa override, vLLM's use_sparse selector) pick a sparse backend, never a dense Triton MLA backend
+    whose entries would then claim the model; the line that chose it names it."""
+    base = ATTENTION_PRESETS[rng.choice(["deepseek-v3", "kimi-k2"])]
+    model = dataclasses.replace(base, architecture="DeepseekV32ForCausalLM", model_type="deepseek_v32",
+                                index_topk=rng.choice([1024, 2048]))
+    target = profile(rng.choice(TARGETS))
+    dense = backends.attention_backend(engine, target, base)
+    sel = backends.attention_backend(engine, target, model)
+    assert sel.backend != dense.backend and not sel.entries, (dense, sel)
+    assert sel.backend in _line_text(engine, sel.line)[2], sel
 
 
 @pytest.mark.parametrize("engine_name", ["vllm", "sglang"])

@@ -105,7 +105,8 @@ def _sglang_modules(source: EngineSource, model: AttentionConfig, arch: str | No
     mods = TextModules(source, third_party={"msgspec": _msgspec()})
     view = _View(mods, _quantization_explicitly_unset=False)  # serving_hook.py's value without --quantization unquant
     attention_arch = lambda: mods.module("sglang.srt.configs.model_config").AttentionArch  # noqa: E731
-    hf = types.SimpleNamespace(architectures=[arch] if arch else [], model_type=model.model_type)
+    hf = types.SimpleNamespace(architectures=[arch] if arch else [], model_type=model.model_type,
+                               index_topk=model.index_topk)
     if model.quant:
         hf.quantization_config = {"quant_method": model.quant.method, **(
             {"weight_block_size": list(model.quant.weight_block_size)} if model.quant.weight_block_size else {})}
@@ -153,7 +154,7 @@ def _providers(mods: TextModules, arch: str) -> list[tuple[str, str]]:
 
 
 def select(source: EngineSource, target: Target, model: AttentionConfig, forced: str | None) -> Selection:
-    arch = ARCHITECTURES.get(model.model_type or "")
+    arch = model.architecture or ARCHITECTURES.get(model.model_type or "")
     mods = _sglang_modules(source, model, arch)
     ran: dict = {}
     with device(target, mods), quiet("sglang"):

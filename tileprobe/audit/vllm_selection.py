@@ -89,7 +89,8 @@ def select(source: EngineSource, target: Target, model: AttentionConfig, forced:
         for window in model.windows():
             config = selector.AttentionSelectorConfig(
                 head_size=head, dtype=getattr(torch, DTYPES[model.dtype]), kv_cache_dtype="auto", block_size=None,
-                use_mla=model.mla, has_sink=model.sinks, has_sliding_window=window is not None)
+                use_mla=model.mla, has_sink=model.sinks, has_sliding_window=window is not None,
+                use_sparse=model.mla and model.index_topk is not None)  # deepseek_v2.py: is_v32 = index_topk
             if forced is not None:
                 try:
                     chosen = enum[forced]
