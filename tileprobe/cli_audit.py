@@ -13,10 +13,11 @@ from rich.console import Console
 
 from tileprobe import sweep as sw
 from tileprobe.audit import run as audit_run
-from tileprobe.cli_options import CacheOpt, ints, split_csv
+from tileprobe.cli_options import CacheOpt, CompileAllOpt, VerifyOpt, VerifySeedOpt, ints, split_csv
 from tileprobe.models import ATTENTION_PRESETS
 from tileprobe.reports.report import write_reports
 from tileprobe.reports.terminal import WIDTH, print_rows
+from tileprobe.triton.predicted import Policy
 
 
 def audit(
@@ -34,6 +35,9 @@ def audit(
     attention_backend: Annotated[Optional[str], typer.Option("--attention-backend", metavar="NAME", help="the attention backend you pass the engine, spelled as its flag spells it (SGLang: triton, ...; vLLM: TRITON_ATTN, ...); default: the engine's own choice for the model and target")] = None,
     moe_backend: Annotated[Optional[str], typer.Option("--moe-backend", metavar="NAME", help="vLLM's --moe-backend as you pass it (e.g. triton): its MXFP4 MoE oracle's explicit branch (gpt-oss)")] = None,
     gpu_name: Annotated[Optional[str], typer.Option("--gpu-name", metavar="NAME", help="the device name the engine sees (its tuned-config files are named after it; default: the target's first SKU name)")] = None,
+    compile_all: CompileAllOpt = False,
+    verify: VerifyOpt = 0,
+    verify_seed: VerifySeedOpt = None,
 ) -> None:
     """Will the model run on the target with this engine? Every Triton launch the engine would make for it (its own
     backend choices and launchers, from its wheel, under a stand-in device; compiled with Triton, not launched): one
@@ -43,7 +47,7 @@ def audit(
                                   tuple(ints(seq_len, "--seq-len") or (1024,)), out, jobs,
                                   cache_dir, engine_wheel, sw.command_line(),
                                   tuple(split_csv(kernel) or ()), attention_backend,
-                                  moe_backend, gpu_name)
+                                  moe_backend, gpu_name, Policy(compile_all, verify, verify_seed))
     res = audit_run.run_audit(opts)
     console = Console(width=WIDTH)
     print_rows(res.rows, console)
@@ -54,8 +58,14 @@ def audit(
     sys.stdout.writelines(f"{line}\n" for line in res.notes)
     sys.stdout.writelines(f"OVER {line}\n" for line in res.failures)
     sys.stdout.writelines(f"{line}\n" for line in res.remedies)
+    sys.stdout.writelines(f"MISMATCH {line}\n" for line in res.mismatches)
+    a = res.answers
     sys.stdout.write(f"{len(res.failures)} of {len(res.launches)} launches do not fit {res.target.name} "
-                     f"({res.target.smem_optin} B opt-in; capture {res.seconds['capture_s']} s, compile "
-                     f"{res.seconds['compile_s']} s; evidence: compiled, not launched)\n")
-    if res.failures:
+                     f"({res.target.smem_optin} B opt-in; capture {res.seconds['capture_s']} s, answers "
+                     f"{res.seconds['compile_s']} s; evidence: {a.get('predicted', 0)} predicted, {a.get('sized', 0)} "
+                     f"sized, {a.get('compiled', 0)} compiled, not launched"
+                     + (f"; --verify compiled {a['verified']} (seed {res.seed}), {len(res.mismatches)} differ"
+                        if a.get("verified") else "")
+                     + ")\n")
+    if res.failures or res.mismatches:
         raise typer.Exit(1)

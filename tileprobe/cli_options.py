@@ -15,9 +15,9 @@ from tileprobe.triton.predicted import PredictionMismatch
 CacheOpt = Annotated[Optional[str], typer.Option("--cache-dir", help="build cache (default: user cache dir)")]
 
 NvccOpt = Annotated[Optional[str], typer.Option("--nvcc", help="path to nvcc")]
-CompileAllOpt = Annotated[bool, typer.Option("--compile-all", help="triton-moe: compile every launch, even those tileprobe's predictor answers exactly (default: predictor first, compile only what it cannot predict)")]
+CompileAllOpt = Annotated[bool, typer.Option("--compile-all", help="Triton launches (triton-moe, audit): compile every launch, even those tileprobe answers exactly (default: predictor first, compile only what it cannot predict; the audit sizes those with Triton's own allocation pass)")]
 VerifySeedOpt = Annotated[Optional[int], typer.Option("--verify-seed", help="the --verify sample's seed (default: a fresh one, printed and recorded)")]
-VerifyOpt = Annotated[int, typer.Option("--verify", metavar="N", help="triton-moe: also compile a random sample of N predicted launches (seed printed and recorded); exit 1 naming each whose bytes differ")]
+VerifyOpt = Annotated[int, typer.Option("--verify", metavar="N", help="Triton launches (triton-moe, audit): also compile a random sample of N predicted (audit: or sized) launches (seed printed and recorded); exit 1 naming each whose bytes differ")]
 
 
 # the CLI's console: the terminal's width on a terminal, WIDTH in a log

@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 AUDITS = ROOT / "results" / "audit"
 MODELS = AUDITS / "models"
-ARGS = ("--batch", "1,8", "--seq-len", "2048", "--jobs", "2")
+ARGS = ("--batch", "1,8", "--seq-len", "2048", "--jobs", "2", "--compile-all")  # compiled rows, each with the rules' word
 # (target, engine, model): the issue's five kinds (MLA, GQA, sliding window, hybrids with linear attention / SSM,
 # gpt-oss) for each engine that serves them, and the public reports' configs
 SET = [

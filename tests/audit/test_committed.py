@@ -47,3 +47,6 @@ def test_the_committed_audits_table_is_what_the_rows_say():
                 assert re.search(r"\.py:\d+", r["config_source"] or ""), r
             else:
                 assert r["evidence"] == "compiled" and r["smem_limit_bytes"] == meta["target"]["smem_optin"], r
+                # every compiled row carries what the stated rules said of it (tileprobe.audit.answers)
+                assert r["prediction"] == "exact" if r["predicted_smem_bytes"] is not None else \
+                    r["prediction"].startswith("cannot predict: "), r

@@ -76,6 +76,9 @@ class AuditKernel:
     # (session, kernel name) -> the @triton.jit object, or None: for compile_from "module", a kernel the engine
     # defines at run time (tileprobe.audit.capture.kernel_name `module.name`: no module's attribute until it runs)
     kernel_of: Callable | None = None
+    # (launch, job, triton_version) -> metadata.shared by a stated rule, raising CannotPredict outside its scope
+    # (tileprobe.audit.answers); None: no rule, the launch is sized by Triton's allocation or compiled
+    predict: Callable | None = None
 
     @property
     def module_file(self) -> str:

@@ -76,7 +76,8 @@ class Variant:
         if self.config is not None:
             return (f"the autotuner is left with {self.configs_fit} configs that fit (of {self.config[1]}); first: "
                     f"config {self.config[0]} ({self.change() or 'as launched'}), {self.bytes} B")
-        return f"{self.change()} ({STEPS[self.step]}): {self.bytes} B, the first fit of {self.tried} compiled"
+        how = "sized (Triton's allocation)" if self.build.sized else "compiled"
+        return f"{self.change()} ({STEPS[self.step]}): {self.bytes} B, the first fit of {self.tried} {how}"
 
 
 def default_stages() -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tileprobe import preflight, progress
-from tileprobe.audit import capture, jobs, loader
+from tileprobe.audit import answers, capture, jobs, loader
 from tileprobe.audit.backends import Selection, attention_backend
 from tileprobe.audit.entry import Elsewhere
 from tileprobe.audit.kernels import AuditKernel, Point, kernels_for
@@ -35,6 +35,7 @@ from tileprobe.results.writer import recording
 from tileprobe.targets import DEVICE_NAMES, Target, arch_of_name, resolve_target
 from tileprobe.verdict import Verdict
 from tileprobe.triton import sweep as triton_sweep
+from tileprobe.triton.predicted import Policy, prediction_columns
 
 MIN_CC = 80  # the engines' Triton attention paths run on sm_80 and newer
 
@@ -56,6 +57,7 @@ class AuditOptions:
     attention_backend: str | None = None  # --attention-backend: forced, as the engine's own flag spells it
     moe_backend: str | None = None  # --moe-backend: vLLM's own flag (its MXFP4 MoE oracle's explicit branch)
     gpu_name: str | None = None  # --gpu-name: the name the stand-in device reports (default: the target's first SKU)
+    policy: Policy = Policy()  # predictor first (rule, else Triton's allocation), --compile-all, --verify N
 
 
 @dataclass
@@ -204,11 +206,13 @@ def config_of(p: Planned, src: EngineSource, arch: str):
                            int(launch.arg("num_stages", 3)), arch, branch_line(launch), _launch_hash(p))
 
 
-def outcome(cfg, build, target: Target, triton: TritonInstall, p: Planned) -> Outcome:
-    """triton-moe's verdict of a compiled launch (tileprobe.triton.sweep.outcome), each reason ending with the engine
-    line that launched it and the branch it took."""
-    o = triton_sweep.outcome(cfg, build, target, triton, f"launched from {p.launch.call_site}; branch: "
-                                                         f"{' | '.join(p.launch.branches) or 'none'}")
+def outcome(cfg, build, target: Target, triton: TritonInstall, p: Planned, predicted: int | None = None) -> Outcome:
+    """triton-moe's verdict of a compiled (or sized) launch (tileprobe.triton.sweep.outcome), or of its rule's bytes
+    (`predicted`, build None), each reason ending with the engine line that launched it and the branch it took."""
+    where = f"launched from {p.launch.call_site}; branch: {' | '.join(p.launch.branches) or 'none'}"
+    if build is None and predicted is not None:
+        return triton_sweep.predicted_outcome(cfg, target, predicted, triton.version, where)
+    o = triton_sweep.outcome(cfg, build, target, triton, where)
     return o if o.info.stages is not None else replace(o, info=replace(o.info, stages=cfg.stages))
 
 
@@ -231,6 +235,9 @@ class Audit:
     seconds: dict
     notes: list[str] = field(default_factory=list)  # autotune drops, kernels the engine does not run here
     remedies: list[str] = field(default_factory=list)  # what to set in the engine, one line per failing kernel
+    answers: dict = field(default_factory=dict)  # launches predicted / sized / compiled (tileprobe.audit.answers)
+    mismatches: list[str] = field(default_factory=list)  # --verify: sampled launches whose compile differs (exit 1)
+    seed: int | None = None  # the --verify sample's seed
 
     @property
     def launches(self) -> list[dict]:
@@ -283,9 +290,33 @@ def _remedy(p: Planned, target: Target, variant: Variant | None = None) -> str:
             f"{branch_line(p.launch)}{near}")
 
 
+def _build(planned: list[Planned], configs: list, ans: answers.Plan, opts: AuditOptions, target: Target,
+           triton: TritonInstall) -> tuple[list, list]:
+    """Each launch's build as the plan says (None: predicted), and per sampled launch the sizing its compile is
+    checked against; one progress step per build."""
+    primary, checks = ans.jobs(planned), ans.checks(planned)
+    todo = [(i, j, False) for i, j in enumerate(primary) if j is not None] + \
+        [(i, j, True) for i, j in enumerate(checks) if j is not None]
+    builds: list = [None] * len(planned)
+    checked: list = [None] * len(planned)
+
+    def done(k: int, b) -> None:
+        i, _, check = todo[k]
+        if not check:
+            bar.done(f"{planned[i].launch.kernel} {planned[i].op()}",
+                     outcome(configs[i], b, target, triton, planned[i]).verdict)
+
+    with progress.track(sum(not c for _, _, c in todo), f"audit {opts.engine}") as bar:
+        results = compile_many([j for _, j, _ in todo], opts.jobs, opts.cache_dir, on_result=done)
+    for (i, _, check), b in zip(todo, results):
+        (checked if check else builds)[i] = b
+    return builds, checked
+
+
 def run_audit(opts: AuditOptions) -> Audit:
     """The audit's rows, written into opts.out (results.jsonl, results.csv, run.json)."""
     check(opts)
+    opts.policy.check()
     model = attention_model(opts.model)
     entries = serving(opts.engine, model, opts.kernels)
     if opts.moe_backend and not (opts.engine == "vllm" and any(k.name.startswith("vllm-moe-mxfp4") for k in entries)):
@@ -310,18 +341,18 @@ def run_audit(opts: AuditOptions) -> Audit:
     planned = cap.planned
     t1 = time.perf_counter()
     configs = [config_of(p, src, arch) for p in planned]
-    with progress.track(len(planned), f"audit {opts.engine}") as bar:
-        builds = compile_many([p.job for p in planned], opts.jobs, opts.cache_dir,
-                              on_result=lambda i, b: bar.done(f"{planned[i].launch.kernel} {planned[i].op()}",
-                                                              outcome(configs[i], b, target, triton,
-                                                                      planned[i]).verdict))
+    ans = answers.plan(planned, opts.policy, triton.version)
+    builds, checks = _build(planned, configs, ans, opts, target, triton)
     t2 = time.perf_counter()
-    outcomes = [outcome(cfg, b, target, triton, p) for p, cfg, b in zip(planned, configs, builds)]
+    mismatches = ans.mismatches(builds, checks, [f"{p.launch.kernel} ({p.op()}, {_launch_hash(p)})" for p in planned])
+    outcomes = [outcome(cfg, b, target, triton, p, pr if isinstance(pr, int) else None)
+                for p, cfg, b, pr in zip(planned, configs, builds, ans.predictions)]
     tuned = _tuned_notes(cap.tuned, planned, [o.verdict for o in outcomes], target)
     in_tuned = {i for t in cap.tuned for i in t.planned}
     over = [i for i, o in enumerate(outcomes) if o.verdict is Verdict.SMEM_OVER_LIMIT and i not in in_tuned]
-    variants = {i: nearest(planned[i].launch, planned[i].job, target.smem_optin,
-                           lambda j: compile_job(j, opts.cache_dir)) for i in over}
+    answer_one = (lambda j: compile_job(j.compiled(), opts.cache_dir)) if ans.policy.compile_all or ans.unsized \
+        else (lambda j: compile_job(j.sized(), opts.cache_dir))
+    variants = {i: nearest(planned[i].launch, planned[i].job, target.smem_optin, answer_one) for i in over}
     outcomes = [replace(o, reason=f"{o.reason}; nearest fitting variant: {variants[i].describe()}")
                 if variants.get(i) else o for i, o in enumerate(outcomes)]
     t3 = time.perf_counter()
@@ -331,7 +362,8 @@ def run_audit(opts: AuditOptions) -> Audit:
     meta = {"family": fam.NAME, "target": target.as_dict(), "configs": len(planned),
             "toolchain": columns | {"engine": src.label()}, "engine_origin": src.origin, "model": model.name}
     res = Audit(target, [], [], out, {"capture_s": round(t1 - t0, 2), "compile_s": round(t2 - t1, 2),
-                                      "nearest_s": round(t3 - t2, 2)})
+                                      "nearest_s": round(t3 - t2, 2)}, answers=ans.counts(),
+                mismatches=mismatches, seed=ans.seed)
     head = []
     if sel is not None:
         meta["attention_backend"] = {"backend": sel.backend, "line": sel.line, "forced": sel.forced,
@@ -339,12 +371,14 @@ def run_audit(opts: AuditOptions) -> Audit:
         head = [f"ATTENTION {src.label()} runs the {sel.backend} backend for {model.name} on {target.name}"
                          f" ({'forced; ' if sel.forced else ''}{sel.line}"
                          f"{'; a Triton backend' if sel.triton else '; not a Triton backend: no attention kernel of it is audited'})"]
-    with recording(out, meta, "compiled", opts.command) as rec:
+    meta["answers"] = ans.record()
+    with recording(out, meta, ans.mode(), opts.command) as rec:
         for i, (p, cfg, o) in enumerate(zip(planned, configs, outcomes)):
             row = make_row(cfg, target, columns, o, point={"problem": f"{model.name}: {_shape(p)}"},
                            extra={"engine": src.label(), "engine_hash": p.job.source.sha256[:16],
                                   "kernel_file": p.launch.kernel_file, "config_source": branch_line(p.launch),
-                                  "autotune_dropped": tuned["marks"].get(i)})
+                                  "autotune_dropped": tuned["marks"].get(i),
+                                  **prediction_columns(ans.predictions[i], builds[i])})
             rec.write(row)
             res.rows.append(row)
             if o.verdict is not Verdict.FITS and i not in in_tuned:  # a dropped autotune config is not a crash

@@ -158,21 +158,25 @@ def outcome(cfg, build: TritonBuild | TritonCompileError | None, target: Target,
     info = StaticInfo(stages=build.num_stages, smem_bytes=build.shared, regs_per_thread=build.regs,
                       spill_bytes=None if build.spills is None else build.spills * 4,
                       threads_per_cta=build.num_warps * 32, compile_seconds=round(build.seconds, 3),
-                      compile_configs=1, compiled=True)
+                      compile_configs=1, compiled=not build.sized)
+    how = f"{triton.label()}, {build.arch}" + (": its shared-memory allocation pass, no code generated"
+                                                if build.sized else "")
     over = build.fits(target.smem_optin)
     if over is None:
         return Outcome(cfg, Verdict.FITS, f"metadata.shared {build.shared} B <= {target.smem_optin} B opt-in "
-                                          f"({triton.label()}, {build.arch}; not launched{tail})", info)
-    return Outcome(cfg, Verdict.SMEM_OVER_LIMIT, f"{over.text} ({triton.label()}, {build.arch}: the engine's first "
-                                                 f"launch on this GPU raises OutOfResources{tail})", info)
+                                          f"({how}; not launched{tail})", info)
+    sep = "; " if build.sized else ": "
+    return Outcome(cfg, Verdict.SMEM_OVER_LIMIT, f"{over.text} ({how}{sep}the engine's first launch on this GPU "
+                                                 f"raises OutOfResources{tail})", info)
 
 
-def predicted_outcome(cfg, target: Target, shared: int, version: str) -> Outcome:
+def predicted_outcome(cfg, target: Target, shared: int, version: str, tail: str | None = None) -> Outcome:
     """The predictor's verdict for one launch: `shared` is tileprobe.triton.predicted.predict_launch's bytes for
-    Triton `version` (inside the scope where its rule was exact on every compiled row; never a guess)."""
+    Triton `version` (inside the scope where its rule was exact on every compiled row; never a guess); `tail`, when
+    given, ends the reason (the audit: the engine line that launched it)."""
     info = StaticInfo(stages=cfg.stages, smem_bytes=shared, threads_per_cta=int(cfg.get("num_warps")) * 32,
                       predicted=True)
-    where = f"predicted for Triton {version}, {cfg.arch}, not compiled"
+    where = f"predicted for Triton {version}, {cfg.arch}, not compiled" + (f"; {tail}" if tail else "")
     if shared <= target.smem_optin:
         return Outcome(cfg, Verdict.FITS, f"metadata.shared {shared} B <= {target.smem_optin} B opt-in ({where})",
                        info)

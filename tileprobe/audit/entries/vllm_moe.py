@@ -37,6 +37,7 @@ from __future__ import annotations
 import ast
 
 from tileprobe.audit import vllm_moe_oracle as oracle
+from tileprobe.audit import moe_rule
 from tileprobe.audit import vllm_moe_stand_ins
 from tileprobe.audit.entry import TORCH, AuditKernel, Elsewhere, Point, empty, torch
 from tileprobe.engines.triton_configs import EngineSource
@@ -152,8 +153,8 @@ def tuned_folder(launch, target) -> str:
 ENTRIES = (
     AuditKernel("vllm-fused-moe-decode", "vllm", "0.33.0", MODULE, "fused_experts_impl", ALLOW,
                 vllm_moe_stand_ins.STAND_INS, _decode, serves, DTYPE_RULE, windowed=False, chooses=chooses,
-                remedy=tuned_folder),
+                remedy=tuned_folder, predict=moe_rule.predict),
     AuditKernel("vllm-fused-moe-prefill", "vllm", "0.33.0", MODULE, "fused_experts_impl", ALLOW,
                 vllm_moe_stand_ins.STAND_INS, _prefill, serves, DTYPE_RULE, windowed=False, chooses=chooses,
-                remedy=tuned_folder),
+                remedy=tuned_folder, predict=moe_rule.predict),
 )

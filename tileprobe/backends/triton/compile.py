@@ -34,11 +34,12 @@ import time
 import types as _types
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from filelock import FileLock
 
+from tileprobe.backends.triton import allocate
 from tileprobe.backends.triton import source as src_mod
 from tileprobe.backends.triton.source import KernelSource
 from tileprobe.backends.triton.toolchain import cache_root, installed
@@ -113,11 +114,20 @@ class KernelJob:
     args: tuple  # positional stand-ins, JSON values
     kwargs: tuple[tuple[str, object], ...]
     cc: int
+    upto: str = "cubin"  # "allocate": Triton's stages up to its shared-memory allocation only (allocate.py: `sized`)
 
     def identity(self, triton_version: str, env: dict | None = None) -> dict:
-        return {"v": CACHE_VERSION, "source": self.source.sha256, "triton": triton_version,
-                "args": list(self.args), "kwargs": [[k, v] for k, v in self.kwargs], "target": ["cuda", self.cc, 32],
-                "env": compile_env(env)}
+        doc = {"v": CACHE_VERSION, "source": self.source.sha256, "triton": triton_version,
+               "args": list(self.args), "kwargs": [[k, v] for k, v in self.kwargs], "target": ["cuda", self.cc, 32],
+               "env": compile_env(env)}
+        return doc if self.upto == "cubin" else {**doc, "upto": self.upto}
+
+    def sized(self) -> KernelJob:
+        """This launch answered by Triton's allocation alone (evidence `sized`), not compiled to a cubin."""
+        return replace(self, upto="allocate")
+
+    def compiled(self) -> KernelJob:
+        return replace(self, upto="cubin")
 
     def key(self, triton_version: str, env: dict | None = None) -> str:
         """The content key; `env`: the environment the compile runs in (default os.environ)."""
@@ -136,6 +146,7 @@ class TritonBuild:
     cached: bool = False
     triton_version: str = ""
     arch: str = ""  # metadata.arch, e.g. sm120
+    sized: bool = False  # Triton's allocation pass alone (allocate.py): no cubin, so no registers or spills
 
     def fits(self, limit: int) -> TritonOutOfResources | None:
         """What the first launch on a device with opt-in `limit` would raise (None: the check passes)."""
@@ -307,6 +318,14 @@ def _compile_in(job: KernelJob, work: Path, cache: Path) -> dict:
         kwargs.setdefault("instrumentation_mode", _knobs.compilation.instrumentation_mode)
         bound, spec, options = binder(*[stand_in(a) for a in job.args], **kwargs)
         options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, spec, options)
+        if job.upto == "allocate":
+            with _driver_target(target):
+                shared, opts = allocate.shared_bytes(_compiler.ASTSource(fn, signature, constexprs, attrs), target,
+                                                     options.__dict__)
+            return {"shared": shared, "regs": None, "spills": None, "static_shared": None,
+                    "num_warps": int(opts.num_warps), "num_stages": int(opts.num_stages),
+                    "seconds": time.perf_counter() - t0, "triton_version": _triton.__version__,
+                    "arch": str(opts.arch), "sized": True}
         with _driver_target(target):
             compiled = _triton.compile(_compiler.ASTSource(fn, signature, constexprs, attrs), target=target,
                                        options=options.__dict__)
@@ -360,7 +379,7 @@ def _from_entry(path: Path, quiet: bool = False) -> dict | None:
 def _as_result(doc: dict, cached: bool) -> TritonBuild | TritonCompileError:
     if "error" in doc:
         return TritonCompileError(doc["error"], bool(doc.get("transient")))
-    return TritonBuild(cached=cached, **{k: doc[k] for k in RESULT_FIELDS})
+    return TritonBuild(cached=cached, sized=bool(doc.get("sized")), **{k: doc[k] for k in RESULT_FIELDS})
 
 
 def compile_job(job: KernelJob, cache_dir: str | os.PathLike | None = None,
