@@ -3,6 +3,7 @@
 `python3 tools/audit_committed.py run [--only SUBSTR]` runs `tileprobe audit` for every (target, engine, model) of
 SET into results/audit/<target>__<engine>__<model>/ (the same batches and sequence length for all); folders of
 results/audit/ that SET no longer names are reported, not deleted.
+`python3 tools/audit_committed.py coverage` prints how many distinct committed launches a stated rule answers.
 `python3 tools/audit_committed.py table` prints the summary table of the committed rows (docs/audit.md carries it;
 tests/audit/test_committed.py keeps the two equal): per audit, the attention backend the engine picked and its line,
 the launches and which do not fit (kernel: bytes), the autotuned configs dropped, the launchers the engine does not
@@ -90,10 +91,33 @@ def table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def coverage() -> dict:
+    """How the committed audits' distinct launches stand with the stated rules (their `prediction` column): answered
+    by a rule (and exact against the compile), or not, per kernel; rows deduplicated by (target, config: the launch's hash) across audits."""
+    seen: dict[tuple, dict] = {}
+    for target, engine, model, *flags in SET:
+        out = folder(target, engine, model, *flags)
+        for r in _rows(out) if (out / "results.jsonl").is_file() else []:
+            if r["verdict"] != "not-selected":
+                seen.setdefault((target, r["config"]), r)
+    per: dict[str, list[int]] = {}
+    for r in seen.values():
+        per.setdefault(r["kernel"], [0, 0])[r["predicted_smem_bytes"] is None] += 1
+    rules = sum(p for p, _ in per.values())
+    return {"distinct_launches": len(seen), "predicted_by_a_rule": rules,
+            "exact": sum(r["prediction"] == "exact" for r in seen.values()),
+            "cannot_predict": len(seen) - rules,
+            "cannot_predict_share": round((len(seen) - rules) / len(seen), 3) if seen else None,
+            "per_kernel": {k: {"predicted": p, "cannot_predict": c} for k, (p, c) in sorted(per.items())}}
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["coverage"]:
+        sys.stdout.write(json.dumps(coverage(), indent=1) + "\n")
+        sys.exit(0)
     if sys.argv[1:2] == ["run"]:
         sys.exit(run(sys.argv[3] if sys.argv[2:3] == ["--only"] else None))
     if sys.argv[1:2] == ["table"]:
         sys.stdout.write(table())
         sys.exit(0)
-    sys.exit("usage: tools/audit_committed.py run [--only SUBSTR] | table")
+    sys.exit("usage: tools/audit_committed.py run [--only SUBSTR] | table | coverage")
