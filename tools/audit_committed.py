@@ -3,6 +3,8 @@
 `python3 tools/audit_committed.py run [--only SUBSTR]` runs `tileprobe audit` for every (target, engine, model) of
 SET into results/audit/<target>__<engine>__<model>/ (the same batches and sequence length for all); folders of
 results/audit/ that SET no longer names are reported, not deleted.
+`python3 tools/audit_committed.py answers-check` runs them again predictor first (nothing compiled) and compares
+every row with the committed compiled one (results/audit/answers-check.json).
 `python3 tools/audit_committed.py coverage` prints how many distinct committed launches a stated rule answers.
 `python3 tools/audit_committed.py table` prints the summary table of the committed rows (docs/audit.md carries it;
 tests/audit/test_committed.py keeps the two equal): per audit, the attention backend the engine picked and its line,
@@ -15,6 +17,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,6 +95,40 @@ def table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def answers_check() -> int:
+    """Run every committed audit again predictor first (the stated rules, else Triton's allocation alone: nothing
+    compiled) into a temporary folder, compare each row's bytes and verdict with the committed compiled row of the
+    same launch, and write results/audit/answers-check.json. Exit 1 on any difference."""
+    report = {"command": "python3 tools/audit_committed.py answers-check", "audits": [], "rows": 0, "differ": []}
+    with tempfile.TemporaryDirectory(prefix="tp-answers-") as tmp:
+        for target, engine, model, *flags in SET:
+            out = folder(target, engine, model, *flags)
+            fresh = Path(tmp) / out.name
+            t0 = time.perf_counter()
+            cmd = [sys.executable, "-m", "tileprobe", "audit", "--engine", engine, "--model", model_arg(model),
+                   "--target", target, *[a for a in ARGS if a != "--compile-all"], *flags, "--out", str(fresh),
+                   "--cache-dir", str(Path(tmp) / "cache")]
+            subprocess.run(cmd, cwd=ROOT, timeout=3600, capture_output=True)
+            committed = {r["config"]: r for r in _rows(out)}
+            answered = {r["config"]: r for r in _rows(fresh)} if (fresh / "results.jsonl").is_file() else {}
+            evidence: dict[str, int] = {}
+            for key, r in answered.items():
+                evidence[r["evidence"]] = evidence.get(r["evidence"], 0) + 1
+                c = committed.get(key)
+                if c is None or (r["smem_bytes"], r["verdict"]) != (c["smem_bytes"], c["verdict"]):
+                    report["differ"].append({"audit": out.name, "config": key, "answered": r["smem_bytes"],
+                                             "committed": c and c["smem_bytes"]})
+            missing = sorted(set(committed) - set(answered))
+            report["differ"] += [{"audit": out.name, "config": k, "answered": None} for k in missing]
+            report["rows"] += len(answered)
+            report["audits"].append({"audit": out.name, "rows": len(answered), "evidence": evidence,
+                                     "seconds": round(time.perf_counter() - t0, 1)})
+    (AUDITS / "answers-check.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(f"{report['rows']} rows answered predictor first, {len(report['differ'])} differ from the committed "
+          "compiled rows: results/audit/answers-check.json")
+    return 1 if report["differ"] else 0
+
+
 def coverage() -> dict:
     """How the committed audits' distinct launches stand with the stated rules (their `prediction` column): answered
     by a rule (and exact against the compile), or not, per kernel; rows deduplicated by (target, config: the launch's hash) across audits."""
@@ -112,6 +150,8 @@ def coverage() -> dict:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["answers-check"]:
+        sys.exit(answers_check())
     if sys.argv[1:2] == ["coverage"]:
         sys.stdout.write(json.dumps(coverage(), indent=1) + "\n")
         sys.exit(0)
@@ -120,4 +160,4 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["table"]:
         sys.stdout.write(table())
         sys.exit(0)
-    sys.exit("usage: tools/audit_committed.py run [--only SUBSTR] | table | coverage")
+    sys.exit("usage: tools/audit_committed.py run [--only SUBSTR] | table | coverage | answers-check")
