@@ -7,8 +7,9 @@
 3. Cold caches, set as CI's are: no TILEPROBE_CACHE_DIR and no TILEPROBE_TEST_CACHE (so the suite makes its one
    session cache and every test and subprocess shares it, as under .ci/run), and an empty XDG_CACHE_HOME (so the user
    cache ~/.cache/tileprobe, with its wheel cache, is not read either).
-4. Timed: `python -m pytest -q -n 2 --durations=30` in the clone (.ci/run's command, read from it, plus the durations
-   report): total seconds, the pass/fail summary and the ten slowest tests.
+4. Timed: `python -m pytest -q -n 2 --durations=40` in the clone (.ci/run's command, read from it, plus the durations
+   report): total seconds, the pass/fail summary and the ten slowest tests; the whole durations block is
+   written to results/benchmarks/test_suite_durations_<commit>_<time>.txt (named in the record).
    Also the CPU seconds (user + system) of pytest and everything it ran.
 5. Timed, in the same run: a cold default static sweep (`tileprobe sweep --family sm120-nvfp4 --target rtx-pro-6000
    --static-only`, empty cache), and the suite's seconds divided by it: a figure that does not depend on the machine.
@@ -31,6 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+DURATIONS = 40  # pytest's slowest-tests block, kept in the record (ten) and in a durations file (all of them)
 
 
 def cold_env(tmp: Path, clone: Path, python_path: bool) -> dict:
@@ -87,7 +89,7 @@ def main() -> None:
     env = cold_env(tmp, clone, not args.install)
     start, cpu0 = time.perf_counter(), _children_cpu()
     pytest_args = ci_pytest_args(clone) if args.pytest_args is None else args.pytest_args.split()
-    p = subprocess.run([py, "-m", "pytest", *pytest_args, "--durations=30"], cwd=clone, env=env,
+    p = subprocess.run([py, "-m", "pytest", *pytest_args, f"--durations={DURATIONS}"], cwd=clone, env=env,
                        capture_output=True, text=True, timeout=4 * 3600)
     suite_s, suite_cpu_s = time.perf_counter() - start, _children_cpu() - cpu0
     (tmp / "pytest.log").write_text(p.stdout + p.stderr)
@@ -101,13 +103,20 @@ def main() -> None:
     sweep_s, sweep_cpu_s = time.perf_counter() - start, _children_cpu() - cpu0
     rec = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit, "cores": os.cpu_count(),
            "machine": platform.machine(), "loadavg_at_end": round(os.getloadavg()[0], 2),
-           "command": " ".join(["python -m pytest", *pytest_args, "--durations=30"]),
+           "command": " ".join(["python -m pytest", *pytest_args, f"--durations={DURATIONS}"]),
            "installed": "ci venv" if args.install else "this interpreter, clone on PYTHONPATH",
            "suite_s": round(suite_s, 1), "suite_cpu_s": round(suite_cpu_s, 1), "exit_code": p.returncode, "summary": summary,
            "slowest": slowest(p.stdout)[:10], "cold_static_sweep_s": round(sweep_s, 1),
            "cold_static_sweep_cpu_s": round(sweep_cpu_s, 1), "cold_static_sweep_ok": s.returncode == 0,
            "suite_over_sweep": round(suite_s / sweep_s, 2) if s.returncode == 0 else None,
            "targets": {"suite_s": 600}, "log": str(tmp / "pytest.log")}
+    block = re.search(r"^=+ slowest \d+ durations =+\n(?:.*\n)*?(?=^=+|\Z)", p.stdout, re.M)
+    if block:  # the durations file the README points to: pytest's own block, named by commit and record date
+        stamp = rec["date"][11:19].replace(":", "")
+        rec["durations_file"] = f"results/benchmarks/test_suite_durations_{commit[:7]}_{stamp}.txt"
+        (ROOT / rec["durations_file"]).write_text(
+            f"# benchmarks/test_suite.py{' --install' if args.install else ''} at {commit[:7]} (record {rec['date']} "
+            f"in test_suite.jsonl): pytest's --durations={DURATIONS} block from its log\n" + block.group(0))
     print(json.dumps(rec, indent=1))
     args.record.parent.mkdir(parents=True, exist_ok=True)
     with open(args.record, "a") as f:

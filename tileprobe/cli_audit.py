@@ -40,7 +40,8 @@ def audit(
     verify_seed: VerifySeedOpt = None,
 ) -> None:
     """Will the model run on the target with this engine? Every Triton launch the engine would make for it (its own
-    backend choices and launchers, from its wheel, under a stand-in device; compiled with Triton, not launched): one
+    backend choices and launchers, from its wheel, under a stand-in device; each launch's bytes by a stated rule, by
+    Triton's own allocation pass, or compiled (--compile-all), never launched): one
     row each, what the engine runs instead where it picks another kernel, and what to change; exit 1 with one line
     per launch that does not fit."""
     opts = audit_run.AuditOptions(engine, model, target, tp, tuple(ints(batch, "--batch") or (1, 8)),

@@ -18,7 +18,7 @@ import random
 from dataclasses import dataclass
 
 from tileprobe.backends.triton import allocate
-from tileprobe.backends.triton.compile import KernelJob, TritonBuild, TritonCompileError
+from tileprobe.backends.triton.compile import KernelJob, TritonBuild
 from tileprobe.predict import CannotPredict
 from tileprobe.triton.predicted import Policy
 
