@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import replace
 
 import pytest
 
@@ -89,6 +90,26 @@ def test_a_config_sized_in_one_batch_is_not_compiled_in_another(toolchain, tmp_p
     built.clear()
     probe_static(again, TARGET, toolchain.cutlass, toolchain.nvcc, cache, 1, 1200, rebuild=True)
     assert sorted(c.key for r in built for c in r.configs) == sorted(c.key for c in again)
+
+
+def test_configs_of_two_archs_are_sized_in_units_of_one_arch(toolchain, tmp_path, rng, monkeypatch, built):
+    """One probe_static call with sm_120a and sm_121a configs mixed at random: every unit it builds is one family and
+    arch (a unit is compiled with one arch's flags), each config's kept record names a build of its own arch, and a
+    unit of two archs cannot be asked for."""
+    monkeypatch.setattr(build, "HARNESS_DIR", write_tiny_harness(tmp_path / "tiny"))
+    tiles = rng.sample(TILES, 4)
+    archs = ["sm_120a", "sm_121a"] + [rng.choice(["sm_120a", "sm_121a"]) for _ in tiles[2:]]
+    rng.shuffle(archs)
+    mixed = [replace(cfg(t), arch=a) for t, a in zip(tiles, archs)]
+    outs = probe_static(mixed, TARGET, toolchain.cutlass, toolchain.nvcc, tmp_path / "cache", 1, 1200)
+    assert [o.config for o in outs] == mixed and all(o.info.smem_bytes for o in outs)
+    assert built and all(len({c.arch for c in r.configs}) == 1 for r in built), [r.configs for r in built]
+    for c in mixed:
+        kept = described.load(tmp_path / "cache", c, toolchain.cutlass, toolchain.nvcc)
+        assert kept and c.arch in kept.build and ({"sm_120a", "sm_121a"} - {c.arch}).pop() not in kept.build, \
+            (c.arch, kept.build)
+    with pytest.raises(ValueError, match="one family and arch"):
+        BuildRequest("describe", tuple(mixed), with_device=False)
 
 
 def test_a_batchs_record_is_what_the_configs_own_build_prints(toolchain, rng):

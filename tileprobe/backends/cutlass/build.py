@@ -118,6 +118,12 @@ class BuildRequest:
     configs: tuple[Config, ...]
     with_device: bool = True
 
+    def __post_init__(self) -> None:
+        units = {(c.family, c.arch) for c in self.configs}
+        if len(units) != 1:  # one unit is built with one family's header and one arch's flags
+            raise ValueError(f"a {self.kind} unit holds the configs of one family and arch, not "
+                             f"{', '.join(sorted(f'{f} {a}' for f, a in units)) or 'none'}")
+
     @property
     def source(self) -> Path:
         return HARNESS_DIR / f"{self.kind}.cu"

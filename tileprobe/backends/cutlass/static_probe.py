@@ -125,7 +125,10 @@ def probe_static(configs: list[Config], target: Target, cutlass: CutlassTree, nv
                 unsized.append(c)
             else:
                 final(judge(c, _info_kept(kept), target))
-        batches = _split(unsized, sizes_batches(len(unsized), jobs))
+        groups: dict[tuple[str, str], list[Config]] = {}  # a unit is one family and arch (BuildRequest)
+        for c in unsized:
+            groups.setdefault((c.family, c.arch), []).append(c)
+        batches = [b for g in groups.values() for b in _split(g, sizes_batches(len(g), jobs))]
 
         def batch_done(k: int, res: BuildResult) -> None:
             batch = batches[k]
