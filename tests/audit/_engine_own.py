@@ -2,7 +2,10 @@
 launches as its engine's own launcher makes them under the stand-in device; the independent reading every bytes
 test compares against, Triton's own `metadata.shared` for the engine's own kernel objects (imported from the wheel
 in the session), compiled by Triton's own binder and triton.compile on the arguments the launcher really passes
-(no extract, no stand-in strings); and SGLang's extend-attention block sizes as its branch text says them."""
+(no extract, no stand-in strings); tileprobe's answer for a captured launch as the audit gives it by default
+(`answered`: Triton's allocation alone, tileprobe.backends.triton.allocate, where the installed Triton is the one its
+prefix was checked on), so those tests hold the capture and the sizing against Triton's own whole compile at once;
+and SGLang's extend-attention block sizes as its branch text says them."""
 
 from __future__ import annotations
 
@@ -14,9 +17,19 @@ from triton.compiler import ASTSource, make_backend
 from triton.runtime.jit import JITFunction, create_function_from_signature
 
 from tileprobe.audit import capture
+from tileprobe.backends.triton import allocate
+from tileprobe.backends.triton.compile import KernelJob, compile_job
 
 # the device test of each target's branch in SGLang's _get_block_sizes_for_extend_attention
 EXTEND_BRANCH = {"rtx-pro-6000": "CUDA_CAPABILITY[0] == 12", "h200": "CUDA_CAPABILITY[0] >= 9"}
+
+
+def answered(job: KernelJob, **kwargs) -> int:
+    """metadata.shared of `job` as the audit answers it by default (sized), or compiled where sizing is not
+    available; a compile error is an assertion with its line."""
+    build = compile_job(job if allocate.unavailable() else job.sized(), **kwargs)
+    assert hasattr(build, "shared"), build
+    return build.shared
 
 
 def call_launcher(session, entry, model, point) -> None:

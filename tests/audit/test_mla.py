@@ -10,12 +10,11 @@ import ast
 from dataclasses import replace
 
 import pytest
-from _engine_own import EXTEND_BRANCH, captured, extend_blocks, tritons_own
+from _engine_own import EXTEND_BRANCH, answered, captured, extend_blocks, tritons_own
 
 from tileprobe.audit import capture, jobs
 from tileprobe.audit.entry import Elsewhere, Point
 from tileprobe.audit.kernels import KERNELS
-from tileprobe.backends.triton.compile import compile_job
 from tileprobe.models import ATTENTION_PRESETS, AttentionConfig
 from tileprobe.targets import profile
 
@@ -49,7 +48,7 @@ def _v4_model(rng) -> tuple[AttentionConfig, Point]:
 def _bytes_are_tritons_own(src, target, entry, model, point, tmp_path, monkeypatch):
     launches = captured(src, target, entry, model, point)
     assert launches, entry.name
-    ours = [(la.kernel, compile_job(jobs.job_of(src, la, target.cc_int)).shared) for la in launches]
+    ours = [(la.kernel, answered(jobs.job_of(src, la, target.cc_int))) for la in launches]
     own = [(k, b) for k, _, b in tritons_own(src, target, entry, model, point, tmp_path, monkeypatch)]
     assert ours == own, (entry.name, model, point)
     return launches

@@ -12,11 +12,10 @@ import json
 from dataclasses import replace
 
 import pytest
-from _engine_own import captured, tritons_own
+from _engine_own import answered, captured, tritons_own
 
 from tileprobe.audit import capture, jobs, kernels
 from tileprobe.audit.entries import vllm_moe, vllm_moe_mxfp4
-from tileprobe.backends.triton.compile import compile_job
 from tileprobe.engines import triton_configs as tc
 from tileprobe.engines import triton_lookup
 from tileprobe.engines import vllm as vllm_engine
@@ -112,7 +111,7 @@ def test_captured_fused_moe_bytes_are_tritons_own(vllm, rng, tmp_path, monkeypat
     model = _model(moe, scheme)
     pt = kernels.Point(rng.choice([rng.randint(1, 32), rng.randint(33, 2048)]), 1, tp)
     launches = captured(vllm, target, DECODE, model, pt)
-    ours = [compile_job(jobs.job_of(vllm, la, target.cc_int)).shared for la in launches]
+    ours = [answered(jobs.job_of(vllm, la, target.cc_int)) for la in launches]
     own = [b for _, _, b in tritons_own(vllm, target, DECODE, model, pt, tmp_path, monkeypatch)]
     assert ours == own, (device, moe, scheme, tp)
 

@@ -10,11 +10,10 @@ import re
 from dataclasses import replace
 
 import pytest
-from _engine_own import captured, tritons_own
+from _engine_own import answered, captured, tritons_own
 
 from tileprobe.audit import capture, jobs, kernels, loader, run
 from tileprobe.audit.entries import vllm_gdn
-from tileprobe.backends.triton.compile import compile_job
 from tileprobe.errors import UsageError
 from tileprobe.models import ATTENTION_PRESETS, AttentionConfig, GatedDeltaDims
 from tileprobe.targets import profile
@@ -60,7 +59,7 @@ def test_gdn_launches_compile_to_tritons_own_bytes(vllm, rng, tmp_path, monkeypa
     cut = jobs.kernel_source if entry.compile_from == "extract" else \
         (lambda src, launch: loader.module_source(entry, src, target, launch.kernel))
     for key, la in wanted.items():
-        assert compile_job(jobs.job_of(vllm, la, target.cc_int, cut)).shared == own[key], (target.name, model.gdn,
+        assert answered(jobs.job_of(vllm, la, target.cc_int, cut)) == own[key], (target.name, model.gdn,
                                                                                             pt, key)
 
 

@@ -18,10 +18,11 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, make_backend
 from triton.runtime.jit import JITFunction, create_function_from_signature
 
+from _engine_own import answered
+
 from tileprobe.audit import capture, jobs, kernels, loader
 from tileprobe.audit import vllm_ogs_stand_ins as stand_ins
 from tileprobe.audit.entries import vllm_moe_mxfp4
-from tileprobe.backends.triton.compile import compile_job
 from tileprobe.errors import UsageError
 from tileprobe.models import attention_model
 from tileprobe.targets import profile
@@ -77,7 +78,7 @@ def test_captured_matmul_ogs_bytes_are_tritons_own(vllm, rng, tmp_path, monkeypa
     launches = _capture(vllm, target, model, pt)
     assert any("matmul_ogs" in la.kernel for la in launches)
     cut = lambda s, la: loader.module_source(DECODE, s, target, la.kernel)  # noqa: E731
-    ours = [compile_job(jobs.job_of(vllm, la, target.cc_int, cut), cache_dir=tmp_path / "c").shared
+    ours = [answered(jobs.job_of(vllm, la, target.cc_int, cut), cache_dir=tmp_path / "c")
             for la in launches]
     assert ours == _triton_own_shared(vllm, target, model, pt, tmp_path, monkeypatch), (target.name, pt)
 
