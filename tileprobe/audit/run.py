@@ -35,7 +35,7 @@ from tileprobe.results.writer import recording
 from tileprobe.targets import DEVICE_NAMES, Target, arch_of_name, resolve_target
 from tileprobe.verdict import Verdict
 from tileprobe.triton import sweep as triton_sweep
-from tileprobe.triton.predicted import Policy, prediction_columns
+from tileprobe.triton.predicted import Answers, Policy, prediction_columns
 
 MIN_CC = 80  # the engines' Triton attention paths run on sm_80 and newer
 
@@ -290,11 +290,11 @@ def _remedy(p: Planned, target: Target, variant: Variant | None = None) -> str:
             f"{branch_line(p.launch)}{near}")
 
 
-def _build(planned: list[Planned], configs: list, ans: answers.Plan, opts: AuditOptions, target: Target,
+def _build(planned: list[Planned], configs: list, ans: Answers, opts: AuditOptions, target: Target,
            triton: TritonInstall) -> tuple[list, list]:
     """Each launch's build as the plan says (None: predicted), and per sampled launch the sizing its compile is
     checked against; one progress step per build."""
-    primary, checks = ans.jobs(planned), ans.checks(planned)
+    primary, checks = answers.jobs(ans, planned), answers.checks(ans, planned)
     todo = [(i, j, False) for i, j in enumerate(primary) if j is not None] + \
         [(i, j, True) for i, j in enumerate(checks) if j is not None]
     builds: list = [None] * len(planned)
@@ -344,13 +344,13 @@ def run_audit(opts: AuditOptions) -> Audit:
     ans = answers.plan(planned, opts.policy, triton.version)
     builds, checks = _build(planned, configs, ans, opts, target, triton)
     t2 = time.perf_counter()
-    mismatches = ans.mismatches(builds, checks, [f"{p.launch.kernel} ({p.op()}, {_launch_hash(p)})" for p in planned])
+    mismatches = ans.mismatches(builds, [f"{p.launch.kernel} ({p.op()}, {_launch_hash(p)})" for p in planned], checks)
     outcomes = [outcome(cfg, b, target, triton, p, pr if isinstance(pr, int) else None)
                 for p, cfg, b, pr in zip(planned, configs, builds, ans.predictions)]
     tuned = _tuned_notes(cap.tuned, planned, [o.verdict for o in outcomes], target)
     in_tuned = {i for t in cap.tuned for i in t.planned}
     over = [i for i, o in enumerate(outcomes) if o.verdict is Verdict.SMEM_OVER_LIMIT and i not in in_tuned]
-    answer_one = (lambda j: compile_job(j.compiled(), opts.cache_dir)) if ans.policy.compile_all or ans.unsized \
+    answer_one = (lambda j: compile_job(j.compiled(), opts.cache_dir)) if answers.sizing(opts.policy) \
         else (lambda j: compile_job(j.sized(), opts.cache_dir))
     variants = {i: nearest(planned[i].launch, planned[i].job, target.smem_optin, answer_one) for i in over}
     outcomes = [replace(o, reason=f"{o.reason}; nearest fitting variant: {variants[i].describe()}")

@@ -131,7 +131,8 @@ def run(inputs: Path | None, engine: str | None, wheel: str | None, target_name:
     provenance: dict = {"tool": "tileprobe export triton-configs", "engine": src.label(), "target": target.name,
                         "smem_limit_bytes": target.smem_optin, "arch": arch, "evidence": "compiled, not timed",
                         "answers": {"policy": policy.name, "verify": policy.verify, "verify_seed": None,
-                                    "predicted": 0, "compiled": 0, "cannot_predict": 0, "verified": 0},
+                                    "predicted": 0, "sized": 0, "compiled": 0, "cannot_predict": 0,
+                                    "verified": 0},
                         "rule": __doc__.split("The substitution rule, ")[1].split("\n\n")[0].replace("\n", " "),
                         "files": {}}
     if inp.resolved is not None:

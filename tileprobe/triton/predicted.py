@@ -29,6 +29,7 @@ from tileprobe.predict import triton_moe as predict_tm
 
 NOT_MEASURED = "not measured"  # the CUTLASS rows' word (tileprobe.predict.modeled): a predicted row is not compared
 POW2_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "num_warps")
+PREDICTOR = f"tileprobe.predict.triton_moe (Triton {', '.join(predict_tm.TRITON_VERSIONS)})"
 
 
 def predict_launch(config, source: KernelSource | None, triton_version: str) -> int | CannotPredict:
@@ -85,72 +86,100 @@ class PredictionMismatch(TileprobeError):
 
 @dataclass
 class Answers:
-    """One batch of launches answered: per launch the predictor's answer and whether it is compiled."""
+    """One batch of launches answered: per launch the predictor's answer, whether it is compiled, and (where the
+    caller sizes what the predictor does not answer: the audit) whether Triton's allocation alone answers it."""
     predictions: list  # int | CannotPredict, per launch
     compile: list[bool]  # per launch: compiled (cannot predict, --compile-all, or in the --verify sample)
     sampled: list[bool]  # per launch: compiled as part of the --verify sample
     seed: int | None  # the --verify sample's seed (None: no sample drawn)
     policy: Policy = field(default_factory=Policy)
+    sized: list[bool] | None = None  # per launch: sized by Triton's allocation (tileprobe.backends.triton.allocate)
+    predictor: str = PREDICTOR
+
+    def is_sized(self, i: int) -> bool:
+        """Launch i is answered by Triton's allocation alone (a sampled one is compiled too, and checked with it)."""
+        return bool(self.sized and self.sized[i])
 
     def predicted(self, i: int) -> int | None:
-        """The bytes launch i is answered with, without a compile (None: it is compiled)."""
+        """The bytes launch i is answered with, without a build (None: it is sized or compiled)."""
         p = self.predictions[i]
-        return None if self.compile[i] or not isinstance(p, int) else p
+        return None if self.compile[i] or self.is_sized(i) or not isinstance(p, int) else p
+
+    def word(self, i: int) -> str | None:
+        """How launch i's row is answered: compiled, sized, predicted (None: not answered at all)."""
+        return "compiled" if self.compile[i] else "sized" if self.is_sized(i) else \
+            "predicted" if isinstance(self.predictions[i], int) else None
 
     def counts(self, jobs: list | None = None) -> dict:
-        """How many launches were predicted / compiled / could not be predicted (distinct ones if `jobs` given)."""
+        """How many launches were predicted / sized / compiled / could not be predicted (distinct ones if `jobs`)."""
         idx = list(range(len(self.compile)))
         if jobs is not None:
             idx = list({jobs[i]: i for i in idx if jobs[i] is not None}.values())
-        return {"predicted": sum(not self.compile[i] and isinstance(self.predictions[i], int) for i in idx),
-                "compiled": sum(self.compile[i] for i in idx),
+        words = [self.word(i) for i in idx]
+        return {"predicted": words.count("predicted"), "sized": words.count("sized"),
+                "compiled": words.count("compiled"),
                 "cannot_predict": sum(isinstance(self.predictions[i], CannotPredict) for i in idx),
                 "verified": sum(self.sampled[i] for i in idx)}
 
     def record(self, jobs: list | None = None) -> dict:
         """run.json's / provenance's account of how the launches were answered."""
         return {"policy": self.policy.name, "verify": self.policy.verify, "verify_seed": self.seed,
-                "predictor": f"tileprobe.predict.triton_moe (Triton {', '.join(predict_tm.TRITON_VERSIONS)})",
-                **self.counts(jobs)}
+                "predictor": self.predictor, **self.counts(jobs)}
 
     def mode(self, launched: list[bool] | None = None) -> str:
-        """The evidence the launches' rows carry together: predicted, compiled, or mixed (some of each)."""
-        live = [i for i in range(len(self.compile)) if launched is None or launched[i]]
-        words = {"compiled" if self.compile[i] else "predicted" for i in live
-                 if self.compile[i] or isinstance(self.predictions[i], int)}
+        """The evidence the launches' rows carry together: predicted, sized, compiled, or mixed."""
+        words = {self.word(i) for i in range(len(self.compile)) if launched is None or launched[i]} - {None}
         return words.pop() if len(words) == 1 else "mixed" if words else "compiled"
 
-    def mismatches(self, builds: list, names: list[str]) -> list[str]:
-        """One line per sampled launch whose compile differs from its prediction: launch, predicted, compiled."""
+    def mismatches(self, builds: list, names: list[str], checks: list | None = None) -> list[str]:
+        """One line per sampled launch whose compile differs from its answer: the prediction, or its sizing
+        (`checks[i]`, the sized build of a sampled sized launch)."""
         out, seen = [], set()
         for i, (b, name) in enumerate(zip(builds, names)):
             p = self.predictions[i]
-            if not self.sampled[i] or not isinstance(p, int) or name in seen:
+            if not self.sampled[i] or name in seen:
+                continue
+            if isinstance(p, int):
+                how, said, why = "predicted", p, ""
+            elif self.is_sized(i) and checks is not None:
+                c = checks[i]
+                how, said = "sized", c.shared if isinstance(c, TritonBuild) else None
+                why = f"nothing ({getattr(c, 'line', c)})"
+            else:
                 continue
             got = b.shared if isinstance(b, TritonBuild) else None
-            if got != p:
+            if said != got:
                 seen.add(name)
-                out.append(f"{name}: predicted {p} B, compiled "
+                out.append(f"{name}: {how} " + (f"{said} B" if said is not None else why) + ", compiled "
                            + (f"{got} B" if got is not None else f"nothing ({getattr(b, 'line', b)})"))
         return out
 
 
-def answer(configs: list, jobs: list, source: KernelSource | None, triton_version: str, policy: Policy) -> Answers:
-    """Plan a batch: configs[i] is launch i (jobs[i] its KernelJob, None when it is not compiled at all); equal jobs
-    are one launch for the --verify sample (it draws distinct launches)."""
-    preds = [predict_launch(c, source, triton_version) if j is not None else CannotPredict("not compiled")
-             for c, j in zip(configs, jobs)]
-    compile_ = [j is not None and (policy.compile_all or not isinstance(p, int)) for p, j in zip(preds, jobs)]
+def plan(preds: list, jobs: list, policy: Policy, size: bool = False) -> Answers:
+    """Plan a batch from the predictor's answers: jobs[i] is launch i's KernelJob (None when it is not built at all);
+    equal jobs are one launch for the --verify sample (it draws distinct launches). `size`: a launch the predictor
+    does not answer is sized by Triton's allocation instead of compiled (the audit)."""
+    compile_ = [j is not None and (policy.compile_all or (not isinstance(p, int) and not size))
+                for p, j in zip(preds, jobs)]
+    sized = [j is not None and not c and not isinstance(p, int) for p, j, c in zip(preds, jobs, compile_)] \
+        if size else None
     sampled = [False] * len(jobs)
     seed = None
     if policy.verify:
         seed = policy.seed if policy.seed is not None else random.randrange(2**31)
-        distinct = list(dict.fromkeys(j for j, p, c in zip(jobs, preds, compile_) if j is not None and not c))
+        distinct = list(dict.fromkeys(j for j, c in zip(jobs, compile_) if j is not None and not c))
         picked = set(random.Random(seed).sample(distinct, min(policy.verify, len(distinct))))
         for i, j in enumerate(jobs):
             if j in picked:
                 compile_[i] = sampled[i] = True
-    return Answers(preds, compile_, sampled, seed, policy)
+    return Answers(preds, compile_, sampled, seed, policy, sized)
+
+
+def answer(configs: list, jobs: list, source: KernelSource | None, triton_version: str, policy: Policy) -> Answers:
+    """Plan a batch of triton-moe launches: configs[i] is launch i, jobs[i] its KernelJob (see `plan`)."""
+    preds = [predict_launch(c, source, triton_version) if j is not None else CannotPredict("not compiled")
+             for c, j in zip(configs, jobs)]
+    return plan(preds, jobs, policy)
 
 
 def prediction_columns(pred, build) -> dict:
