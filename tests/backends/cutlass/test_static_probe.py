@@ -12,6 +12,7 @@ from tileprobe.backends.cutlass.static_probe import judge, probe_static
 from tileprobe.targets import profile
 from tileprobe.verdict import Verdict
 
+from _session_draw import modeled_tile_and_schedule, session_rng
 from _tiny_harness import tiny_smem_bytes, write_tiny_harness
 
 pytestmark = pytest.mark.nvcc
@@ -47,9 +48,10 @@ def cfg(tile: str, stages: int = 0, schedule: str = "cooperative", epilogue: str
 
 @pytest.fixture(scope="module")
 def probed(toolchain, request):
-    import random
-
-    rng = random.Random()
+    """One sizes-only unit of random configs (the session's draw: tests/_session_draw.py). After the tests' own seven
+    come the two configs tests/predict/test_modeled.py sweeps (its tile and schedule, both epilogues; none it
+    already holds), so that sweep is served their sizes instead of compiling a unit of its own."""
+    rng = session_rng("sm120-nvfp4 static probe unit")
     tiles = rng.sample(list(FAM.default_tiles), 3)
     pick = rng.choice(tiles)
     t = parse_tile(pick, 4)
@@ -58,6 +60,9 @@ def probed(toolchain, request):
     over = TARGET.smem_optin // per + 1
     configs = [cfg(x) for x in tiles] + [cfg(pick, 2), cfg(pick, 3), cfg(pick, over),
                                           cfg(pick, epilogue="with-c")]
+    tile, sched = modeled_tile_and_schedule()
+    configs += [c for c in (cfg(tile, schedule=sched), cfg(tile, schedule=sched, epilogue="with-c"))
+                if c not in configs]
     outcomes = probe_static(configs, TARGET, toolchain.cutlass, toolchain.nvcc, toolchain.cache, jobs=1,
                             timeout_s=1800)
     print("tiles", tiles, "pick", pick, "over", over)
