@@ -33,3 +33,39 @@ MODELED_TILES = ["128x64x128", "128x128x128", "128x256x64B", "256x128x128"]
 def modeled_tile_and_schedule() -> tuple[str, str]:
     rng = session_rng("sm120-nvfp4 compiled rows")
     return rng.choice(MODELED_TILES), rng.choice(["cooperative", "pingpong"])
+
+
+# The static probe's module unit of sm120-nvfp4 configs (tests/backends/cutlass/test_static_probe.py), which
+# tests/backends/cutlass/test_described.py builds as its batch: whichever of the two runs first in the session
+# compiles it, and the other is served the same build (a config sized in any unit is not compiled again).
+def nvfp4_config(tile: str, stages: int = 0, schedule: str = "cooperative", epilogue: str = "no-c"):
+    from tileprobe.families import Config, parse_tile
+
+    return Config("sm120-nvfp4", parse_tile(tile, 4), schedule, stages, epilogue, False, "sm_120a")
+
+
+def nvfp4_stage_bytes(m: int, n: int, k: int) -> int:
+    """One pipeline stage of the SM120 NVFP4 mainloop, from first principles: A and B tiles of e2m1 (half a byte
+    each) plus ue4m3 scale factors (one byte per 16 elements of K) for at least one 128-row atom of A and of B."""
+    return (m + n) * k // 2 + (max(m, 128) + max(n, 128)) * k // 16
+
+
+def static_probe_unit() -> dict:
+    """Three random default tiles (cooperative, no C, automatic stages); one of them (`pick`) again with 2 and 3
+    stages, with a stage count that overfills the RTX PRO 6000's 101376 B (`over`) and with the C-source epilogue;
+    then test_modeled's two configs, those the unit does not already hold."""
+    from tileprobe.families import FAMILIES, parse_tile
+    from tileprobe.targets import profile
+
+    rng = session_rng("sm120-nvfp4 static probe unit")
+    tiles = rng.sample(list(FAMILIES["sm120-nvfp4"].default_tiles), 3)
+    pick = rng.choice(tiles)
+    t = parse_tile(pick, 4)
+    # Enough stages to overfill 101376 B whatever the fixed part is (the fixed part is under 16 KiB).
+    over = profile("rtx-pro-6000").smem_optin // nvfp4_stage_bytes(t.m, t.n, t.k) + 1
+    cfg = nvfp4_config
+    configs = [cfg(x) for x in tiles] + [cfg(pick, 2), cfg(pick, 3), cfg(pick, over), cfg(pick, epilogue="with-c")]
+    tile, sched = modeled_tile_and_schedule()
+    configs += [c for c in (cfg(tile, schedule=sched), cfg(tile, schedule=sched, epilogue="with-c"))
+                if c not in configs]
+    return {"tiles": tiles, "pick": pick, "over": over, "configs": configs}

@@ -12,7 +12,7 @@ from tileprobe.backends.cutlass.static_probe import judge, probe_static
 from tileprobe.targets import profile
 from tileprobe.verdict import Verdict
 
-from _session_draw import modeled_tile_and_schedule, session_rng
+from _session_draw import nvfp4_stage_bytes, static_probe_unit
 from _tiny_harness import tiny_smem_bytes, write_tiny_harness
 
 pytestmark = pytest.mark.nvcc
@@ -20,10 +20,7 @@ FAM = FAMILIES["sm120-nvfp4"]
 TARGET = profile("rtx-pro-6000")
 
 
-def per_stage_bytes(m: int, n: int, k: int) -> int:
-    """One pipeline stage of the SM120 NVFP4 mainloop, from first principles: A and B tiles of e2m1 (half a byte
-    each) plus ue4m3 scale factors (one byte per 16 elements of K) for at least one 128-row atom of A and of B."""
-    return (m + n) * k // 2 + (max(m, 128) + max(n, 128)) * k // 16
+per_stage_bytes = nvfp4_stage_bytes  # one pipeline stage of the SM120 NVFP4 mainloop, from first principles
 
 
 def _up(x: int, a: int) -> int:
@@ -48,21 +45,15 @@ def cfg(tile: str, stages: int = 0, schedule: str = "cooperative", epilogue: str
 
 @pytest.fixture(scope="module")
 def probed(toolchain, request):
-    """One sizes-only unit of random configs (the session's draw: tests/_session_draw.py). After the tests' own seven
-    come the two configs tests/predict/test_modeled.py sweeps (its tile and schedule, both epilogues; none it
-    already holds), so that sweep is served their sizes instead of compiling a unit of its own."""
-    rng = session_rng("sm120-nvfp4 static probe unit")
-    tiles = rng.sample(list(FAM.default_tiles), 3)
-    pick = rng.choice(tiles)
+    """One sizes-only unit of random configs, the session's draw (tests/_session_draw.py: static_probe_unit): the
+    tests' own seven, then the two configs tests/predict/test_modeled.py sweeps. tests/backends/cutlass/
+    test_described.py builds the same unit as its batch, so whichever runs first compiles it and the other is
+    served its sizes; test_modeled's sweep is served them too."""
+    unit = static_probe_unit()
+    tiles, pick, over, configs = unit["tiles"], unit["pick"], unit["over"], unit["configs"]
     t = parse_tile(pick, 4)
-    per = per_stage_bytes(t.m, t.n, t.k)
-    # Enough stages to overfill 101376 B whatever the fixed part is (the fixed part is under 16 KiB).
-    over = TARGET.smem_optin // per + 1
-    configs = [cfg(x) for x in tiles] + [cfg(pick, 2), cfg(pick, 3), cfg(pick, over),
-                                          cfg(pick, epilogue="with-c")]
-    tile, sched = modeled_tile_and_schedule()
-    configs += [c for c in (cfg(tile, schedule=sched), cfg(tile, schedule=sched, epilogue="with-c"))
-                if c not in configs]
+    assert configs[:7] == [cfg(x) for x in tiles] + [cfg(pick, 2), cfg(pick, 3), cfg(pick, over),
+                                                     cfg(pick, epilogue="with-c")]
     outcomes = probe_static(configs, TARGET, toolchain.cutlass, toolchain.nvcc, toolchain.cache, jobs=1,
                             timeout_s=1800)
     print("tiles", tiles, "pick", pick, "over", over)
