@@ -53,7 +53,9 @@ def nvfp4_stage_bytes(m: int, n: int, k: int) -> int:
 def static_probe_unit() -> dict:
     """Three random default tiles (cooperative, no C, automatic stages); one of them (`pick`) again with 2 and 3
     stages, with a stage count that overfills the RTX PRO 6000's 101376 B (`over`) and with the C-source epilogue;
-    then test_modeled's two configs, those the unit does not already hold."""
+    then, those the unit does not already hold: test_modeled's two configs, and the broken tile of
+    tests/results/test_known_good.py's broken copy and tests/test_pytest_plugin.py's broken file (128x256x128 with
+    4 stages, which cannot fit), which those checks are then served instead of compiling a unit for it."""
     from tileprobe.families import FAMILIES, parse_tile
     from tileprobe.targets import profile
 
@@ -66,6 +68,7 @@ def static_probe_unit() -> dict:
     cfg = nvfp4_config
     configs = [cfg(x) for x in tiles] + [cfg(pick, 2), cfg(pick, 3), cfg(pick, over), cfg(pick, epilogue="with-c")]
     tile, sched = modeled_tile_and_schedule()
-    configs += [c for c in (cfg(tile, schedule=sched), cfg(tile, schedule=sched, epilogue="with-c"))
-                if c not in configs]
+    for c in (cfg(tile, schedule=sched), cfg(tile, schedule=sched, epilogue="with-c"), cfg("128x256x128", 4)):
+        if c not in configs:
+            configs.append(c)
     return {"tiles": tiles, "pick": pick, "over": over, "configs": configs}

@@ -46,7 +46,8 @@ def cfg(tile: str, stages: int = 0, schedule: str = "cooperative", epilogue: str
 @pytest.fixture(scope="module")
 def probed(toolchain, request):
     """One sizes-only unit of random configs, the session's draw (tests/_session_draw.py: static_probe_unit): the
-    tests' own seven, then the two configs tests/predict/test_modeled.py sweeps. tests/backends/cutlass/
+    tests' own seven, then the configs other tests size (test_modeled's two, the known-good checks' broken tile).
+    tests/backends/cutlass/
     test_described.py builds the same unit as its batch, so whichever runs first compiles it and the other is
     served its sizes; test_modeled's sweep is served them too."""
     unit = static_probe_unit()
