@@ -55,7 +55,10 @@ def static_probe_unit() -> dict:
     stages, with a stage count that overfills the RTX PRO 6000's 101376 B (`over`) and with the C-source epilogue;
     then, those the unit does not already hold: test_modeled's two configs, and the broken tile of
     tests/results/test_known_good.py's broken copy and tests/test_pytest_plugin.py's broken file (128x256x128 with
-    4 stages, which cannot fit), which those checks are then served instead of compiling a unit for it."""
+    4 stages, which cannot fit), which those checks are then served instead of compiling a unit for it.
+    `probe` is that list; `unit` is it with test_described's config (the family's first, 128x128x128) at a random
+    place, unless it is there already: the very unit both tests build, so that even when they run at the same time
+    one compiles it and the other waits for it (the build cache's check, lock, check)."""
     from tileprobe.families import FAMILIES, parse_tile
     from tileprobe.targets import profile
 
@@ -71,4 +74,10 @@ def static_probe_unit() -> dict:
     for c in (cfg(tile, schedule=sched), cfg(tile, schedule=sched, epilogue="with-c"), cfg("128x256x128", 4)):
         if c not in configs:
             configs.append(c)
-    return {"tiles": tiles, "pick": pick, "over": over, "configs": configs}
+    unit = list(configs)
+    if cfg(DESCRIBED_FIRST) not in unit:
+        unit.insert(rng.randrange(len(unit) + 1), cfg(DESCRIBED_FIRST))
+    return {"tiles": tiles, "pick": pick, "over": over, "probe": configs, "unit": unit}
+
+
+DESCRIBED_FIRST = "128x128x128"  # test_described's config: the family's first, which the wheel test sizes alone

@@ -15,7 +15,7 @@ from tileprobe.backends.cutlass.static_probe import probe_static
 from tileprobe.families import Config, parse_tile
 from tileprobe.targets import profile
 
-from _session_draw import static_probe_unit
+from _session_draw import DESCRIBED_FIRST, static_probe_unit
 from _tiny_harness import tiny_smem_bytes, write_tiny_harness
 
 pytestmark = pytest.mark.nvcc
@@ -113,17 +113,15 @@ def test_configs_of_two_archs_are_sized_in_units_of_one_arch(toolchain, tmp_path
         BuildRequest("describe", tuple(mixed), with_device=False)
 
 
-def test_a_batchs_record_is_what_the_configs_own_build_prints(toolchain, rng):
+def test_a_batchs_record_is_what_the_configs_own_build_prints(toolchain):
     """Real CUTLASS: what a batch's harness prints for a config is exactly what that config's own single-config sizes
     build prints, index aside (the claim a kept record rests on), and the kept record is that description. The
-    batch: the static probe's unit of random configs (the session's draw, tests/_session_draw.py: test_static_probe.py
-    probes the same configs, so whichever runs first compiles them and the other is served them) with the family's
-    first config (the wheel test sizes it alone: its own build is shared through the session cache) among them, in
-    random order."""
-    first = cfg("128x128x128")
-    unit = static_probe_unit()["configs"]
-    batch = unit if first in unit else unit + [first]
-    batch = tuple(rng.sample(batch, len(batch)))
+    batch: the static probe's unit of random configs, the session's draw (tests/_session_draw.py: test_static_probe.py
+    probes the very same unit, so whichever runs first compiles it and the other is served it), which holds the
+    family's first config at a random place (the wheel test sizes that config alone: its own build is shared through
+    the session cache)."""
+    first = cfg(DESCRIBED_FIRST)
+    batch = tuple(static_probe_unit()["unit"])
 
     def printed(configs: tuple[Config, ...]) -> list[dict]:
         res = build.build(BuildRequest("describe", configs, with_device=False), toolchain.cutlass, toolchain.nvcc,

@@ -47,16 +47,18 @@ def cfg(tile: str, stages: int = 0, schedule: str = "cooperative", epilogue: str
 def probed(toolchain, request):
     """One sizes-only unit of random configs, the session's draw (tests/_session_draw.py: static_probe_unit): the
     tests' own seven, then the configs other tests size (test_modeled's two, the known-good checks' broken tile).
-    tests/backends/cutlass/
-    test_described.py builds the same unit as its batch, so whichever runs first compiles it and the other is
-    served its sizes; test_modeled's sweep is served them too."""
+    The unit probed also holds test_described's config: tests/backends/cutlass/test_described.py builds the very
+    same unit as its batch, so whichever runs first compiles it and the other is served it (or waits for it); the
+    other tests' sweeps and checks are served their configs' sizes too."""
     unit = static_probe_unit()
-    tiles, pick, over, configs = unit["tiles"], unit["pick"], unit["over"], unit["configs"]
+    tiles, pick, over, configs = unit["tiles"], unit["pick"], unit["over"], unit["probe"]
     t = parse_tile(pick, 4)
     assert configs[:7] == [cfg(x) for x in tiles] + [cfg(pick, 2), cfg(pick, 3), cfg(pick, over),
                                                      cfg(pick, epilogue="with-c")]
-    outcomes = probe_static(configs, TARGET, toolchain.cutlass, toolchain.nvcc, toolchain.cache, jobs=1,
-                            timeout_s=1800)
+    probed_unit = probe_static(unit["unit"], TARGET, toolchain.cutlass, toolchain.nvcc, toolchain.cache, jobs=1,
+                               timeout_s=1800)
+    by_key = {o.config.key: o for o in probed_unit}
+    outcomes = [by_key[c.key] for c in configs]  # the tests' configs in their order (the unit holds one more)
     print("tiles", tiles, "pick", pick, "over", over)
     return {"tiles": tiles, "pick": t, "over": over, "out": outcomes}
 
