@@ -55,7 +55,9 @@ def static_probe_unit() -> dict:
     stages, with a stage count that overfills the RTX PRO 6000's 101376 B (`over`) and with the C-source epilogue;
     then, those the unit does not already hold: test_modeled's two configs, and the broken tile of
     tests/results/test_known_good.py's broken copy and tests/test_pytest_plugin.py's broken file (128x256x128 with
-    4 stages, which cannot fit), which those checks are then served instead of compiling a unit for it.
+    4 stages, which cannot fit), which those checks are then served instead of compiling a unit for it, and the
+    two-stage build of test_static_probe's carveout test (256x256xK with 2 stages: the bytes the probe puts on a
+    tile whose automatic carveout has no room for two; the tile's own automatic build, which fails, is that test's).
     `probe` is that list; `unit` is it with test_described's config (the family's first, 128x128x128) at a random
     place, unless it is there already: the very unit both tests build, so that even when they run at the same time
     one compiles it and the other waits for it (the build cache's check, lock, check)."""
@@ -71,7 +73,8 @@ def static_probe_unit() -> dict:
     cfg = nvfp4_config
     configs = [cfg(x) for x in tiles] + [cfg(pick, 2), cfg(pick, 3), cfg(pick, over), cfg(pick, epilogue="with-c")]
     tile, sched = modeled_tile_and_schedule()
-    for c in (cfg(tile, schedule=sched), cfg(tile, schedule=sched, epilogue="with-c"), cfg("128x256x128", 4)):
+    for c in (cfg(tile, schedule=sched), cfg(tile, schedule=sched, epilogue="with-c"), cfg("128x256x128", 4),
+              cfg(f"256x256x{carveout_k()}", 2)):
         if c not in configs:
             configs.append(c)
     unit = list(configs)
@@ -81,3 +84,8 @@ def static_probe_unit() -> dict:
 
 
 DESCRIBED_FIRST = "128x128x128"  # test_described's config: the family's first, which the wheel test sizes alone
+
+
+def carveout_k() -> int:
+    """K of test_static_probe's 256x256xK tile whose automatic carveout has no room for two stages."""
+    return session_rng("sm120-nvfp4 carveout").choice([512, 1024])
