@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from _session_draw import session_seed
 from tileprobe.backends.cutlass.toolchain import find_cutlass, find_nvcc
 
 
@@ -23,6 +24,7 @@ def pytest_configure(config):
     if not os.environ.get("TILEPROBE_TEST_CACHE"):
         os.environ["TILEPROBE_TEST_CACHE"] = _OWN_CACHE[0] = tempfile.mkdtemp(prefix="tileprobe-test-cache-")
     os.environ.setdefault("TILEPROBE_CACHE_DIR", os.environ["TILEPROBE_TEST_CACHE"])
+    session_seed()  # the session's draws (tests/_session_draw.py): drawn here, before the xdist workers start
     _session_bytecode()
 
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from _session_draw import modeled_tile_and_schedule
 
 from tileprobe.predict import modeled
 from tileprobe.families import FAMILIES, expand_configs
@@ -48,9 +49,12 @@ def test_explain_from_the_model_says_so():
 
 
 @pytest.mark.nvcc
-def test_compiled_rows_carry_an_exact_prediction(tmp_path, rng):
-    tile = rng.choice(["128x64x128", "128x128x128", "128x256x64B", "256x128x128"])
-    sched = rng.choice(["cooperative", "pingpong"])
+def test_compiled_rows_carry_an_exact_prediction(tmp_path):
+    """A random tile and schedule (the session's draw: tests/_session_draw.py), both epilogues, sized by nvcc. The
+    static probe's module unit (test_static_probe.py) sizes the same two configs, so in a session that built it
+    first the sweep is served its sizes (a config sized in any unit is not compiled again: described.py)."""
+    tile, sched = modeled_tile_and_schedule()
+    print("tile", tile, "schedule", sched)
     p = subprocess.run([sys.executable, "-m", "tileprobe", "sweep", "--static-only", "--tiles", tile, "--schedules",
                         sched, "--epilogue", "no-c,with-c", "--out", str(tmp_path / "o"), "--json"],
                        capture_output=True, text=True, timeout=1800)

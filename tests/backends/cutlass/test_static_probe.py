@@ -12,6 +12,7 @@ from tileprobe.backends.cutlass.static_probe import judge, probe_static
 from tileprobe.targets import profile
 from tileprobe.verdict import Verdict
 
+from _session_draw import carveout_k, nvfp4_stage_bytes, static_probe_unit
 from _tiny_harness import tiny_smem_bytes, write_tiny_harness
 
 pytestmark = pytest.mark.nvcc
@@ -19,10 +20,7 @@ FAM = FAMILIES["sm120-nvfp4"]
 TARGET = profile("rtx-pro-6000")
 
 
-def per_stage_bytes(m: int, n: int, k: int) -> int:
-    """One pipeline stage of the SM120 NVFP4 mainloop, from first principles: A and B tiles of e2m1 (half a byte
-    each) plus ue4m3 scale factors (one byte per 16 elements of K) for at least one 128-row atom of A and of B."""
-    return (m + n) * k // 2 + (max(m, 128) + max(n, 128)) * k // 16
+per_stage_bytes = nvfp4_stage_bytes  # one pipeline stage of the SM120 NVFP4 mainloop, from first principles
 
 
 def _up(x: int, a: int) -> int:
@@ -47,19 +45,20 @@ def cfg(tile: str, stages: int = 0, schedule: str = "cooperative", epilogue: str
 
 @pytest.fixture(scope="module")
 def probed(toolchain, request):
-    import random
-
-    rng = random.Random()
-    tiles = rng.sample(list(FAM.default_tiles), 3)
-    pick = rng.choice(tiles)
+    """One sizes-only unit of random configs, the session's draw (tests/_session_draw.py: static_probe_unit): the
+    tests' own seven, then the configs other tests size (test_modeled's two, the known-good checks' broken tile).
+    The unit probed also holds test_described's config: tests/backends/cutlass/test_described.py builds the very
+    same unit as its batch, so whichever runs first compiles it and the other is served it (or waits for it); the
+    other tests' sweeps and checks are served their configs' sizes too."""
+    unit = static_probe_unit()
+    tiles, pick, over, configs = unit["tiles"], unit["pick"], unit["over"], unit["probe"]
     t = parse_tile(pick, 4)
-    per = per_stage_bytes(t.m, t.n, t.k)
-    # Enough stages to overfill 101376 B whatever the fixed part is (the fixed part is under 16 KiB).
-    over = TARGET.smem_optin // per + 1
-    configs = [cfg(x) for x in tiles] + [cfg(pick, 2), cfg(pick, 3), cfg(pick, over),
-                                          cfg(pick, epilogue="with-c")]
-    outcomes = probe_static(configs, TARGET, toolchain.cutlass, toolchain.nvcc, toolchain.cache, jobs=1,
-                            timeout_s=1800)
+    assert configs[:7] == [cfg(x) for x in tiles] + [cfg(pick, 2), cfg(pick, 3), cfg(pick, over),
+                                                     cfg(pick, epilogue="with-c")]
+    probed_unit = probe_static(unit["unit"], TARGET, toolchain.cutlass, toolchain.nvcc, toolchain.cache, jobs=1,
+                               timeout_s=1800)
+    by_key = {o.config.key: o for o in probed_unit}
+    outcomes = [by_key[c.key] for c in configs]  # the tests' configs in their order (the unit holds one more)
     print("tiles", tiles, "pick", pick, "over", over)
     return {"tiles": tiles, "pick": t, "over": over, "out": outcomes}
 
@@ -160,8 +159,10 @@ def test_judge_and_occupancy_units():
     assert occ["warps_per_sm"] == 12
 
 
-def test_auto_carveout_with_no_room_for_two_stages_is_explained_in_bytes(toolchain, rng):
-    k = rng.choice([512, 1024])
+def test_auto_carveout_with_no_room_for_two_stages_is_explained_in_bytes(toolchain):
+    """K is the session's draw (tests/_session_draw.py): the probe's module unit sizes the same tile with 2 stages,
+    so the bytes the probe puts on the failed automatic build come from there when that unit was built first."""
+    k = carveout_k()
     c = cfg(f"256x256x{k}")
     (o,) = probe_static([c], TARGET, toolchain.cutlass, toolchain.nvcc, toolchain.cache, jobs=1, timeout_s=1800)
     assert o.verdict is Verdict.SMEM_OVER_LIMIT
