@@ -46,9 +46,13 @@ def _not_installed(dist):
 def test_wheel_then_install_then_cache(cache, tmp_path, rng):
     _not_installed("sglang")
     versions = [f"0.{rng.randrange(4, 9)}.{i}" for i in rng.sample(range(30), 3)]
+    if rng.random() < 0.5 and locate.PINNED["sglang"] not in versions:  # the pinned release among them, or not
+        versions[rng.randrange(3)] = locate.PINNED["sglang"]
     for v in versions:
         _wheel(cache, "sglang", v)
-    newest = max(versions, key=locate.version_key)
+    # with none asked, the pinned release when it is among them (a draw can hit it), else the newest
+    pinned = locate.PINNED["sglang"]
+    newest = pinned if pinned in versions else max(versions, key=locate.version_key)
     assert locate.find_release("sglang").version == newest
     asked = rng.choice(versions)
     assert locate.find_release("sglang", asked).wheel.name.startswith(f"sglang-{asked}-")
