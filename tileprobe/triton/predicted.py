@@ -7,10 +7,12 @@ rule was checked exact, else a CannotPredict saying why (returned, not raised). 
 refuses a BLOCK_SIZE_* or num_warps that is not a power of two (tl.arange and Triton's layouts refuse or change them:
 only a compile can say).
 
-`answer(launches, policy, ...)` plans a batch: by default every launch the predictor answers is answered by it (row
-evidence `predicted`) and only the others are compiled (`compiled`); `Policy.compile_all` compiles every launch (the
-old behaviour); `Policy.verify` N also compiles a random sample of N distinct predicted launches (seeded; the seed is
-printed by the callers and recorded) and names each whose compiled bytes differ (`Answers.mismatches`). A compiled
+`plan(predictions, jobs, policy, size=...)` plans a batch for every caller (`answer` is triton-moe's, asking
+predict_launch first; tileprobe.audit.answers asks its entries' rules): by default every launch the predictor
+answers is answered by it (row evidence `predicted`) and the others are compiled (`compiled`), or, with `size`
+(the audit), sized by Triton's allocation alone (`sized`, tileprobe.backends.triton.allocate);
+`Policy.compile_all` compiles every launch (the old behaviour); `Policy.verify` N also compiles a random sample of N
+distinct predicted (or sized) launches (seeded; the seed is printed by the callers and recorded) and names each whose compiled bytes differ (`Answers.mismatches`). A compiled
 row also carries what the predictor said (`prediction_columns`): the bytes and `exact` / `MODEL ERROR: ...`, or
 `cannot predict: <why>`, the CUTLASS rows' columns.
 """

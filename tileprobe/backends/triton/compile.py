@@ -10,6 +10,9 @@ Registers and spills are what Triton's driver reads after loading the cubin (dri
 CU_FUNC_ATTRIBUTE_NUM_REGS, and LOCAL_SIZE_BYTES / 4 as n_spills); with no driver they are read from the cubin by the
 bundled cuobjdump (--dump-resource-usage: REG, LOCAL).
 
+A job with `upto="allocate"` (KernelJob.sized) stops where Triton decides metadata.shared
+(tileprobe.backends.triton.allocate): the same bytes, no PTX or cubin, so no registers or spills (evidence `sized`).
+
 Results are cached by content (kernel module text, Triton version, arguments, options, target, and the environment
 Triton's compiler reads: `compile_env`) in the user cache dir: an entry is built in a temporary folder and renamed
 into place, under a file lock. The failure policy is the CUTLASS build cache's: a broken entry (unreadable
