@@ -13,7 +13,8 @@ answers is answered by it (row evidence `predicted`) and the others are compiled
 (the audit), sized by Triton's allocation alone (`sized`, tileprobe.backends.triton.allocate);
 `Policy.compile_all` compiles every launch (the old behaviour); `Policy.verify` N also compiles a random sample of N
 distinct predicted (or sized) launches (seeded; the seed is printed by the callers and recorded) and names each
-whose compiled bytes differ (`Answers.mismatches`). A compiled row also carries what the predictor said (`prediction_columns`): the bytes and `exact` / `MODEL ERROR: ...`, or
+whose compiled bytes differ (`Answers.mismatches`). A compiled row also carries what the predictor said
+(`prediction_columns`): the bytes and `exact` / `MODEL ERROR: ...`, or
 `cannot predict: <why>`, the CUTLASS rows' columns.
 """
 
