@@ -197,7 +197,10 @@ def test_one_host_half_serves_a_batch_and_a_batch_that_fails_is_built_config_by_
         if len(req.configs) > 1 and not batch_builds or req.configs == (bad,) and not batch_builds:
             return BuildResult(req, False, None, "run.cu(12): error: harness-only failure", 1.0, False, [])
         descs = [dict(_desc(smem[c.key]), index=i) for i, c in enumerate(req.configs)]
-        exe = fake_harness(tmp_path, {}, name=f"h{len(requests)}", describe=descs)
+        # named by what it holds: builds run on threads, so a name from len(requests) could be read after another
+        # build's append and two harnesses would share one file
+        exe = fake_harness(tmp_path, {}, name="h" + "_".join(str(configs.index(c)) for c in req.configs),
+                           describe=descs)
         return BuildResult(req, True, exe, "", 0.1, False, [])
 
     monkeypatch.setattr(pipeline, "build", fake_build)
