@@ -47,7 +47,7 @@ import math
 import re
 import types
 
-from tileprobe.audit import vllm_stand_ins
+from tileprobe.audit import mamba_rule, vllm_stand_ins
 from tileprobe.audit.entry import TORCH, AuditKernel, Point, empty, indptr, torch
 from tileprobe.engines.triton_configs import EngineSource
 from tileprobe.errors import UsageError
@@ -226,18 +226,20 @@ def has_ssm(model: AttentionConfig) -> str | None:
     return None if model.ssm else "no Mamba-2 layers (config.json hybrid_override_pattern has no M)"
 
 
-def _entry(name, module, launcher, allow, arguments, dtype_rule):
+def _entry(name, module, launcher, allow, arguments, dtype_rule, predict=None):
     return AuditKernel(name, "vllm", "0.33.0", OPS + module, launcher, allow, STAND_INS, arguments, has_ssm,
-                       dtype_rule, windowed=False, compile_from="module")
+                       dtype_rule, windowed=False, compile_from="module", predict=predict)
 
 
 _SCAN_DTYPE = ("x/B/C/dt in the model's dtype; A, dA_cumsum, chunk states and CB in fp32; the states passed and "
                "written in the SSM cache's dtype (fp32 for Nemotron-H)")
 ENTRIES = (
     _entry("vllm-mamba2-chunk-scan", "ssd_combined", "mamba_chunk_scan_combined_varlen", SCAN_ALLOW,
-           lambda model, pt: _scan(model, pt, False), _SCAN_DTYPE + "; a fresh prefill (no initial states)"),
+           lambda model, pt: _scan(model, pt, False), _SCAN_DTYPE + "; a fresh prefill (no initial states)",
+           mamba_rule.predict),
     _entry("vllm-mamba2-chunk-scan-continued", "ssd_combined", "mamba_chunk_scan_combined_varlen", SCAN_ALLOW,
-           lambda model, pt: _scan(model, pt, True), _SCAN_DTYPE + "; a continued prefill (initial states)"),
+           lambda model, pt: _scan(model, pt, True), _SCAN_DTYPE + "; a continued prefill (initial states)",
+           mamba_rule.predict),
     _entry("vllm-mamba2-causal-conv1d", "causal_conv1d", "causal_conv1d_fn", CONV_ALLOW, _vllm_conv1d,
            "the model's dtype (x is cast to the conv state's, the model's dtype)"),
     _entry("vllm-mamba2-causal-conv1d-update", "causal_conv1d", "causal_conv1d_update", CONV_ALLOW,
