@@ -31,6 +31,9 @@ share space (the largest phase counts). Sizes: e = the activations' element size
      BLOCK_SIZE_DSTATE.
    - the K loop: (S - 1) * (BM*BK*f [CB, fp32] + BK*BN*e [x] + 2*BK*f [dA_cumsum, dt]) pipelined, plus BM*BK*e: CB,
      scaled in registers and cast to x's dtype, reaches the MMA through a conversion buffer.
+   At num_stages 1 nothing in the K loop is pipelined: its buffers (CB's conversion BM*BK*e, x's one BK*BN*e) are
+   no larger than the state dot's while BK <= DS, so the state dot's bytes are the answer (checked on 36 random
+   launches and the captured ones); BK > DS at num_stages 1 is CannotPredict.
 
 CannotPredict, because measurements found the rules wrong there or nothing checked them:
 - _chunk_cumsum_fwd_kernel (no stated rule: its one tl.cumsum along the chunk, over a tile whose contiguous axis is
@@ -38,7 +41,7 @@ CannotPredict, because measurements found the rules wrong there or nothing check
   threads and warps; the measured bytes follow no rule found yet);
 - a tl.dot operand tile under 4 B per thread (BLOCK*BK*e < 4 * 32 * num_warps): not pipelined, and whether its
   one copy shares space with the other buffers was not modelled;
-- num_stages 1 (nothing pipelined: measured different, not modelled for every kernel);
+- num_stages 1 for _bmm_chunk / _chunk_state (nothing pipelined: measured different, not modelled);
 - an epilogue tile (BM*BN of the output dtype) larger than the loop's bytes: its layout conversion may then be the
   larger allocation (measured: _chunk_state 64x32x16 with 4 warps is the fp32 tile, 8192 B);
 - _chunk_scan with dstate > 128 (a second K loop), HAS_Z, IS_CAUSAL False, or other dtypes;
@@ -87,14 +90,14 @@ def _check_scope(kernel: str, triton_version: str, source_sha256: str, cc: int) 
                             "(wgmma / tcgen05 keep other buffers); size it")
 
 
-def _dot_scope(p: dict, blocks: tuple[str, ...]) -> None:
+def _dot_scope(p: dict, blocks: tuple[str, ...], stages: tuple[int, ...] = STAGES) -> None:
     odd = [f"{k}={p[k]}" for k in blocks if p[k] not in BLOCKS]
     if odd:
         raise CannotPredict(f"{', '.join(odd)}: the rules were checked for blocks {BLOCKS}; size it")
     if p["num_warps"] not in WARPS:
         raise CannotPredict(f"num_warps {p['num_warps']}: checked for {WARPS}; size it")
-    if p["num_stages"] not in STAGES:
-        raise CannotPredict(f"num_stages {p['num_stages']}: checked for {STAGES} (at 1 nothing is pipelined, not "
+    if p["num_stages"] not in stages:
+        raise CannotPredict(f"num_stages {p['num_stages']}: checked for {stages} (at 1 nothing is pipelined, not "
                             "modelled); size it")
     bad = [k for k, v in p.items() if k.endswith("_dtype") and v is not None and v not in ACTIVATIONS and v != "fp32"]
     if bad:
@@ -145,7 +148,7 @@ def chunk_state(p: dict) -> int:
 
 def chunk_scan(p: dict) -> int:
     """Rule 4 (_chunk_scan_fwd_kernel)."""
-    _dot_scope(p, ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "BLOCK_SIZE_DSTATE"))
+    _dot_scope(p, ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "BLOCK_SIZE_DSTATE"), (1, *STAGES))
     bm, bn, bk, ds, w, s = (p[k] for k in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "BLOCK_SIZE_DSTATE",
                                            "num_warps", "num_stages"))
     if ds > 128:
@@ -163,6 +166,11 @@ def chunk_scan(p: dict) -> int:
     for name, elems in (("x", bk * bn), ("C", bm * ds)):
         _thin(name, elems, e, w)
     state = bm * ds * e + ds * bn * (F32 if p["HAS_INITSTATES"] else e)
+    if s == 1:
+        if bk > ds:
+            raise CannotPredict(f"num_stages 1 with BLOCK_SIZE_K {bk} > BLOCK_SIZE_DSTATE {ds}: the unpipelined K "
+                                "loop may then outgrow the state dot, not checked; size it")
+        return _epilogue(state, bm * bn * p["out_size"], "out")
     loop = (s - 1) * (bm * bk * F32 + bk * bn * e + 2 * bk * F32) + bm * bk * e
     return _epilogue(max(state, loop), bm * bn * p["out_size"], "out")
 
