@@ -17,8 +17,7 @@ share space (the largest phase counts). Sizes: e = the activations' element size
    stages, HAS_INITSTATES).
 2. _bmm_chunk_fwd_kernel (C = a @ b^T over K = dstate): the K loop's two tl.dot operands, a (BM x BK) and b (BK x BN),
    each (num_stages - 1) buffers of e bytes an element: (S - 1) * (BM*BK + BK*BN) * e. The loop's trip count is the
-   constexpr cdiv(K, BK); when it is 1 the loop is not pipelined and each operand takes one buffer. The epilogue's
-   fp32 tile is converted for the store after the loop's buffers die (its scratch shares their space).
+   constexpr cdiv(K, BK); when it is 1 the loop is not pipelined and each operand takes one buffer.
 3. _chunk_state_fwd_kernel (states = x @ (b * scale) over the chunk): per stage, x (BM x BK, e), b (BK x BN, e) and
    the two fp32 vectors dA_cumsum and dt (BK each) are pipelined: (S - 1) * (BM*BK*e + BK*BN*e + 2*BK*f). b is
    scaled in registers, so it reaches the MMA through one more conversion buffer: BK*BN*e; except where BK >= 32 *
@@ -34,6 +33,12 @@ share space (the largest phase counts). Sizes: e = the activations' element size
    At num_stages 1 nothing in the K loop is pipelined: its buffers (CB's conversion BM*BK*e, x's one BK*BN*e) are
    no larger than the state dot's while BK <= DS, so the state dot's bytes are the answer (checked on 36 random
    launches and the captured ones); BK > DS at num_stages 1 is CannotPredict.
+5. The epilogue (all three dot kernels): the fp32 accumulator is converted to the store's layout after the loop's
+   buffers die, so its scratch shares their space and the loop's bytes are the answer wherever the scratch cannot be
+   larger. The scratch is never larger than the output tile (BM*BN times the output's element size); for
+   _bmm_chunk's and _chunk_state's fp32 outputs it was also never larger than 16384 B with 2 warps and 32768 B with
+   4 or 8 (EPILOGUE_BOUND: the largest measured over every BM, BN in 16..256 with the smallest loop, BK 16, where
+   the conversion is the larger allocation). Where that bound exceeds the loop's bytes: CannotPredict.
 
 CannotPredict, because measurements found the rules wrong there or nothing checked them:
 - _chunk_cumsum_fwd_kernel (no stated rule: its one tl.cumsum along the chunk, over a tile whose contiguous axis is
@@ -42,8 +47,9 @@ CannotPredict, because measurements found the rules wrong there or nothing check
 - a tl.dot operand tile under 4 B per thread (BLOCK*BK*e < 4 * 32 * num_warps): not pipelined, and whether its
   one copy shares space with the other buffers was not modelled;
 - num_stages 1 for _bmm_chunk / _chunk_state (nothing pipelined: measured different, not modelled);
-- an epilogue tile (BM*BN of the output dtype) larger than the loop's bytes: its layout conversion may then be the
-  larger allocation (measured: _chunk_state 64x32x16 with 4 warps is the fp32 tile, 8192 B);
+- an epilogue whose rule-5 bound exceeds the loop's bytes: its layout conversion may then be the larger allocation
+  (measured: _chunk_state 64x32x16 with 4 warps is the whole fp32 tile, 8192 B; _bmm_chunk 128x256 with 4 warps is
+  an eighth of it, 16384 B), and its size is not modelled;
 - _chunk_scan with dstate > 128 (a second K loop), HAS_Z, IS_CAUSAL False, or other dtypes;
 - any other capability (sm_90 / sm_100 use wgmma / tcgen05, which keep num_stages buffers and more), Triton release
   or engine file.
@@ -73,6 +79,8 @@ WARPS = (2, 4, 8)
 STAGES = (2, 3, 4, 5)
 ACTIVATIONS = {"bf16": 2, "fp16": 2}
 F32 = 4
+# rule 5: the largest fp32 epilogue conversion measured per num_warps, over every BM, BN in BLOCKS
+EPILOGUE_BOUND = {2: 16384, 4: 32768, 8: 32768}
 
 
 def _check_scope(kernel: str, triton_version: str, source_sha256: str, cc: int) -> None:
@@ -111,10 +119,14 @@ def _thin(name: str, elems: int, elem: int, warps: int) -> None:
                             "pipelined, and whether its copy shares space is not modelled; size it")
 
 
-def _epilogue(loop: int, tile: int, what: str) -> int:
-    if tile > loop:
-        raise CannotPredict(f"the {what} output tile ({tile} B) outgrows the loop's {loop} B: the epilogue's layout "
-                            "conversion may then be the larger allocation, not modelled; size it")
+def _epilogue(loop: int, bm: int, bn: int, out_size: int, warps: int, what: str, measured: bool = False) -> int:
+    """Rule 5: the loop's bytes, where the epilogue's conversion of the output tile cannot outgrow them (`measured`:
+    the kernel's fp32 epilogue whose conversion was measured over the whole block scope)."""
+    tile = bm * bn * out_size
+    bound = min(tile, EPILOGUE_BOUND[warps]) if measured and out_size == F32 else tile
+    if bound > loop:
+        raise CannotPredict(f"the {bm}x{bn} {what} output tile's layout conversion (up to {bound} B) may outgrow the "
+                            f"loop's {loop} B, and its own size is not modelled; size it")
     return loop
 
 
@@ -129,7 +141,7 @@ def bmm(p: dict) -> int:
     for name, elems in (("a", bm * bk), ("b", bk * bn)):
         _thin(name, elems, e, w)
     buffers = s - 1 if -(-p["K"] // bk) > 1 else 1
-    return _epilogue(buffers * (bm * bk + bk * bn) * e, bm * bn * p["out_size"], "CB")
+    return _epilogue(buffers * (bm * bk + bk * bn) * e, bm, bn, p["out_size"], w, "CB", measured=True)
 
 
 def chunk_state(p: dict) -> int:
@@ -143,7 +155,7 @@ def chunk_state(p: dict) -> int:
         _thin(name, elems, e, w)
     convert = bk * F32 if bk >= 32 * w else bk * bn * e
     loop = (s - 1) * (bm * bk * e + bk * bn * e + 2 * bk * F32) + convert
-    return _epilogue(loop, bm * bn * p["out_size"], "states")
+    return _epilogue(loop, bm, bn, p["out_size"], w, "states", measured=True)
 
 
 def chunk_scan(p: dict) -> int:
@@ -170,9 +182,9 @@ def chunk_scan(p: dict) -> int:
         if bk > ds:
             raise CannotPredict(f"num_stages 1 with BLOCK_SIZE_K {bk} > BLOCK_SIZE_DSTATE {ds}: the unpipelined K "
                                 "loop may then outgrow the state dot, not checked; size it")
-        return _epilogue(state, bm * bn * p["out_size"], "out")
+        return _epilogue(state, bm, bn, p["out_size"], w, "out")
     loop = (s - 1) * (bm * bk * F32 + bk * bn * e + 2 * bk * F32) + bm * bk * e
-    return _epilogue(max(state, loop), bm * bn * p["out_size"], "out")
+    return _epilogue(max(state, loop), bm, bn, p["out_size"], w, "out")
 
 
 RULES = {"_bmm_chunk_fwd_kernel": bmm, "_chunk_state_fwd_kernel": chunk_state, "_chunk_scan_fwd_kernel": chunk_scan,
