@@ -19,10 +19,11 @@ from tileprobe.predict import CannotPredict
 from tileprobe.predict import triton_ssd as rule
 
 SIZES = {"bf16": 2, "fp16": 2, "fp32": 4}
-BLOCKS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "BLOCK_SIZE_DSTATE")
-FLAGS = ("HAS_INITSTATES", "HAS_Z", "IS_CAUSAL", "K")
+BLOCKS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "BLOCK_SIZE_DSTATE", "BLOCK_SIZE_H", "BLOCK_SIZE_CHUNK")
+FLAGS = ("HAS_INITSTATES", "HAS_Z", "IS_CAUSAL", "K", "chunk_size", "nheads")
 POINTERS = {"a_dtype": "a_ptr", "b_dtype": "b_ptr", "x_dtype": "x_ptr", "C_dtype": "C_ptr", "cb_dtype": "cb_ptr",
-            "states_dtype": "states_ptr", "init_dtype": "initstates_ptr"}
+            "states_dtype": "states_ptr", "init_dtype": "initstates_ptr", "dt_dtype": "dt_ptr",
+            "dt_out_dtype": "dt_out_ptr", "dA_dtype": "dA_cumsum_ptr"}
 OUTPUT = {"_bmm_chunk_fwd_kernel": "out_ptr", "_chunk_state_fwd_kernel": "states_ptr",
           "_chunk_scan_fwd_kernel": "out_ptr"}
 

@@ -40,10 +40,17 @@ share space (the largest phase counts). Sizes: e = the activations' element size
    4 or 8 (EPILOGUE_BOUND: the largest measured over every BM, BN in 16..256 with the smallest loop, BK 16, where
    the conversion is the larger allocation). Where that bound exceeds the loop's bytes: CannotPredict.
 
+6. _chunk_cumsum_fwd_kernel (no tl.dot): dt is loaded as a BLOCK_SIZE_H x BLOCK_SIZE_CHUNK tile whose contiguous
+   axis is the heads (v = min(16 B / dt's element size, BLOCK_SIZE_H) heads a thread), while tl.cumsum along the
+   chunk and the two fp32 stores (dt_out, dA_cumsum: chunk contiguous) use the chunk-contiguous layout. The fp32
+   tile is converted between them through shared memory in rounds of BLOCK_SIZE_H x min(BLOCK_SIZE_CHUNK,
+   128 * num_warps / v) values: BH * min(BC, 128 * W / v) * f. The scan's cross-warp scratch is smaller and not
+   live at the same time. Checked for BLOCK_SIZE_H 2..64, BLOCK_SIZE_CHUNK 32..256, 4 or 8 warps, nheads >=
+   BLOCK_SIZE_H, bf16 / fp16 / fp32 dt, with and without dt_bias and softplus, where every thread holds at least one
+   whole vector (BH * BC >= 32 * W * v); elsewhere (a 1-head tile, 1 or 2 warps with 64 heads) it measured
+   otherwise.
+
 CannotPredict, because measurements found the rules wrong there or nothing checked them:
-- _chunk_cumsum_fwd_kernel (no stated rule: its one tl.cumsum along the chunk, over a tile whose contiguous axis is
-  the heads, takes scan / conversion scratch that depends on how the layout splits BLOCK_SIZE_H x chunk over
-  threads and warps; the measured bytes follow no rule found yet);
 - a tl.dot operand tile under 4 B per thread (BLOCK*BK*e < 4 * 32 * num_warps): not pipelined, and whether its
   one copy shares space with the other buffers was not modelled;
 - num_stages 1 for _bmm_chunk / _chunk_state (nothing pipelined: measured different, not modelled);
@@ -73,7 +80,8 @@ CHECKED = {
 }
 TRITON_VERSIONS = tuple(dict.fromkeys(v for v, _ in CHECKED))
 CCS = (120, 121)
-KERNELS = ("_state_passing_fwd_kernel", "_bmm_chunk_fwd_kernel", "_chunk_state_fwd_kernel", "_chunk_scan_fwd_kernel")
+KERNELS = ("_state_passing_fwd_kernel", "_bmm_chunk_fwd_kernel", "_chunk_state_fwd_kernel", "_chunk_scan_fwd_kernel",
+           "_chunk_cumsum_fwd_kernel")
 BLOCKS = (16, 32, 64, 128, 256)
 WARPS = (2, 4, 8)
 STAGES = (2, 3, 4, 5)
@@ -81,6 +89,9 @@ ACTIVATIONS = {"bf16": 2, "fp16": 2}
 F32 = 4
 # rule 5: the largest fp32 epilogue conversion measured per num_warps, over every BM, BN in BLOCKS
 EPILOGUE_BOUND = {2: 16384, 4: 32768, 8: 32768}
+CUMSUM_H = (2, 4, 8, 16, 32, 64)  # the autotune list of vLLM 0.33.0 (and 2..64 checked)
+CUMSUM_CHUNK = (32, 64, 128, 256)
+CUMSUM_WARPS = (4, 8)
 
 
 def _check_scope(kernel: str, triton_version: str, source_sha256: str, cc: int) -> None:
@@ -187,7 +198,30 @@ def chunk_scan(p: dict) -> int:
     return _epilogue(max(state, loop), bm, bn, p["out_size"], w, "out")
 
 
-RULES = {"_bmm_chunk_fwd_kernel": bmm, "_chunk_state_fwd_kernel": chunk_state, "_chunk_scan_fwd_kernel": chunk_scan,
+def cumsum(p: dict) -> int:
+    """Rule 6 (_chunk_cumsum_fwd_kernel)."""
+    bh, bc, w = p["BLOCK_SIZE_H"], p["BLOCK_SIZE_CHUNK"], p["num_warps"]
+    if bh not in CUMSUM_H or bc not in CUMSUM_CHUNK:
+        raise CannotPredict(f"BLOCK_SIZE_H {bh}, BLOCK_SIZE_CHUNK {bc}: checked for {CUMSUM_H} x {CUMSUM_CHUNK}; "
+                            "size it")
+    if w not in CUMSUM_WARPS:
+        raise CannotPredict(f"num_warps {w}: the cumsum rule was checked for {CUMSUM_WARPS} (at 1 or 2 warps with "
+                            "64 heads it measured less); size it")
+    if not p["chunk_size"] <= bc or p["nheads"] < bh:
+        raise CannotPredict(f"chunk_size {p['chunk_size']} over BLOCK_SIZE_CHUNK {bc}, or {p['nheads']} heads under "
+                            f"BLOCK_SIZE_H {bh}: not checked; size it")
+    sizes = {**ACTIVATIONS, "fp32": F32}
+    if p["dt_dtype"] not in sizes or p["dt_out_dtype"] != "fp32" or p["dA_dtype"] != "fp32":
+        raise CannotPredict(f"dt {p['dt_dtype']}, dt_out {p['dt_out_dtype']}, dA_cumsum {p['dA_dtype']}: checked "
+                            "for bf16 / fp16 / fp32 dt and fp32 outputs; size it")
+    v = min(16 // sizes[p["dt_dtype"]], bh)
+    if bh * bc < 32 * w * v:
+        raise CannotPredict(f"a {bh}x{bc} tile with {w} warps holds under one {v}-element vector per thread: the "
+                            "layouts replicate, not modelled; size it")
+    return bh * min(bc, 128 * w // v) * F32
+
+
+RULES = {"_chunk_cumsum_fwd_kernel": cumsum, "_bmm_chunk_fwd_kernel": bmm, "_chunk_state_fwd_kernel": chunk_state, "_chunk_scan_fwd_kernel": chunk_scan,
          "_state_passing_fwd_kernel": lambda p: 0}
 
 
