@@ -2,7 +2,7 @@
 
 The launches are the ones `tileprobe audit` captures for a Nemotron-H model (vLLM's own launchers under the
 rtx-pro-6000 stand-in), drawn at random each run, and random variations of them (blocks, warps, stages, activation
-dtype, HAS_INITSTATES) within the rules' scope; each is sized by Triton 3.8.0's own passes up to
+dtype, HAS_INITSTATES, head dim / state size / chunk size) within the rules' scope; each is sized by Triton 3.8.0's own passes up to
 AllocateSharedMemory, and one is compiled in full. Skipped without Triton or the vLLM wheel.
 """
 
@@ -67,6 +67,11 @@ def _random_changes(rng, launch: Launch) -> dict:
         a = launch.arg(ptr)
         if isinstance(a, TensorArg) and a.dtype in ("bf16", "fp16"):
             changes[ptr] = dataclasses.replace(a, dtype=dt)
+    if rng.random() < 0.5:  # another model's Mamba-2 dimensions (the constexprs the launcher passes)
+        dstate, chunk = rng.choice([32, 64, 128]), rng.choice([64, 128, 256])
+        dims = {"hdim": rng.choice([32, 64, 128]), "dstate": dstate, "K": dstate, "BLOCK_SIZE_DSTATE": dstate,
+                "chunk_size": chunk, "BLOCK_SIZE_CHUNK": chunk}
+        changes |= {k: v for k, v in dims.items() if launch.arg(k) is not None}
     if launch.kernel == "_chunk_cumsum_fwd_kernel":
         changes["BLOCK_SIZE_H"] = rng.choice([2, 4, 8, 16, 32, 64])
         changes["dt_ptr"] = dataclasses.replace(launch.arg("dt_ptr"), dtype=rng.choice(["bf16", "fp16", "fp32"]))
