@@ -10,7 +10,7 @@ import sys
 
 from _synth import add_runtime, make_static, meta_for, write_set
 
-from tileprobe.reports.markdown import render_report
+from tileprobe.reports.markdown import markdown_table, render_report
 from tileprobe.results.writer import csv_columns, load_rows
 from tileprobe.results.resultset import best_by_point, label
 
@@ -207,3 +207,17 @@ def test_csv_says_swap_as_the_report_does(tmp_path, rng):
     text = render_report(tmp_path).read_text()
     for r in static:
         assert re.search(rf"\| {r['tile']} .*\| {'on' if r['swap_ab'] else 'off'} ", text)
+
+
+def test_markdown_tables_write_bytes_as_written_and_none_as_blank(rng):
+    """A column of byte counts with a row that has none (an unsupported config) stays integers: no "89088.0", no
+    "nan" (a DataFrame would turn the column into floats), and text cells are not parsed as numbers."""
+    sizes = [rng.randrange(1, 300) * 1024 for _ in range(rng.randint(2, 6))]
+    gap = rng.randrange(len(sizes))
+    recs = [{"config": f"0{i}x{rng.randint(1, 9)}", "SharedStorage (bytes)": None if i == gap else s}
+            for i, s in enumerate(sizes)]
+    rows = markdown_table(recs).splitlines()[2:]
+    cells = [[c.strip() for c in r.strip("|").split("|")] for r in rows]
+    assert [c[0] for c in cells] == [r["config"] for r in recs]  # "01x3" kept as written
+    assert [c[1] for c in cells] == ["" if i == gap else str(s) for i, s in enumerate(sizes)]
+    assert markdown_table([]) == "_(none)_"

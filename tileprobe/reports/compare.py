@@ -6,12 +6,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from tileprobe.lazy import LazyModule
 from tileprobe.results.writer import row_key
 from tileprobe.families import SCHEDULE_SHORT
 from tileprobe.results.resultset import ResultSet, evidence_statement, kind_of, label, stages_text
-
-pd = LazyModule("pandas")  # loaded at first use: --help and bad-input errors never wait for it
+from tileprobe.reports.markdown import markdown_table
 
 DEFAULT_NOISE = 0.03
 
@@ -108,7 +106,7 @@ def _point(r: dict) -> str:
 
 
 def _table(recs: list[dict]) -> str:
-    return pd.DataFrame(recs).to_markdown(index=False, disable_numparse=True) if recs else "_(none)_"
+    return markdown_table(recs)
 
 
 def _side(rs: ResultSet) -> dict:

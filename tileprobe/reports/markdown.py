@@ -16,7 +16,9 @@ from tileprobe.reports.tactics_report import tactics_section
 from tileprobe.results.resultset import (ResultSet, best_by_point, evidence_statement, evidence_words, label, load,
                                 stages_text)
 
-pd = LazyModule("pandas")  # loaded at first use: --help and bad-input errors never wait for it
+# tabulate draws the markdown tables (pandas' to_markdown is tabulate behind a DataFrame, and pandas alone takes half
+# a second to import: every sweep writes a report); loaded at first use: --help and bad-input errors never wait for it
+tabulate = LazyModule("tabulate")
 
 REPORT_NAME = "report.md"
 CHART_GLOBS = ("smem__*.png", "throughput__*.png")
@@ -58,10 +60,11 @@ def _spec(rs: ResultSet) -> ReportSpec:
     return report_spec(rs.rows)
 
 
-def _table(records: list[dict]) -> str:
+def markdown_table(records: list[dict]) -> str:
+    """A pipe table of the records (keys as headers, values as written: no number parsing), or "_(none)_"."""
     if not records:
         return "_(none)_"
-    return pd.DataFrame(records).to_markdown(index=False, disable_numparse=True)
+    return tabulate.tabulate(records, headers="keys", tablefmt="pipe", disable_numparse=True)
 
 
 def _slug(text: str) -> str:
@@ -201,7 +204,7 @@ def verdict_section(rs: ResultSet, target: str | None) -> list[str]:
     return [f"## Verdicts{f' on {target}' if target else ''} (opt-in limit {limit} B)", "",
             f"{summary} Evidence of `fits`/`smem-over-limit`: "
             f"{evidence_text([r for r in rows if r.get('verdict') in ('fits', 'smem-over-limit')], spec.evidence)}"
-            f"{spec.not_launched}{spec.verdict_after}", "", _table(recs), ""]
+            f"{spec.not_launched}{spec.verdict_after}", "", markdown_table(recs), ""]
 
 
 def throughput_section(rs: ResultSet) -> list[str]:
@@ -241,7 +244,7 @@ def throughput_section(rs: ResultSet) -> list[str]:
                 rec["best GB/s"] = _cell(rk[0].get("gbps") if rk else None, 0)
                 rec["best % copy"] = _cell(rk[0].get("pct_copy_bw") if rk else None, 1)
                 best_recs.append(rec)
-        lines += [spec.best_caption, "", _table(best_recs), ""]
+        lines += [spec.best_caption, "", markdown_table(best_recs), ""]
         marked = []
         best_cfg = {(b, e): (ranked.get((tgt, wl, gemm, routing, b, e)) or [{}])[0].get("config")
                     for b in batches for e in epis}
@@ -251,7 +254,7 @@ def throughput_section(rs: ResultSet) -> list[str]:
                 best_cfg.get((r.get("batch"), r.get("epilogue"))) == r.get("config") else ""
             marked.append(dict(r, _best=mark))
         recs = _records(spec.runtime_table, marked)
-        lines += ["<details><summary>all rows</summary>", "", _table(recs), "", "</details>", ""]
+        lines += ["<details><summary>all rows</summary>", "", markdown_table(recs), "", "</details>", ""]
     return lines
 
 
