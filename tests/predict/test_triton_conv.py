@@ -117,7 +117,7 @@ def _draw(rng, captured, kernel: str, vary: bool):
 @pytest.mark.triton
 @pytest.mark.parametrize("kernel", RULED)
 def test_rule_equals_tritons_allocation(kernel, captured, rng, tmp_path):
-    for vary in (False, True, True):
+    for vary in (False, True):
         launch, job, predicted = _draw(rng, captured, kernel, vary)
         build = compile_job(job.sized(), tmp_path)
         assert isinstance(build, TritonBuild), build
