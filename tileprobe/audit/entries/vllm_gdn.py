@@ -70,7 +70,7 @@ import typing
 import zipfile
 from pathlib import Path
 
-from tileprobe.audit import engine_code, vllm_stand_ins
+from tileprobe.audit import conv_rule, engine_code, vllm_stand_ins
 from tileprobe.audit.entry import TORCH, AuditKernel, Elsewhere, Point, empty, indptr, torch
 from tileprobe.engines.triton_configs import EngineSource
 from tileprobe.errors import UsageError
@@ -328,20 +328,22 @@ def packed_decode_chooses(session, model: AttentionConfig, pt: Point) -> Elsewhe
 ENTRIES = (
     AuditKernel("vllm-gdn-post-conv-prep", "vllm", "0.33.0", f"{FLA}.fused_gdn_prefill_post_conv",
                 "fused_post_conv_prep", (*_BASE, f"{FLA}.fused_gdn_prefill_post_conv"), GDN_STAND_INS, _post_conv,
-                serves, "q/k/v in the model's dtype, g/beta fp32", windowed=False),
+                serves, "q/k/v in the model's dtype, g/beta fp32", windowed=False,
+                predict=conv_rule.predict),
     AuditKernel("vllm-gdn-chunk-prefill", "vllm", "0.33.0", f"{FLA}.chunk", "chunk_gated_delta_rule", CHUNK_ALLOW,
                 GDN_STAND_INS, _chunk, serves, "q/k/v in the model's dtype, g/beta fp32, the state the model's",
                 windowed=False, chooses=prefill_chooses, compile_from="module"),
     AuditKernel("vllm-gdn-packed-decode", "vllm", "0.33.0", f"{FLA}.fused_recurrent",
                 "fused_recurrent_gated_delta_rule_packed_decode", (*_BASE, *_UTILS, f"{FLA}.fused_recurrent"),
                 GDN_STAND_INS, _packed_decode, serves, "the model's dtype; A_log fp32", windowed=False,
-                chooses=packed_decode_chooses, compile_from="module"),
+                chooses=packed_decode_chooses, compile_from="module", predict=conv_rule.predict),
     AuditKernel("vllm-gdn-sigmoid-gating-decode", "vllm", "0.33.0", f"{FLA}.fused_sigmoid_gating",
                 "fused_sigmoid_gating_delta_rule_update", (*_BASE, f"{FLA}.fused_sigmoid_gating"), GDN_STAND_INS,
-                _sigmoid_decode, serves, "the model's dtype; A_log fp32", windowed=False),
+                _sigmoid_decode, serves, "the model's dtype; A_log fp32", windowed=False, predict=conv_rule.predict),
     AuditKernel("vllm-gdn-causal-conv1d", "vllm", "0.33.0", CONV, "causal_conv1d_fn", (*_BASE, CONV), GDN_STAND_INS,
-                _conv_fn, serves, "the model's dtype (the conv state's)", windowed=False, compile_from="module"),
+                _conv_fn, serves, "the model's dtype (the conv state's)", windowed=False, compile_from="module",
+                predict=conv_rule.predict),
     AuditKernel("vllm-gdn-causal-conv1d-update", "vllm", "0.33.0", CONV, "causal_conv1d_update", (*_BASE, CONV),
                 GDN_STAND_INS, _conv_update, serves, "the model's dtype (the conv state's)", windowed=False,
-                compile_from="module"),
+                compile_from="module", predict=conv_rule.predict),
 )

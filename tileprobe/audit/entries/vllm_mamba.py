@@ -47,7 +47,7 @@ import math
 import re
 import types
 
-from tileprobe.audit import mamba_rule, vllm_stand_ins
+from tileprobe.audit import conv_rule, mamba_rule, vllm_stand_ins
 from tileprobe.audit.entry import TORCH, AuditKernel, Point, empty, indptr, torch
 from tileprobe.engines.triton_configs import EngineSource
 from tileprobe.errors import UsageError
@@ -241,9 +241,10 @@ ENTRIES = (
            lambda model, pt: _scan(model, pt, True), _SCAN_DTYPE + "; a continued prefill (initial states)",
            mamba_rule.predict),
     _entry("vllm-mamba2-causal-conv1d", "causal_conv1d", "causal_conv1d_fn", CONV_ALLOW, _vllm_conv1d,
-           "the model's dtype (x is cast to the conv state's, the model's dtype)"),
+           "the model's dtype (x is cast to the conv state's, the model's dtype)", conv_rule.predict),
     _entry("vllm-mamba2-causal-conv1d-update", "causal_conv1d", "causal_conv1d_update", CONV_ALLOW,
-           _vllm_conv1d_update, "the model's dtype (the conv state's)"),
+           _vllm_conv1d_update, "the model's dtype (the conv state's)", conv_rule.predict),
     _entry("vllm-mamba2-selective-state-update", "mamba_ssm", "selective_state_update", SSU_ALLOW, _vllm_ssu,
-           "x/B/C/dt in the model's dtype, A fp32, the state in the SSM cache's dtype (fp32 for Nemotron-H)"),
+           "x/B/C/dt in the model's dtype, A fp32, the state in the SSM cache's dtype (fp32 for Nemotron-H)",
+           conv_rule.predict),
 )

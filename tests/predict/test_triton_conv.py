@@ -1,0 +1,160 @@
+"""The triton-conv rules (vLLM's conv1d, selective-state-update and GatedDeltaNet decode / post-conv kernels) equal
+Triton's own shared-memory allocation where they answer.
+
+The launches are the ones `tileprobe audit` captures for Nemotron-H (conv1d, selective-state update) and Qwen3-Next
+(conv1d, GDN post-conv prep and the two decode kernels): vLLM's own launchers under the rtx-pro-6000 stand-in, and
+random variations of them (blocks, warps, widths, dtypes, flags) drawn each run; each is sized by Triton 3.8.0's own
+passes up to AllocateSharedMemory, and one is compiled in full. Skipped without Triton or the vLLM wheel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tileprobe.audit import conv_rule
+from tileprobe.audit.capture import Launch, TensorArg
+from tileprobe.audit.kernels import KERNELS
+from tileprobe.audit.nearest import with_values
+from tileprobe.audit.run import AuditOptions, capture_all, gpu_name
+from tileprobe.backends.triton import allocate
+from tileprobe.backends.triton.compile import KernelJob, TritonBuild, compile_job
+from tileprobe.engines.triton_configs import find_engine
+from tileprobe.errors import UsageError
+from tileprobe.models import attention_model
+from tileprobe.predict import CannotPredict
+from tileprobe.predict import triton_conv
+from tileprobe.targets import resolve_target
+
+MODELS = {"nemotron-h-8b": ("vllm-mamba2-causal-conv1d", "vllm-mamba2-causal-conv1d-update",
+                            "vllm-mamba2-selective-state-update"),
+          "qwen3-next-80b-a3b": ("vllm-gdn-post-conv-prep", "vllm-gdn-packed-decode", "vllm-gdn-sigmoid-gating-decode",
+                                 "vllm-gdn-causal-conv1d", "vllm-gdn-causal-conv1d-update")}
+RULED = tuple(triton_conv.RULES)
+DTYPES = ("bf16", "fp16", "fp32")
+
+
+@pytest.fixture(scope="module")
+def captured():
+    """Every launch of the ruled kernels the audit captures (batch 1) on rtx-pro-6000: (launch, job)."""
+    pytest.importorskip("triton")
+    try:
+        src = find_engine("vllm")
+    except UsageError as exc:
+        pytest.skip(f"no vllm wheel: {exc}")
+    if allocate.unavailable():
+        pytest.skip(allocate.unavailable())
+    target, _ = resolve_target("rtx-pro-6000")
+    target = dataclasses.replace(target, device_name=gpu_name(target, None))
+    out = []
+    for name, entries in MODELS.items():
+        model = attention_model(name)
+        opts = AuditOptions("vllm", model.name, target.name, batches=(1,))
+        cap = capture_all(src, target, model, [KERNELS[e] for e in entries], opts, target.cc_int)
+        out += [(p.launch, p.job) for p in cap.planned if p.launch.kernel in RULED]
+    return out
+
+
+def _vary(launch: Launch, job: KernelJob, changes: dict) -> tuple[Launch, KernelJob]:
+    """The launch with some arguments / options changed (num_warps added where the launcher passed none), and its
+    compile with the same changes."""
+    args = tuple((k, changes.get(k, v)) for k, v in launch.args)
+    options = tuple((k, changes.get(k, v)) for k, v in launch.options)
+    if "num_warps" in changes and launch.arg("num_warps") is None:
+        options += (("num_warps", changes["num_warps"]),)
+    stand_ins = {k: f"*{v.dtype}" if isinstance(v, TensorArg) else v for k, v in changes.items()}
+    return dataclasses.replace(launch, args=args, options=options), with_values(job, stand_ins)
+
+
+def _retype(launch: Launch, names, dt: str) -> dict:
+    return {n: dataclasses.replace(launch.arg(n), dtype=dt) for n in names if isinstance(launch.arg(n), TensorArg)}
+
+
+def _random_changes(rng, launch: Launch) -> dict:
+    """A random launch around the captured one, mostly within the rule's stated scope, sometimes outside it."""
+    k = launch.kernel
+    acts = [n for n, v in launch.args if isinstance(v, TensorArg) and v.dtype in ("bf16", "fp16")]
+    if k.startswith("_causal_conv1d"):
+        c = {"BLOCK_N": rng.choice([64, 128, 256, 512, 1024]), "num_warps": rng.choice([1, 2, 4, 8]),
+             "KERNEL_WIDTH": rng.choice([2, 3, 4]), "NP2_STATELEN": rng.choice([2, 4, 8])}
+        if "fwd" in k:
+            c["BLOCK_M"] = rng.choice([4, 8, 16])
+        return c | _retype(launch, acts, rng.choice(DTYPES))
+    if k == "_selective_scan_update_kernel":
+        ds = rng.choice([64, 128, 256])
+        c = {"BLOCK_SIZE_M": rng.choice([1, 2, 4, 8, 16, 32, 64]), "BLOCK_SIZE_DSTATE": ds, "dstate": ds,
+             "num_warps": rng.choice([4, 4, 4, 8]), "TIE_HDIM": rng.random() < 0.5, "HAS_D": rng.random() < 0.5,
+             "DT_SOFTPLUS": rng.random() < 0.5}
+        return c | _retype(launch, ["state_ptr"], rng.choice(DTYPES))
+    if k == "_fused_post_conv_kernel":
+        bk = rng.choice([64, 128, 256])
+        c = {"BLOCK_T": rng.choice([8, 16, 32, 64]), "BK": bk, "K": bk, "BV": bk, "V": bk,
+             "num_warps": rng.choice([1, 2, 4, 8]), "APPLY_L2NORM": rng.random() < 0.5}
+        return c | _retype(launch, acts, rng.choice(DTYPES))
+    bk, a = rng.choice([32, 64, 128, 256]), rng.choice(DTYPES)
+    c = {"BK": bk, "K": bk, "USE_QK_L2NORM_IN_KERNEL": rng.random() < 0.5}
+    if k.startswith("fused_sigmoid"):
+        c |= {"BV": rng.choice([4, 8, 16, 32]), "IS_VARLEN": rng.random() < 0.5,
+              "INPLACE_FINAL_STATE": rng.random() < 0.5}
+    return c | _retype(launch, acts, a) | _retype(launch, ["h0", "ht"], rng.choice([a, "fp32"]))
+
+
+def _draw(rng, captured, kernel: str, vary: bool):
+    """A launch of `kernel` the rule answers: a captured one, or a random variation of one."""
+    launches = [(la, j) for la, j in captured if la.kernel == kernel]
+    for _ in range(100):
+        launch, job = rng.choice(launches)
+        if vary:
+            launch, job = _vary(launch, job, _random_changes(rng, launch))
+        try:
+            return launch, job, conv_rule.predict(launch, job, "3.8.0")
+        except CannotPredict:
+            continue
+    raise AssertionError(f"no {kernel} launch the rule answers in 100 draws")
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("kernel", RULED)
+def test_rule_equals_tritons_allocation(kernel, captured, rng, tmp_path):
+    for vary in (False, True):
+        launch, job, predicted = _draw(rng, captured, kernel, vary)
+        build = compile_job(job.sized(), tmp_path)
+        assert isinstance(build, TritonBuild), build
+        assert predicted == build.shared, (dict(launch.args), dict(launch.options), predicted, build.shared)
+
+
+@pytest.mark.triton
+def test_rule_equals_a_full_compile(captured, rng, tmp_path):
+    launch, job, predicted = _draw(rng, captured, rng.choice(RULED), True)
+    build = compile_job(job.compiled(), tmp_path)
+    assert isinstance(build, TritonBuild), build
+    assert predicted == build.shared, (dict(launch.args), dict(launch.options), predicted, build.shared)
+
+
+@pytest.mark.triton
+def test_out_of_scope_launches_cannot_predict(captured, rng):
+    launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_causal_conv1d_fwd_kernel"])
+    with pytest.raises(CannotPredict, match="feature strides"):
+        conv_rule.predict(*_vary(launch, job, {"stride_istate_dim": rng.choice([2, 3, 5])}), "3.8.0")
+    launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_selective_scan_update_kernel"])
+    with pytest.raises(CannotPredict, match="num_warps"):
+        conv_rule.predict(*_vary(launch, job, {"num_warps": rng.choice([1, 2, 8])}), "3.8.0")
+    launch, job = rng.choice([(la, j) for la, j in captured if la.kernel.startswith("fused_sigmoid")])
+    with pytest.raises(CannotPredict, match="USE_INITIAL_STATE"):
+        conv_rule.predict(*_vary(launch, job, {"USE_INITIAL_STATE": False}), "3.8.0")
+    launch, job = rng.choice(captured)
+    with pytest.raises(CannotPredict, match="sm_90"):
+        conv_rule.predict(launch, dataclasses.replace(job, cc=90), "3.8.0")
+
+
+def test_another_release_or_source_cannot_predict(rng):
+    sha = rng.choice(list(triton_conv.CHECKED))[1]
+    kernel = rng.choice(RULED)
+    p = {"BLOCK_N": 256, "num_warps": 4, "BK": 128, "BV": 32}
+    other = f"3.{rng.randrange(0, 8)}.{rng.randrange(0, 3)}"
+    with pytest.raises(CannotPredict, match="Triton"):
+        triton_conv.predict(kernel, p, 120, other, source_sha256=sha)
+    changed = sha[:-1] + ("0" if sha[-1] != "0" else "1")
+    with pytest.raises(CannotPredict, match="source"):
+        triton_conv.predict(kernel, p, 120, "3.8.0", source_sha256=changed)
