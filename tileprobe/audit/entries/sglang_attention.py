@@ -25,7 +25,7 @@ import math
 from types import SimpleNamespace
 from typing import Optional
 
-from tileprobe.audit import engine_code
+from tileprobe.audit import attention_rule, engine_code
 from tileprobe.audit.entry import TORCH, AuditKernel, Elsewhere, Point, empty, heads, indptr, not_mla, torch
 from tileprobe.errors import UsageError
 from tileprobe.engines.triton_configs import EngineSource
@@ -136,5 +136,6 @@ ENTRIES = (
                 windowed=False, chooses=_vision_backend),
     AuditKernel("sglang-decode-attention", "sglang", "0.5.23", "sglang.kernels.ops.attention.decode_attention",
                 "decode_attention_fwd", DECODE_ALLOW, SGLANG_STAND_INS, _sglang_decode, not_mla,
-                "the model's dtype; split-K partials in fp32", windowed=False, backend="triton"),
+                "the model's dtype; split-K partials in fp32", windowed=False, backend="triton",
+                predict=attention_rule.predict),
 )
