@@ -3,8 +3,9 @@ vLLM's unified attention, vLLM's lightning attention) without compiling, where t
 against Triton's own metadata.shared; CannotPredict everywhere else.
 
 Keyed by (Triton release, sha256 of the engine file that defines the kernel, or of the kernel as the audit cuts it
-out of that file: KernelSource.sha256): CHECKED lists the pairs the rules were checked on. Another release or a changed file is CannotPredict, saying so: the pipeliner, the MMA lowering, the
-layout passes and the allocator all change between releases, and the rules read the kernels' text.
+out of that file: KernelSource.sha256): CHECKED lists the pairs the rules were checked on. Another release or a
+changed file is CannotPredict, saying so: the pipeliner, the MMA lowering, the layout passes and the allocator all
+change between releases, and the rules read the kernels' text.
 
 Scope: Triton 3.8.0; SGLang 0.5.23, vLLM 0.33.0; sm_120 / sm_121 (mma.sync). metadata.shared is what TritonGPU's
 AllocateSharedMemory pass lays out: buffers live together add, buffers live at different times share space.

@@ -66,6 +66,6 @@ def _decode(model: AttentionConfig, pt: Point):
 ENTRIES = (
     AuditKernel("vllm-mla-decode", "vllm", "0.33.0", "vllm.v1.attention.ops.triton_decode_attention",
                 "decode_attention_fwd", ALLOW, STAND_INS, _decode, _mla,
-                "the model's dtype (q and the latent KV cache); split-K partials in fp32", windowed=False, backend="TRITON_MLA",
-                predict=attention_rule.predict),
+                "the model's dtype (q and the latent KV cache); split-K partials in fp32", windowed=False,
+                backend="TRITON_MLA", predict=attention_rule.predict),
 )
