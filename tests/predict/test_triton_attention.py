@@ -1,0 +1,154 @@
+"""The triton-attention rules (the engines' decode / unified / lightning attention kernels) equal Triton's own
+shared-memory allocation where they answer.
+
+The launches are the ones `tileprobe audit` captures (the engines' own launchers under the rtx-pro-6000 stand-in):
+SGLang's MHA decode for gpt-oss-120b, vLLM's unified attention for gpt-oss-120b, vLLM's MLA decode for kimi-k2 and
+vLLM's lightning attention for minimax-m1; each run draws random variations of them (dtypes, head sizes, blocks,
+warps, stages, windows) within the rules' scope, sizes them by Triton 3.8.0's own passes up to
+AllocateSharedMemory, and compiles one in full. Skipped without Triton or the engine wheels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tileprobe.audit import attention_rule
+from tileprobe.audit.capture import Launch, TensorArg
+from tileprobe.audit.kernels import KERNELS
+from tileprobe.audit.nearest import with_values
+from tileprobe.audit.run import AuditOptions, capture_all, gpu_name
+from tileprobe.backends.triton import allocate
+from tileprobe.backends.triton.compile import KernelJob, TritonBuild, compile_job
+from tileprobe.engines.triton_configs import find_engine
+from tileprobe.errors import UsageError
+from tileprobe.models import attention_model
+from tileprobe.predict import CannotPredict
+from tileprobe.predict import triton_attention
+from tileprobe.targets import resolve_target
+
+CAPTURES = (("sglang", "gpt-oss-120b", "sglang-decode-attention"), ("vllm", "gpt-oss-120b", "vllm-unified-attention"),
+            ("vllm", "kimi-k2", "vllm-mla-decode"), ("vllm", "minimax-m1", "vllm-lightning-attention"))
+QKV = {"_fwd_grouped_kernel_stage1": ("Q", "K_Buffer", "V_Buffer"),
+       "kernel_unified_attention": ("query_ptr", "key_cache_ptr", "value_cache_ptr", "output_ptr")}
+
+
+@pytest.fixture(scope="module")
+def captured():
+    """(launch, job, engine) of every launch the audit captures for CAPTURES on rtx-pro-6000 (batch 1, seq 1024)."""
+    pytest.importorskip("triton")
+    if allocate.unavailable():
+        pytest.skip(allocate.unavailable())
+    target = None
+    out = []
+    for engine, model, entry in CAPTURES:
+        try:
+            src = find_engine(engine)
+        except UsageError as exc:
+            pytest.skip(f"no {engine} wheel: {exc}")
+        if target is None:
+            target, _ = resolve_target("rtx-pro-6000")
+            target = dataclasses.replace(target, device_name=gpu_name(target, None))
+        m = attention_model(model)
+        opts = AuditOptions(engine, m.name, target.name, batches=(1,))
+        cap = capture_all(src, target, m, [KERNELS[entry]], opts, target.cc_int)
+        out += [(p.launch, p.job) for p in cap.planned]
+    return out
+
+
+def _vary(launch: Launch, job: KernelJob, changes: dict) -> tuple[Launch, KernelJob]:
+    """The launch with some arguments / options changed (added where the launcher passed none), and its compile."""
+    args = tuple((k, changes.get(k, v)) for k, v in launch.args)
+    options = dict(launch.options) | {k: v for k, v in changes.items() if k in ("num_warps", "num_stages")}
+    stand_ins = {k: f"*{v.dtype}" if isinstance(v, TensorArg) else v for k, v in changes.items()}
+    return dataclasses.replace(launch, args=args, options=tuple(options.items())), with_values(job, stand_ins)
+
+
+def _dtype(launch: Launch, dt: str) -> dict:
+    return {k: dataclasses.replace(launch.arg(k), dtype=dt) for k in QKV[launch.kernel]}
+
+
+def _random_changes(rng, launch: Launch) -> dict:
+    k = launch.kernel
+    if k == "_fwd_grouped_kernel_stage1":
+        d = rng.choice([64, 128, 256])
+        return {"BLOCK_DMODEL": d, "BLOCK_DV": d, "Lk": d, "Lv": d, "BLOCK_N": rng.choice([16, 32, 64]),
+                "BLOCK_H": rng.choice([16, 32]), "num_warps": rng.choice([2, 4, 8]), "num_stages": 2,
+                **_dtype(launch, rng.choice(["bf16", "fp16", "fp32"]))}
+    if k == "kernel_unified_attention":
+        d = rng.choice([64, 128, 256])
+        return {"HEAD_SIZE": d, "HEAD_SIZE_PADDED": d, "TILE_SIZE": rng.choice([16, 32]),
+                "num_warps": rng.choice([2, 4, 8]), "SLIDING_WINDOW": rng.choice([0, 128, 1024]),
+                "USE_SINKS": rng.random() < 0.5, **_dtype(launch, rng.choice(["bf16", "fp16"]))}
+    if k == "_fwd_kernel_stage2":
+        dv = rng.choice([64, 128, 256, 512])
+        return {"BLOCK_DV": dv, "Lv": dv, "num_warps": rng.choice([2, 4, 8]), "num_stages": rng.choice([1, 2, 3])}
+    if k == "_fwd_kv_reduce":
+        f = rng.choice([32, 64, 128])
+        return {"D_FBLOCK": f, "E_FBLOCK": f, "num_warps": rng.choice([2, 4, 8]), "num_stages": rng.choice([1, 2, 3])}
+    return {}
+
+
+RULED = ("_fwd_grouped_kernel_stage1", "kernel_unified_attention", "_fwd_kernel_stage2", "_fwd_kv_reduce")
+
+
+def _draw(rng, captured, kernel: str, vary: bool):
+    """A launch of `kernel` the rule answers: a captured one, or a random variation of one."""
+    launches = [(la, j) for la, j in captured if la.kernel == kernel]
+    for _ in range(100):
+        launch, job = rng.choice(launches)
+        if vary:
+            launch, job = _vary(launch, job, _random_changes(rng, launch))
+        try:
+            return launch, job, attention_rule.predict(launch, job, "3.8.0")
+        except CannotPredict:
+            continue
+    raise AssertionError(f"no {kernel} launch the rule answers in 100 draws")
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("kernel", RULED)
+def test_rule_equals_tritons_allocation(kernel, captured, rng, tmp_path):
+    for vary in (False, True, True):
+        launch, job, predicted = _draw(rng, captured, kernel, vary)
+        build = compile_job(job.sized(), tmp_path)
+        assert isinstance(build, TritonBuild), build
+        assert predicted == build.shared, (dict(launch.args), dict(launch.options), predicted, build.shared)
+
+
+@pytest.mark.triton
+def test_rule_equals_a_full_compile(captured, rng, tmp_path):
+    launch, job, predicted = _draw(rng, captured, rng.choice(RULED[:2]), True)
+    build = compile_job(job.compiled(), tmp_path)
+    assert isinstance(build, TritonBuild), build
+    assert predicted == build.shared, (dict(launch.args), dict(launch.options), predicted, build.shared)
+
+
+@pytest.mark.triton
+def test_out_of_scope_launches_cannot_predict(captured, rng):
+    launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_fwd_grouped_kernel_stage1"])
+    with pytest.raises(CannotPredict, match="MLA|no stated"):  # SGLang's with MLA; vLLM's (MLA) has no rule
+        attention_rule.predict(*_vary(launch, job, {"HAS_MLA": True}), "3.8.0")
+    launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "kernel_unified_attention"])
+    with pytest.raises(CannotPredict, match="fp32"):
+        attention_rule.predict(*_vary(launch, job, _dtype(launch, "fp32")), "3.8.0")
+    with pytest.raises(CannotPredict, match="BLOCK_M"):
+        attention_rule.predict(*_vary(launch, job, {"BLOCK_M": rng.choice([32, 64])}), "3.8.0")
+    launch, job = rng.choice([(la, j) for la, j in captured if la.kernel in RULED])
+    with pytest.raises(CannotPredict, match="sm_90"):
+        attention_rule.predict(launch, dataclasses.replace(job, cc=90), "3.8.0")
+    launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_fwd_diag_kernel"])
+    with pytest.raises(CannotPredict, match="no stated"):
+        attention_rule.predict(launch, job, "3.8.0")
+
+
+def test_another_release_or_source_cannot_predict(rng):
+    sha = rng.choice(list(triton_attention.CHECKED))[1]
+    kernel = rng.choice(RULED)
+    other = f"3.{rng.randrange(0, 8)}.{rng.randrange(0, 3)}"
+    with pytest.raises(CannotPredict, match="Triton"):
+        triton_attention.predict(kernel, {}, 120, other, source_sha256=sha)
+    changed = sha[:-1] + ("0" if sha[-1] != "0" else "1")
+    with pytest.raises(CannotPredict, match="source"):
+        triton_attention.predict(kernel, {}, 120, "3.8.0", source_sha256=changed)
