@@ -11,6 +11,7 @@ AllocateSharedMemory, and compiles one in full. Skipped without Triton or the en
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -28,10 +29,14 @@ from tileprobe.predict import CannotPredict
 from tileprobe.predict import triton_attention
 from tileprobe.targets import resolve_target
 
-CAPTURES = (("sglang", "gpt-oss-120b", "sglang-decode-attention"), ("vllm", "gpt-oss-120b", "vllm-unified-attention"),
-            ("vllm", "kimi-k2", "vllm-mla-decode"), ("vllm", "minimax-m1", "vllm-lightning-attention"))
-QKV = {"_fwd_grouped_kernel_stage1": ("Q", "K_Buffer", "V_Buffer"),
-       "kernel_unified_attention": ("query_ptr", "key_cache_ptr", "value_cache_ptr", "output_ptr")}
+CAPTURES = (("sglang", "gpt-oss-120b", ("sglang-decode-attention", "sglang-extend-attention")),
+            ("sglang", "results/audit/models/gqa-h128-fp32.json", ("sglang-context-attention",)),
+            ("vllm", "gpt-oss-120b", ("vllm-unified-attention",)), ("vllm", "kimi-k2", ("vllm-mla-decode",)),
+            ("vllm", "minimax-m1", ("vllm-lightning-attention",)))
+# the data pointers whose dtype a variation changes (q / K / V, the KV pool's buffers, the output)
+QKV = ("Q", "K_Buffer", "V_Buffer", "query_ptr", "key_cache_ptr", "value_cache_ptr", "output_ptr", "Q_Extend",
+       "K_Extend", "V_Extend", "O_Extend", "K", "V", "Out")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +47,7 @@ def captured():
         pytest.skip(allocate.unavailable())
     target = None
     out = []
-    for engine, model, entry in CAPTURES:
+    for engine, model, entries in CAPTURES:
         try:
             src = find_engine(engine)
         except UsageError as exc:
@@ -50,9 +55,9 @@ def captured():
         if target is None:
             target, _ = resolve_target("rtx-pro-6000")
             target = dataclasses.replace(target, device_name=gpu_name(target, None))
-        m = attention_model(model)
+        m = attention_model(str(ROOT / model) if model.endswith(".json") else model)
         opts = AuditOptions(engine, m.name, target.name, batches=(1,))
-        cap = capture_all(src, target, m, [KERNELS[entry]], opts, target.cc_int)
+        cap = capture_all(src, target, m, [KERNELS[e] for e in entries], opts, target.cc_int)
         out += [(p.launch, p.job) for p in cap.planned]
     return out
 
@@ -66,7 +71,7 @@ def _vary(launch: Launch, job: KernelJob, changes: dict) -> tuple[Launch, Kernel
 
 
 def _dtype(launch: Launch, dt: str) -> dict:
-    return {k: dataclasses.replace(launch.arg(k), dtype=dt) for k in QKV[launch.kernel]}
+    return {k: dataclasses.replace(launch.arg(k), dtype=dt) for k in QKV if isinstance(launch.arg(k), TensorArg)}
 
 
 def _random_changes(rng, launch: Launch) -> dict:
@@ -78,9 +83,20 @@ def _random_changes(rng, launch: Launch) -> dict:
                 **_dtype(launch, rng.choice(["bf16", "fp16", "fp32"]))}
     if k == "kernel_unified_attention":
         d = rng.choice([64, 128, 256])
-        return {"HEAD_SIZE": d, "HEAD_SIZE_PADDED": d, "TILE_SIZE": rng.choice([16, 32]),
-                "num_warps": rng.choice([2, 4, 8]), "SLIDING_WINDOW": rng.choice([0, 128, 1024]),
+        return {"HEAD_SIZE": d, "HEAD_SIZE_PADDED": d, "TILE_SIZE": rng.choice([16, 32, 64]),
+                "BLOCK_M": rng.choice([16, 32, 64]), "num_warps": rng.choice([2, 4, 8]),
+                "num_stages": rng.choice([2, 3, 4]), "SLIDING_WINDOW": rng.choice([0, 128, 1024]),
                 "USE_SINKS": rng.random() < 0.5, **_dtype(launch, rng.choice(["bf16", "fp16"]))}
+    if k == "_fwd_kernel":  # SGLang's extend (BLOCK_DPE...) or prefill kernel
+        d, m, n = rng.choice([32, 64, 128, 256, 512]), rng.choice([16, 32, 64, 128]), rng.choice([16, 32, 64, 128])
+        head = rng.choice([d, d - 8, d // 2 + 8])
+        changes = {"BLOCK_DMODEL": d, "BLOCK_M": m, "BLOCK_N": n, "num_warps": rng.choice([2, 4, 8]),
+                   **_dtype(launch, rng.choice(["bf16", "fp16", "fp32"]))}
+        if launch.arg("BLOCK_DPE") is None:
+            return changes | {"Lk": head, "IS_CAUSAL": rng.random() < 0.5}
+        dpe = rng.choice([0, 32, 64])
+        return changes | {"BLOCK_DV": d, "BLOCK_DPE": dpe, "Lq": head + dpe, "Lv": head, "BLOCK_N_PREFIX": n,
+                          "SLIDING_WINDOW_SIZE": rng.choice([-1, 127])}
     if k == "_fwd_kernel_stage2":
         dv = rng.choice([64, 128, 256, 512])
         return {"BLOCK_DV": dv, "Lv": dv, "num_warps": rng.choice([2, 4, 8]), "num_stages": rng.choice([1, 2, 3])}
@@ -90,7 +106,8 @@ def _random_changes(rng, launch: Launch) -> dict:
     return {}
 
 
-RULED = ("_fwd_grouped_kernel_stage1", "kernel_unified_attention", "_fwd_kernel_stage2", "_fwd_kv_reduce")
+RULED = ("_fwd_grouped_kernel_stage1", "kernel_unified_attention", "_fwd_kernel", "_fwd_kernel_stage2",
+         "_fwd_kv_reduce")
 
 
 def _draw(rng, captured, kernel: str, vary: bool):
@@ -110,7 +127,7 @@ def _draw(rng, captured, kernel: str, vary: bool):
 @pytest.mark.triton
 @pytest.mark.parametrize("kernel", RULED)
 def test_rule_equals_tritons_allocation(kernel, captured, rng, tmp_path):
-    for vary in (False, True, True):
+    for vary in (False, True):
         launch, job, predicted = _draw(rng, captured, kernel, vary)
         build = compile_job(job.sized(), tmp_path)
         assert isinstance(build, TritonBuild), build
@@ -119,7 +136,7 @@ def test_rule_equals_tritons_allocation(kernel, captured, rng, tmp_path):
 
 @pytest.mark.triton
 def test_rule_equals_a_full_compile(captured, rng, tmp_path):
-    launch, job, predicted = _draw(rng, captured, rng.choice(RULED[:2]), True)
+    launch, job, predicted = _draw(rng, captured, rng.choice(RULED[:3]), True)
     build = compile_job(job.compiled(), tmp_path)
     assert isinstance(build, TritonBuild), build
     assert predicted == build.shared, (dict(launch.args), dict(launch.options), predicted, build.shared)
@@ -134,8 +151,11 @@ def test_out_of_scope_launches_cannot_predict(captured, rng):
     with pytest.raises(CannotPredict, match="fp32"):
         attention_rule.predict(*_vary(launch, job, _dtype(launch, "fp32")), "3.8.0")
     with pytest.raises(CannotPredict, match="BLOCK_M"):
-        attention_rule.predict(*_vary(launch, job, {"BLOCK_M": rng.choice([32, 64])}), "3.8.0")
-    launch, job = rng.choice([(la, j) for la, j in captured if la.kernel in RULED])
+        attention_rule.predict(*_vary(launch, job, {"BLOCK_M": rng.choice([8, 128])}), "3.8.0")
+    launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_fwd_kernel"])
+    with pytest.raises(CannotPredict, match="num_stages"):
+        attention_rule.predict(*_vary(launch, job, {"num_stages": rng.choice([2, 3])}), "3.8.0")
+    launch, job, _ = _draw(rng, captured, rng.choice(RULED), False)
     with pytest.raises(CannotPredict, match="sm_90"):
         attention_rule.predict(launch, dataclasses.replace(job, cc=90), "3.8.0")
     launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_fwd_diag_kernel"])

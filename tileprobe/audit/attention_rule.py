@@ -17,11 +17,10 @@ from tileprobe.predict import triton_attention as rule
 
 TRITON_DEFAULT_WARPS = 4
 TRITON_DEFAULT_STAGES = 3
-# the q / K / V pointer names per kernel (SGLang's and vLLM's decode kernels, vLLM's unified kernel)
-POINTERS = {
-    "_fwd_grouped_kernel_stage1": ("Q", "K_Buffer", "V_Buffer"),
-    "kernel_unified_attention": ("query_ptr", "key_cache_ptr", "value_cache_ptr"),
-}
+# the q / K / V pointers (and the KV pool's) each kernel reads: the decode kernels, vLLM's unified kernel, SGLang's
+# extend _fwd_kernel (Q_Extend...) and prefill _fwd_kernel (Q, K, V); those a launch passes are read
+POINTERS = ("Q", "K_Buffer", "V_Buffer", "query_ptr", "key_cache_ptr", "value_cache_ptr", "Q_Extend", "K_Extend",
+            "V_Extend", "K", "V")
 
 
 def _dtype(launch: Launch, name: str) -> str | None:
@@ -34,9 +33,7 @@ def params(launch: Launch) -> dict:
     p = {k: v for k, v in launch.args if not isinstance(v, TensorArg)}
     p |= {"num_warps": int(launch.arg("num_warps", TRITON_DEFAULT_WARPS)),
           "num_stages": int(launch.arg("num_stages", TRITON_DEFAULT_STAGES))}
-    names = POINTERS.get(launch.kernel)
-    if names:
-        p |= {k: _dtype(launch, n) for k, n in zip(("q_dtype", "k_dtype", "v_dtype"), names)}
+    p["qkv_dtypes"] = tuple(_dtype(launch, n) for n in POINTERS if _dtype(launch, n) is not None)
     return p
 
 

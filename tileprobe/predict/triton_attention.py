@@ -9,43 +9,59 @@ change between releases, and the rules read the kernels' text.
 
 Scope: Triton 3.8.0; SGLang 0.5.23, vLLM 0.33.0; sm_120 / sm_121 (mma.sync). metadata.shared is what TritonGPU's
 AllocateSharedMemory pass lays out: buffers live together add, buffers live at different times share space.
-Sizes: e = the element size of q / K / V (bf16, fp16: 2 B; fp32: 4 B; all three one dtype).
+Sizes: e = the element size of q / K / V (bf16, fp16: 2 B; fp32: 4 B; one dtype for all of them, and for the KV
+pool's buffers where the kernel reads them). The flash-attention kernels run two chained dots per key block,
+S = Q @ K^T (rows x keys) and acc += P @ V (rows x value head), with P = softmax(S) cast to V's dtype.
 
+0. P's conversion (every flash kernel below). Triton's accelerate_matmul gives chained dots one MMA layout, whose
+   warps all go along the rows when the rows are at least the value head (rows >= head), else all along the head;
+   P then reaches the second dot in registers (rows >= head: 0 B) or through one rows x keys buffer of e bytes
+   (measured: every launch below where rows < head has it, none where rows >= head).
 1. _fwd_kernel_stage2 (SGLang decode_attention.py, vLLM triton_decode_attention.py: the split-K reduction) and
    _fwd_kv_reduce (vLLM lightning_attn.py: the running KV-state sum): 0 B. One- and two-dimensional loads, fp32
    arithmetic and stores in one blocked layout: no tl.dot, no reduction across a layout change, no layout
    conversion, so nothing is placed in shared memory (any BLOCK_DV / D_FBLOCK / E_FBLOCK, warps, stages).
 2. _fwd_grouped_kernel_stage1 (SGLang decode_attention.py), the grouped-query decode, without MLA (HAS_MLA False,
-   BLOCK_DPE 0, BLOCK_DMODEL == BLOCK_DV = D), num_stages 2 (SGLang's launcher on CUDA): the KV loop's dots
-   S = q @ K^T (q: BLOCK_H x D, K: D x BLOCK_N) and acc += P @ V (P: BLOCK_H x BLOCK_N cast to V's dtype, V: BLOCK_N
-   x D) keep every operand in shared memory at once: q one buffer (loaded once), K and V one buffer each (num_stages
-   - 1 = 1 on mma.sync), and P converted from the first dot's accumulator layout to the second dot's operand layout
-   through a BLOCK_H x BLOCK_N buffer of e bytes: e * (BLOCK_H*D + 2*BLOCK_N*D + BLOCK_H*BLOCK_N). Checked for
+   BLOCK_DPE 0, BLOCK_DMODEL == BLOCK_DV = D), num_stages 2 (SGLang's launcher on CUDA): q (BLOCK_H x D) one
+   buffer, loaded once; K (D x BLOCK_N) and V (BLOCK_N x D) one buffer each (num_stages - 1 = 1 on mma.sync), all
+   live together in the loop; plus P (rule 0, rows = BLOCK_H): e * (BLOCK_H*D + 2*BLOCK_N*D) + P. Checked for
    BLOCK_H 16 and 32, BLOCK_N 16..64, D 64..256, 2 / 4 / 8 warps, bf16 / fp16 / fp32.
-3. kernel_unified_attention (vLLM triton_unified_attention.py, the 2D launch), bf16 / fp16, BLOCK_M 16, num_stages
-   3 (Triton's default, which vLLM's launcher leaves), HEAD_SIZE == HEAD_SIZE_PADDED = D, TILE_SIZE T: Q (16 x D,
-   loaded once) one buffer; K (D x T) and V (T x D) one buffer each: their loads are indirect (through the block
-   table), so the pipeliner gives them one stage and the block-table load the earlier one; P (16 x T, cast to V's
-   dtype) through a conversion buffer (16 rows cannot spread 2+ warps along M, so the warps split the key axis and
-   the operand layout differs); the block index vector (T int64, 8 B each), converted between K's (D x T) and V's
-   (T x D) broadcast layouts through a T*8 B scratch that the pipelined loop keeps live. With a sliding window
-   (SLIDING_WINDOW > 0) the loop's bounds come from the window and K takes a second buffer (D*T*e more):
-   e * (16*D + 2*D*T + 16*T) + 8*T [+ D*T*e with a window]. Checked for D 64..256, T 16 and 32, 2 / 4 / 8 warps,
-   windows 0 / 128 / 1024, with and without sinks.
+3. kernel_unified_attention (vLLM triton_unified_attention.py, the 2D launch), bf16 / fp16, HEAD_SIZE ==
+   HEAD_SIZE_PADDED = D, TILE_SIZE T, BLOCK_M rows: Q (BLOCK_M x D, loaded once) one buffer; K (D x T) and V
+   (T x D) one buffer each: their loads are indirect (through the block table), so the pipeliner gives them one
+   stage and the block-table load the earlier ones; P (rule 0); at num_stages >= 3 the block index vector (T int64),
+   converted between K's (D x T) and V's (T x D) broadcast layouts, through a scratch the pipelined loop keeps live:
+   min(8*T, 128*num_warps) B (at 2 stages nothing); with a sliding window (SLIDING_WINDOW > 0) the loop's bounds
+   come from the window and K takes a second buffer (D*T*e more):
+   e * (BLOCK_M*D + 2*D*T) + P + [num_stages >= 3] min(8*T, 128*W) + [window] D*T*e. Checked for D 64..256, T
+   16..64, BLOCK_M 16..64, num_stages 2..4, 2 / 4 / 8 warps, windows 0 / 128 / 1024, with and without sinks.
+4. _fwd_kernel of SGLang extend_attention.py (extend: a prefix loop over the KV pool, then an extend loop) and of
+   prefill_attention.py (the vision encoders' context attention), num_stages 1 (both launchers' on sm_120):
+   nothing is pipelined. Q (BLOCK_M x BLOCK_DMODEL) and, with a rope part, Qpe (BLOCK_M x BLOCK_DPE) stay in
+   shared memory the whole kernel; in each loop K (BLOCK_DMODEL x BLOCK_N), Kpe (BLOCK_DPE x BLOCK_N) and V
+   (BLOCK_N x BLOCK_DV) are each dead before the next is stored, so they share the largest one's (K's) space; P
+   (rule 0, rows = BLOCK_M, head = BLOCK_DV) is live with V and takes its own; the reductions' and index
+   vectors' scratch and the epilogue's output conversion fit in space already counted:
+   e * (BLOCK_M*(BLOCK_DMODEL + BLOCK_DPE) + BLOCK_N*BLOCK_DMODEL) + P.
+   Checked with BLOCK_DMODEL == BLOCK_DV in 32..512, BLOCK_DPE 0 / 32 / 64 (<= BLOCK_DMODEL), BLOCK_M and BLOCK_N
+   16..128, 2 / 4 / 8
+   warps, bf16 / fp16 / fp32, head sizes (Lq, Lk) at and under the block, windows and sinks (extend), causal or
+   not (prefill), with the flags SGLang's extend launcher passes on CUDA (EXTEND_FLAGS).
 
 CannotPredict, because measurements found the rules wrong there or nothing checked them:
 - _fwd_grouped_kernel_stage1 with MLA (v = tl.trans(k): the transposed view reaches the second dot through buffers
-  whose sizes vary with BLOCK_DPE, warps and dtype, 0 to 30720 B over the formula in 50 random launches: not
-  modelled), with BLOCK_H 64 (measured 4096 B under rule 2: the P conversion then stays in registers), or
-  num_stages other than 2 (at 1 K and V share one buffer; at 3 and more the index load is pipelined too);
-  vLLM's stage-1 kernel (triton_decode_attention.py) was not checked without MLA;
-- kernel_unified_attention in fp32 (the block-index scratch then measured 4 to 16 B per key by warps and stages,
-  and a windowed K not one whole extra tile), BLOCK_M other than 16 (from 16 * num_warps rows P's conversion may
-  stay in registers, and at 64 rows with 16 keys it did not), num_stages other than 3, TILE_SIZE 64 (the index
-  scratch measured 256 B, not 512, with 2 warps and a window), the 3D (split-K) launch, FP8 / quantized KV,
-  alibi, softcap, qq-bias, multimodal-prefix or per-sequence-causal launches;
-- SGLang's extend / prefill _fwd_kernel and vLLM's other lightning kernels: no stated rule (their bytes over
-  blocks, warps and head sizes are not a sum of whole tiles: sized instead);
+  whose sizes vary with BLOCK_DPE, warps and dtype, 0 to 30720 B over the tiles in 50 random launches: not
+  modelled), with BLOCK_H 64 (64 x 64 with 2 warps measured 512 B over rule 2), or num_stages other than 2 (at 1 K
+  and V share one buffer; at 3 and more the index load is pipelined too); vLLM's stage-1 kernel
+  (triton_decode_attention.py) was not checked without MLA;
+- kernel_unified_attention in fp32 (the tf32 path: 128 to 1536 B more than rule 3, varying with warps and stages,
+  even at 2 stages; and a windowed K not one whole extra tile), num_stages 1 (K's buffer is then shared with P's),
+  the 3D (split-K) launch, FP8 / quantized KV, alibi, softcap, qq-bias, multimodal-prefix or
+  per-sequence-causal launches;
+- _fwd_kernel with BLOCK_DMODEL != BLOCK_DV (P may then fit beside V inside K's space), BLOCK_DPE > BLOCK_DMODEL
+  (measured 1024 B under the sum at 32 + 64 with 16 rows and 2 warps), num_stages above 1, custom
+  masks, FP8 KV, paged KV (PAGE_SIZE > 1) or any flag other than EXTEND_FLAGS;
+- vLLM's other lightning kernels (_fwd_diag_kernel, _fwd_kv_parallel, _fwd_none_diag_kernel): no stated rule;
 - any other capability (sm_90 / sm_100 use wgmma / tcgen05, which keep num_stages buffers and more), Triton release
   or engine file.
 """
@@ -56,18 +72,24 @@ from tileprobe.predict._common import CannotPredict
 
 FAMILY = "triton-attention"
 SGLANG_DECODE = "sglang 0.5.23 decode_attention.py"
+SGLANG_EXTEND = "sglang 0.5.23 extend_attention.py"
+SGLANG_PREFILL = "sglang 0.5.23 prefill_attention.py"
 VLLM_DECODE = "vllm 0.33.0 triton_decode_attention.py"
 VLLM_UNIFIED = "vllm 0.33.0 triton_unified_attention.py"
 VLLM_LIGHTNING = "vllm 0.33.0 lightning_attn.py"
 # (Triton release, sha256 of the engine file defining the kernel) -> the engine release whose file that is
 CHECKED = {
     ("3.8.0", "7a3b66ce3daabbb027efd860411cd9abe4b399b1f2cfc3ed5c6c01731eb9fa0a"): SGLANG_DECODE,
+    ("3.8.0", "be3baffc80ef9fe484d0b896842522b02bf671785088e05a66ca4dcdb2e8a9b3"): SGLANG_EXTEND,
+    ("3.8.0", "eb158c4c03e69091eb95a1bce093c9b054ac1ca5aab12769063d2e84630ca7f3"): SGLANG_PREFILL,
     ("3.8.0", "6095f9bfe69e7c4f472e27f0757a4ae9c7358b50275908b0715fad9727297dde"): VLLM_DECODE,
     ("3.8.0", "c1cf2300c99f5dc1fb297d7e556620842ab53c64c5ecda4c6ba89fb8e16215da"): VLLM_UNIFIED,
     ("3.8.0", "8a7b8a1fcb54a9ff326b1a0a696ab004aed988f4f2d2ac39b5f105d3c6411e05"): VLLM_LIGHTNING,
     # the kernels the audit cuts out of those files (KernelSource.sha256 of the extract: function name and text)
     ("3.8.0", "7d3894a5dca23c8f48b2a9b535963713fa8548d0cfffc7ed9018e1fcc7dac2d6"): SGLANG_DECODE,  # stage1
     ("3.8.0", "19631c53a4a131ef2edf8c2e72ce9c5f8d2ab4ee1c13c22a267d96a7b9fb49a4"): SGLANG_DECODE,  # stage2
+    ("3.8.0", "3633695a221c7e31b619ea802e1181d9667c6b7f8d92258510bab7916e07ddda"): SGLANG_EXTEND,  # _fwd_kernel
+    ("3.8.0", "e8288bf4a1824dbace6bd605fcd0d46f6bf98ac7dfc9a0444235a0c1801d8d9d"): SGLANG_PREFILL,  # _fwd_kernel
     ("3.8.0", "d0bc07ceab5d8116d8506057d4a51b3dbf0ba7784e2e165bc0b50d74148c3a9e"): VLLM_DECODE,  # stage1
     ("3.8.0", "f335c47a57e2e9c957e53ab014080c96cc5db593d67a8bcb32a9a34c9160d5c4"): VLLM_DECODE,  # stage2
     ("3.8.0", "0e9d08fe0a48990c09c441d00015610f212f4ef41b5712abd0878c8a656362d9"): VLLM_LIGHTNING,  # _fwd_kv_reduce
@@ -86,7 +108,17 @@ STAGE1_N = (16, 32, 64)
 STAGE1_D = (64, 128, 256)
 # rule 3's checked scope
 UNIFIED_D = (64, 128, 256)
-UNIFIED_T = (16, 32)
+UNIFIED_T = (16, 32, 64)
+UNIFIED_M = (16, 32, 64)
+UNIFIED_STAGES = (2, 3, 4)
+# rule 4's checked scope, and the flags SGLang's extend launcher passes on CUDA (checked only with these)
+FWD_BLOCKS = (16, 32, 64, 128)
+FWD_D = (32, 64, 128, 256, 512)
+FWD_DPE = (0, 32, 64)
+EXTEND_FLAGS = {"USE_CUSTOM_MASK": False, "STORE_LSE": False, "SKIP_PREFIX": False, "SKIP_EXTEND": False,
+                "STORE_TRANSPOSE": False, "USE_FP8_PREFIX": False, "USE_FP8_EXTEND": False, "SCORE_MOD": None,
+                "PAGE_SIZE": 1, "IDENTITY_KV_INDICES": False, "USE_COMPACT_TILE_GRID": False, "logit_cap": 0.0,
+                "xai_temperature_len": -1, "IS_GFX1250": False, "IS_CAUSAL": True, "USE_EXP2": False}
 UNIFIED_FLAGS_OFF = ("USE_ALIBI_SLOPES", "USE_ALIBI_SQRT", "USE_QQ_BIAS", "USE_SOFTCAP", "USE_PER_SEQ_CAUSAL",
                      "USE_MM_PREFIX", "USE_R_SWA", "USE_FP8", "IS_3D", "USE_TD", "USE_TD_QO", "Q_IS_FP8",
                      "MM_PREFIX_CLAMP_SW")
@@ -94,12 +126,14 @@ UNIFIED_FLAGS_OFF = ("USE_ALIBI_SLOPES", "USE_ALIBI_SQRT", "USE_QQ_BIAS", "USE_S
 KERNEL_FILES = {
     "_fwd_kernel_stage2": (SGLANG_DECODE, VLLM_DECODE),
     "_fwd_kv_reduce": (VLLM_LIGHTNING,),
+    "_fwd_kernel": (SGLANG_EXTEND, SGLANG_PREFILL),
     "_fwd_grouped_kernel_stage1": (SGLANG_DECODE,),
     "kernel_unified_attention": (VLLM_UNIFIED,),
 }
 
 
-def _check_scope(kernel: str, triton_version: str, source_sha256: str, cc: int) -> None:
+def _check_scope(kernel: str, triton_version: str, source_sha256: str, cc: int) -> str:
+    """The engine file the kernel's source is (CHECKED's word), where the rules were checked for it."""
     checked = CHECKED.get((triton_version, source_sha256))
     if checked is None:
         if triton_version not in TRITON_VERSIONS:
@@ -114,14 +148,28 @@ def _check_scope(kernel: str, triton_version: str, source_sha256: str, cc: int) 
     if cc not in CCS:
         raise CannotPredict(f"triton-attention rules were checked for sm_{', sm_'.join(map(str, CCS))} only, not "
                             f"sm_{cc} (wgmma / tcgen05 keep other buffers); size it")
+    return checked
 
 
 def _one_dtype(p: dict, allowed: tuple[str, ...]) -> int:
-    dts = {p[k] for k in ("q_dtype", "k_dtype", "v_dtype")}
+    """e: the one dtype of q, K and V (and the KV pool's buffers where the kernel reads them)."""
+    dts = set(p["qkv_dtypes"])
     if len(dts) != 1 or not dts <= set(allowed):
-        raise CannotPredict(f"q {p['q_dtype']}, K {p['k_dtype']}, V {p['v_dtype']}: checked for one dtype of "
+        raise CannotPredict(f"q / K / V {', '.join(map(str, p['qkv_dtypes']))}: checked for one dtype of "
                             f"{', '.join(allowed)}; size it")
     return SIZES[dts.pop()]
+
+
+def _p_buffer(rows: int, head_v: int, keys: int, e: int) -> int:
+    """Rule 0: P's conversion buffer, rows x keys of e bytes, unless the chained dots put every warp along the rows
+    (rows >= the value head), where P stays in registers."""
+    return 0 if rows >= head_v else rows * keys * e
+
+
+def _flags(p: dict, want: dict) -> None:
+    odd = [f"{k}={p[k]!r}" for k, v in want.items() if k in p and p[k] != v and not (v is None and p[k] is None)]
+    if odd:
+        raise CannotPredict(f"{', '.join(odd)}: not a launch the rule was checked on; size it")
 
 
 def _in(name: str, value, scope: tuple) -> None:
@@ -140,12 +188,9 @@ def stage1(p: dict) -> int:
     for name, value, scope in (("BLOCK_H", h, STAGE1_H), ("BLOCK_N", n, STAGE1_N), ("BLOCK_DMODEL", d, STAGE1_D),
                                ("num_warps", w, WARPS), ("num_stages", s, (2,))):
         _in(name, value, scope)
-    odd = [f"{k}={p[k]!r}" for k, want in (("PAGE_SIZE", 1), ("SCORE_MOD", None), ("logit_cap", 0.0),
-                                            ("xai_temperature_len", -1)) if p.get(k, want) != want]
-    if odd:
-        raise CannotPredict(f"{', '.join(odd)}: not a launch the rule was checked on; size it")
+    _flags(p, {"PAGE_SIZE": 1, "SCORE_MOD": None, "logit_cap": 0.0, "xai_temperature_len": -1, "IS_GFX1250": False})
     e = _one_dtype(p, tuple(SIZES))
-    return e * (h * d + 2 * n * d + h * n)
+    return e * (h * d + 2 * n * d) + _p_buffer(h, d, n, e)
 
 
 def unified(p: dict) -> int:
@@ -159,20 +204,40 @@ def unified(p: dict) -> int:
     d, t, m, w, s = (p[k] for k in ("HEAD_SIZE_PADDED", "TILE_SIZE", "BLOCK_M", "num_warps", "num_stages"))
     if p["HEAD_SIZE"] != d:
         raise CannotPredict(f"HEAD_SIZE {p['HEAD_SIZE']} padded to {d}: not checked; size it")
-    for name, value, scope in (("HEAD_SIZE", d, UNIFIED_D), ("TILE_SIZE", t, UNIFIED_T), ("BLOCK_M", m, (16,)),
-                               ("num_warps", w, WARPS), ("num_stages", s, (3,))):
+    for name, value, scope in (("HEAD_SIZE", d, UNIFIED_D), ("TILE_SIZE", t, UNIFIED_T), ("BLOCK_M", m, UNIFIED_M),
+                               ("num_warps", w, WARPS), ("num_stages", s, UNIFIED_STAGES)):
         _in(name, value, scope)
     e = _one_dtype(p, HALF)
+    index = min(8 * t, 128 * w) if s >= 3 else 0
     window = d * t * e if p["SLIDING_WINDOW"] > 0 else 0
-    return e * (m * d + 2 * d * t + m * t) + 8 * t + window
+    return e * (m * d + 2 * d * t) + _p_buffer(m, d, t, e) + index + window
 
 
-RULES = {"_fwd_kernel_stage2": lambda p: 0, "_fwd_kv_reduce": lambda p: 0, "_fwd_grouped_kernel_stage1": stage1,
-         "kernel_unified_attention": unified}
+def fwd_kernel(p: dict, source: str) -> int:
+    """Rule 4 (SGLang's extend and prefill _fwd_kernel, num_stages 1)."""
+    extend = source == SGLANG_EXTEND
+    m, n, d, w, s = (p[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_DMODEL", "num_warps", "num_stages"))
+    dpe, dv = (p["BLOCK_DPE"], p["BLOCK_DV"]) if extend else (0, d)
+    if dv != d or dpe > d or (extend and p["BLOCK_N_PREFIX"] != n):
+        raise CannotPredict(f"BLOCK_DMODEL {d}, BLOCK_DV {dv}, BLOCK_N {n}, BLOCK_N_PREFIX {p.get('BLOCK_N_PREFIX')}: "
+                            f"BLOCK_DPE {dpe}: checked with one head size for K and V, a rope part no wider, and "
+                            "one key block for both loops; size it")
+    for name, value, scope in (("BLOCK_M", m, FWD_BLOCKS), ("BLOCK_N", n, FWD_BLOCKS), ("BLOCK_DMODEL", d, FWD_D),
+                               ("BLOCK_DPE", dpe, FWD_DPE), ("num_warps", w, WARPS), ("num_stages", s, (1,))):
+        _in(name, value, scope)
+    if extend:
+        _flags(p, EXTEND_FLAGS)
+    e = _one_dtype(p, tuple(SIZES))
+    return e * (m * (d + dpe) + n * d) + _p_buffer(m, dv, n, e)
+
+
+RULES = {"_fwd_kernel_stage2": lambda p, f: 0, "_fwd_kv_reduce": lambda p, f: 0,
+         "_fwd_grouped_kernel_stage1": lambda p, f: stage1(p), "kernel_unified_attention": lambda p, f: unified(p),
+         "_fwd_kernel": fwd_kernel}
 
 
 def predict(kernel: str, params: dict, cc: int, triton_version: str, *, source_sha256: str) -> int:
     """metadata.shared of one launch of the attention `kernel` with `params` (its constexprs, num_warps, num_stages,
-    q / K / V dtypes as q_dtype / k_dtype / v_dtype); source_sha256: the sha256 of the engine file defining it."""
-    _check_scope(kernel, triton_version, source_sha256, cc)
-    return RULES[kernel](params)
+    the q / K / V pointers' dtypes as qkv_dtypes); source_sha256: the sha256 of the engine file defining it."""
+    source = _check_scope(kernel, triton_version, source_sha256, cc)
+    return RULES[kernel](params, source)
