@@ -82,11 +82,11 @@ def _random_changes(rng, launch: Launch) -> dict:
                 "BLOCK_H": rng.choice([16, 32]), "num_warps": rng.choice([2, 4, 8]), "num_stages": 2,
                 **_dtype(launch, rng.choice(["bf16", "fp16", "fp32"]))}
     if k == "kernel_unified_attention":
-        d = rng.choice([64, 128, 256])
+        d, dt = rng.choice([64, 128, 256]), rng.choice(["bf16", "fp16", "fp32"])
         return {"HEAD_SIZE": d, "HEAD_SIZE_PADDED": d, "TILE_SIZE": rng.choice([16, 32, 64]),
-                "BLOCK_M": rng.choice([16, 32, 64]), "num_warps": rng.choice([2, 4, 8]),
+                "BLOCK_M": 16 if dt == "fp32" else rng.choice([16, 32, 64]), "num_warps": rng.choice([2, 4, 8]),
                 "num_stages": rng.choice([2, 3, 4]), "SLIDING_WINDOW": rng.choice([0, 128, 1024]),
-                "USE_SINKS": rng.random() < 0.5, **_dtype(launch, rng.choice(["bf16", "fp16"]))}
+                "USE_SINKS": rng.random() < 0.5, **_dtype(launch, dt)}
     if k == "_fwd_kernel":  # SGLang's extend (BLOCK_DPE...) or prefill kernel
         d, m, n = rng.choice([32, 64, 128, 256, 512]), rng.choice([16, 32, 64, 128]), rng.choice([16, 32, 64, 128])
         head = rng.choice([d, d - 8, d // 2 + 8])
@@ -149,7 +149,8 @@ def test_out_of_scope_launches_cannot_predict(captured, rng):
         attention_rule.predict(*_vary(launch, job, {"HAS_MLA": True}), "3.8.0")
     launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "kernel_unified_attention"])
     with pytest.raises(CannotPredict, match="fp32"):
-        attention_rule.predict(*_vary(launch, job, _dtype(launch, "fp32")), "3.8.0")
+        attention_rule.predict(*_vary(launch, job, _dtype(launch, "fp32") | {"BLOCK_M": rng.choice([32, 64])}),
+                               "3.8.0")
     with pytest.raises(CannotPredict, match="BLOCK_M"):
         attention_rule.predict(*_vary(launch, job, {"BLOCK_M": rng.choice([8, 128])}), "3.8.0")
     launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_fwd_kernel"])

@@ -35,6 +35,9 @@ S = Q @ K^T (rows x keys) and acc += P @ V (rows x value head), with P = softmax
    come from the window and K takes a second buffer (D*T*e more):
    e * (BLOCK_M*D + 2*D*T) + P + [num_stages >= 3] min(8*T, 128*W) + [window] D*T*e. Checked for D 64..256, T
    16..64, BLOCK_M 16..64, num_stages 2..4, 2 / 4 / 8 warps, windows 0 / 128 / 1024, with and without sinks.
+   fp32 (the tf32 MMA path), BLOCK_M 16: the same, plus, without a window, the softmax row reduction's cross-warp
+   scratch, live with P's buffer: 16 rows x min(W, T/8) warps x 4 B (with a window it fits in the second K
+   buffer's space); checked on every D 64..256, T 16..64, 2..4 stages, 2 / 4 / 8 warps, window 0 / 128.
 4. _fwd_kernel of SGLang extend_attention.py (extend: a prefix loop over the KV pool, then an extend loop) and of
    prefill_attention.py (the vision encoders' context attention), num_stages 1 (both launchers' on sm_120):
    nothing is pipelined. Q (BLOCK_M x BLOCK_DMODEL) and, with a rope part, Qpe (BLOCK_M x BLOCK_DPE) stay in
@@ -54,8 +57,8 @@ CannotPredict, because measurements found the rules wrong there or nothing check
   modelled), with BLOCK_H 64 (64 x 64 with 2 warps measured 512 B over rule 2), or num_stages other than 2 (at 1 K
   and V share one buffer; at 3 and more the index load is pipelined too); vLLM's stage-1 kernel
   (triton_decode_attention.py) was not checked without MLA;
-- kernel_unified_attention in fp32 (the tf32 path: 128 to 1536 B more than rule 3, varying with warps and stages,
-  even at 2 stages; and a windowed K not one whole extra tile), num_stages 1 (K's buffer is then shared with P's),
+- kernel_unified_attention in fp32 with BLOCK_M above 16 (the reduction scratch then measured 512 to 1024 B, not
+  the 16-row rule's), num_stages 1 (K's buffer is then shared with P's),
   the 3D (split-K) launch, FP8 / quantized KV, alibi, softcap, qq-bias, multimodal-prefix or
   per-sequence-causal launches;
 - _fwd_kernel with BLOCK_DMODEL != BLOCK_DV (P may then fit beside V inside K's space), BLOCK_DPE > BLOCK_DMODEL
@@ -100,7 +103,6 @@ CHECKED = {
 TRITON_VERSIONS = tuple(dict.fromkeys(v for v, _ in CHECKED))
 CCS = (120, 121)
 SIZES = {"bf16": 2, "fp16": 2, "fp32": 4}
-HALF = ("bf16", "fp16")
 WARPS = (2, 4, 8)
 # rule 2's checked scope
 STAGE1_H = (16, 32)
@@ -207,10 +209,15 @@ def unified(p: dict) -> int:
     for name, value, scope in (("HEAD_SIZE", d, UNIFIED_D), ("TILE_SIZE", t, UNIFIED_T), ("BLOCK_M", m, UNIFIED_M),
                                ("num_warps", w, WARPS), ("num_stages", s, UNIFIED_STAGES)):
         _in(name, value, scope)
-    e = _one_dtype(p, HALF)
+    e = _one_dtype(p, tuple(SIZES))
+    windowed = p["SLIDING_WINDOW"] > 0
+    if e == SIZES["fp32"] and m != 16:
+        raise CannotPredict(f"fp32 with BLOCK_M {m}: the fp32 reduction scratch was measured with 16 rows only; "
+                            "size it")
     index = min(8 * t, 128 * w) if s >= 3 else 0
-    window = d * t * e if p["SLIDING_WINDOW"] > 0 else 0
-    return e * (m * d + 2 * d * t) + _p_buffer(m, d, t, e) + index + window
+    window = d * t * e if windowed else 0
+    reduction = 64 * min(w, t // 8) if e == SIZES["fp32"] and not windowed else 0
+    return e * (m * d + 2 * d * t) + _p_buffer(m, d, t, e) + index + window + reduction
 
 
 def fwd_kernel(p: dict, source: str) -> int:
