@@ -2,10 +2,11 @@
 shared-memory allocation where they answer.
 
 The launches are the ones `tileprobe audit` captures (the engines' own launchers under the rtx-pro-6000 stand-in):
-SGLang's MHA decode for gpt-oss-120b, vLLM's unified attention for gpt-oss-120b, vLLM's MLA decode for kimi-k2 and
-vLLM's lightning attention for minimax-m1; each run draws random variations of them (dtypes, head sizes, blocks,
-warps, stages, windows) within the rules' scope, sizes them by Triton 3.8.0's own passes up to
-AllocateSharedMemory, and compiles one in full. Skipped without Triton or the engine wheels.
+SGLang's MHA decode and extend for gpt-oss-120b, SGLang's prefill (vision) attention for gqa-h128-fp32, vLLM's
+unified attention for gpt-oss-120b, vLLM's MLA decode for kimi-k2 and vLLM's lightning attention for minimax-m1;
+each run draws random variations of them (dtypes, head sizes, blocks, warps, stages, windows) within the rules'
+scope, sizes them by Triton 3.8.0's own passes up to AllocateSharedMemory, and compiles one in full. Skipped
+without Triton or the engine wheels.
 """
 
 from __future__ import annotations
@@ -100,14 +101,19 @@ def _random_changes(rng, launch: Launch) -> dict:
     if k == "_fwd_kernel_stage2":
         dv = rng.choice([64, 128, 256, 512])
         return {"BLOCK_DV": dv, "Lv": dv, "num_warps": rng.choice([2, 4, 8]), "num_stages": rng.choice([1, 2, 3])}
+    if k in ("_fwd_diag_kernel", "_fwd_kv_parallel", "_fwd_none_diag_kernel"):
+        c, d, e = rng.choice([16, 32, 64]), rng.choice([64, 128]), rng.choice([64, 128])
+        changes = {"CBLOCK": c, "NUM_CBLOCK": 256 // c, "d": d, "e": e, "D_FBLOCK": d, "E_FBLOCK": e,
+                   "num_warps": rng.choice([2, 4, 8]), "num_stages": rng.choice([2, 3, 4])}
+        return {k: v for k, v in changes.items() if launch.arg(k) is not None or k.startswith("num_")}
     if k == "_fwd_kv_reduce":
         f = rng.choice([32, 64, 128])
         return {"D_FBLOCK": f, "E_FBLOCK": f, "num_warps": rng.choice([2, 4, 8]), "num_stages": rng.choice([1, 2, 3])}
     return {}
 
 
-RULED = ("_fwd_grouped_kernel_stage1", "kernel_unified_attention", "_fwd_kernel", "_fwd_kernel_stage2",
-         "_fwd_kv_reduce")
+RULED = ("_fwd_grouped_kernel_stage1", "kernel_unified_attention", "_fwd_kernel", "_fwd_diag_kernel",
+         "_fwd_kv_parallel", "_fwd_none_diag_kernel", "_fwd_kernel_stage2", "_fwd_kv_reduce")
 
 
 def _draw(rng, captured, kernel: str, vary: bool):
@@ -159,9 +165,14 @@ def test_out_of_scope_launches_cannot_predict(captured, rng):
     launch, job, _ = _draw(rng, captured, rng.choice(RULED), False)
     with pytest.raises(CannotPredict, match="sm_90"):
         attention_rule.predict(launch, dataclasses.replace(job, cc=90), "3.8.0")
-    launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_fwd_diag_kernel"])
+    launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_fwd_grouped_kernel_stage1"
+                              and la.kernel_file.startswith("vllm")])
     with pytest.raises(CannotPredict, match="no stated"):
         attention_rule.predict(launch, job, "3.8.0")
+    launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_fwd_kv_parallel"])
+    with pytest.raises(CannotPredict, match="epilogue"):  # 16 x 128 x 64: the 32 KiB KV tile outgrows the loop
+        attention_rule.predict(*_vary(launch, job, {"CBLOCK": 16, "NUM_CBLOCK": 16, "d": 128, "e": 64,
+                                                    "D_FBLOCK": 128, "E_FBLOCK": 64, "num_stages": 2}), "3.8.0")
 
 
 def test_another_release_or_source_cannot_predict(rng):

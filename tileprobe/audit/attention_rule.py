@@ -18,9 +18,10 @@ from tileprobe.predict import triton_attention as rule
 TRITON_DEFAULT_WARPS = 4
 TRITON_DEFAULT_STAGES = 3
 # the q / K / V pointers (and the KV pool's) each kernel reads: the decode kernels, vLLM's unified kernel, SGLang's
-# extend _fwd_kernel (Q_Extend...) and prefill _fwd_kernel (Q, K, V); those a launch passes are read
+# extend _fwd_kernel (Q_Extend...) and prefill _fwd_kernel (Q, K, V), vLLM's lightning kernels (Q, K, V, the KV
+# state); those a launch passes are read
 POINTERS = ("Q", "K_Buffer", "V_Buffer", "query_ptr", "key_cache_ptr", "value_cache_ptr", "Q_Extend", "K_Extend",
-            "V_Extend", "K", "V")
+            "V_Extend", "K", "V", "KV")
 
 
 def _dtype(launch: Launch, name: str) -> str | None:

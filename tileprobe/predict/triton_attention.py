@@ -50,6 +50,18 @@ S = Q @ K^T (rows x keys) and acc += P @ V (rows x value head), with P = softmax
    16..128, 2 / 4 / 8
    warps, bf16 / fp16 / fp32, head sizes (Lq, Lk) at and under the block, windows and sinks (extend), causal or
    not (prefill), with the flags SGLang's extend launcher passes on CUDA (EXTEND_FLAGS).
+5. vLLM's lightning attention (lightning_attn.py; fp32: the layer casts q/k/v to float; CBLOCK C, head sizes d, e,
+   num_stages S, Triton's defaults 4 warps and 3 stages where vLLM passes none). Each loop's tl.dot operands that
+   are loaded in the loop are pipelined (S - 1 buffers on mma.sync); what is loaded once takes one buffer:
+   - _fwd_diag_kernel (the intra-block part): Q (C x d) one buffer; K^T (d x C) and V (C x e) S - 1 each; the
+     decayed scores (C x C, fp32) reach the second dot through a buffer by rule 0 (rows C, head e):
+     4 * (C*d + (S-1)*(d*C + C*e)) + P.
+   - _fwd_kv_parallel (each block's K^T V): K^T (d x C), V (C x e) and the decay vector (C) S - 1 each:
+     4 * (S-1)*(d*C + C*e + C); the epilogue converts the d x e fp32 result after the loop's buffers die, so where
+     that tile (d*e*4) is larger than the loop's bytes its conversion may be the answer: CannotPredict.
+   - _fwd_none_diag_kernel (the inter-block part): the KV state (d x e) and Q (C x d), one buffer each:
+     4 * (d*e + C*d).
+   Checked for C 16..64, d and e 64 / 128 (D_FBLOCK = d, E_FBLOCK = e), 2 / 4 / 8 warps, 2..4 stages.
 
 CannotPredict, because measurements found the rules wrong there or nothing checked them:
 - _fwd_grouped_kernel_stage1 with MLA (v = tl.trans(k): the transposed view reaches the second dot through buffers
@@ -64,7 +76,6 @@ CannotPredict, because measurements found the rules wrong there or nothing check
 - _fwd_kernel with BLOCK_DMODEL != BLOCK_DV (P may then fit beside V inside K's space), BLOCK_DPE > BLOCK_DMODEL
   (measured 1024 B under the sum at 32 + 64 with 16 rows and 2 warps), num_stages above 1, custom
   masks, FP8 KV, paged KV (PAGE_SIZE > 1) or any flag other than EXTEND_FLAGS;
-- vLLM's other lightning kernels (_fwd_diag_kernel, _fwd_kv_parallel, _fwd_none_diag_kernel): no stated rule;
 - any other capability (sm_90 / sm_100 use wgmma / tcgen05, which keep num_stages buffers and more), Triton release
   or engine file.
 """
@@ -113,6 +124,9 @@ UNIFIED_D = (64, 128, 256)
 UNIFIED_T = (16, 32, 64)
 UNIFIED_M = (16, 32, 64)
 UNIFIED_STAGES = (2, 3, 4)
+# rule 5's checked scope
+LIGHTNING_C = (16, 32, 64)
+LIGHTNING_D = (64, 128)
 # rule 4's checked scope, and the flags SGLang's extend launcher passes on CUDA (checked only with these)
 FWD_BLOCKS = (16, 32, 64, 128)
 FWD_D = (32, 64, 128, 256, 512)
@@ -128,6 +142,9 @@ UNIFIED_FLAGS_OFF = ("USE_ALIBI_SLOPES", "USE_ALIBI_SQRT", "USE_QQ_BIAS", "USE_S
 KERNEL_FILES = {
     "_fwd_kernel_stage2": (SGLANG_DECODE, VLLM_DECODE),
     "_fwd_kv_reduce": (VLLM_LIGHTNING,),
+    "_fwd_diag_kernel": (VLLM_LIGHTNING,),
+    "_fwd_kv_parallel": (VLLM_LIGHTNING,),
+    "_fwd_none_diag_kernel": (VLLM_LIGHTNING,),
     "_fwd_kernel": (SGLANG_EXTEND, SGLANG_PREFILL),
     "_fwd_grouped_kernel_stage1": (SGLANG_DECODE,),
     "kernel_unified_attention": (VLLM_UNIFIED,),
@@ -238,7 +255,32 @@ def fwd_kernel(p: dict, source: str) -> int:
     return e * (m * (d + dpe) + n * d) + _p_buffer(m, dv, n, e)
 
 
+def lightning(p: dict, kernel: str) -> int:
+    """Rule 5 (vLLM's lightning attention: _fwd_diag_kernel, _fwd_kv_parallel, _fwd_none_diag_kernel), in fp32."""
+    c, d, e, w, s = (p[k] for k in ("CBLOCK", "d", "e", "num_warps", "num_stages"))
+    for name, value, scope in (("CBLOCK", c, LIGHTNING_C), ("d", d, LIGHTNING_D), ("e", e, LIGHTNING_D),
+                               ("num_warps", w, WARPS), ("num_stages", s, UNIFIED_STAGES)):
+        _in(name, value, scope)
+    if p.get("D_FBLOCK", d) != d or p.get("E_FBLOCK", e) != e:
+        raise CannotPredict(f"D_FBLOCK {p.get('D_FBLOCK')}, E_FBLOCK {p.get('E_FBLOCK')} for d {d}, e {e}: checked "
+                            "with whole head blocks only; size it")
+    _one_dtype(p, ("fp32",))
+    f = SIZES["fp32"]
+    if kernel == "_fwd_diag_kernel":
+        return f * (c * d + (s - 1) * (d * c + c * e)) + _p_buffer(c, e, c, f)
+    if kernel == "_fwd_none_diag_kernel":
+        return f * (d * e + c * d)
+    loop = f * (s - 1) * (d * c + c * e + c)
+    if d * e * f > loop:
+        raise CannotPredict(f"the {d}x{e} fp32 KV tile's epilogue conversion (up to {d * e * f} B) may outgrow the "
+                            f"loop's {loop} B (measured: 32768 B at CBLOCK 16, d 128, e 64, 8 warps); size it")
+    return loop
+
+
 RULES = {"_fwd_kernel_stage2": lambda p, f: 0, "_fwd_kv_reduce": lambda p, f: 0,
+         "_fwd_diag_kernel": lambda p, f: lightning(p, "_fwd_diag_kernel"),
+         "_fwd_kv_parallel": lambda p, f: lightning(p, "_fwd_kv_parallel"),
+         "_fwd_none_diag_kernel": lambda p, f: lightning(p, "_fwd_none_diag_kernel"),
          "_fwd_grouped_kernel_stage1": lambda p, f: stage1(p), "kernel_unified_attention": lambda p, f: unified(p),
          "_fwd_kernel": fwd_kernel}
 
