@@ -1,6 +1,6 @@
-"""Predict the shared bytes of the engines' Triton attention kernels (SGLang's and vLLM's split-K decode attention,
-vLLM's unified attention, vLLM's lightning attention) without compiling, where the rules below were checked exact
-against Triton's own metadata.shared; CannotPredict everywhere else.
+"""Predict the shared bytes of the engines' Triton attention kernels (SGLang's extend / prefill attention, SGLang's
+and vLLM's split-K decode attention, vLLM's unified attention, vLLM's lightning attention) without compiling, where
+the rules below were checked exact against Triton's own metadata.shared; CannotPredict everywhere else.
 
 Keyed by (Triton release, sha256 of the engine file that defines the kernel, or of the kernel as the audit cuts it
 out of that file: KernelSource.sha256): CHECKED lists the pairs the rules were checked on. Another release or a
@@ -29,9 +29,9 @@ S = Q @ K^T (rows x keys) and acc += P @ V (rows x value head), with P = softmax
 3. kernel_unified_attention (vLLM triton_unified_attention.py, the 2D launch), bf16 / fp16, HEAD_SIZE ==
    HEAD_SIZE_PADDED = D, TILE_SIZE T, BLOCK_M rows: Q (BLOCK_M x D, loaded once) one buffer; K (D x T) and V
    (T x D) one buffer each: their loads are indirect (through the block table), so the pipeliner gives them one
-   stage and the block-table load the earlier ones; P (rule 0); at num_stages >= 3 the block index vector (T int64),
-   converted between K's (D x T) and V's (T x D) broadcast layouts, through a scratch the pipelined loop keeps live:
-   min(8*T, 128*num_warps) B (at 2 stages nothing); with a sliding window (SLIDING_WINDOW > 0) the loop's bounds
+   stage and the block-table load (T int32) the earlier ones; P (rule 0); at num_stages >= 3 the block-table load
+   is pipelined itself, two T x 4 B buffers: 8*T B, measured min(8*T, 128*num_warps) (256 B at T 64 with 2 warps;
+   at 2 stages nothing); with a sliding window (SLIDING_WINDOW > 0) the loop's bounds
    come from the window and K takes a second buffer (D*T*e more):
    e * (BLOCK_M*D + 2*D*T) + P + [num_stages >= 3] min(8*T, 128*W) + [window] D*T*e. Checked for D 64..256, T
    16..64, BLOCK_M 16..64, num_stages 2..4, 2 / 4 / 8 warps, windows 0 / 128 / 1024, with and without sinks.
@@ -47,9 +47,8 @@ S = Q @ K^T (rows x keys) and acc += P @ V (rows x value head), with P = softmax
    vectors' scratch and the epilogue's output conversion fit in space already counted:
    e * (BLOCK_M*(BLOCK_DMODEL + BLOCK_DPE) + BLOCK_N*BLOCK_DMODEL) + P.
    Checked with BLOCK_DMODEL == BLOCK_DV in 32..512, BLOCK_DPE 0 / 32 / 64 (<= BLOCK_DMODEL), BLOCK_M and BLOCK_N
-   16..128, 2 / 4 / 8
-   warps, bf16 / fp16 / fp32, head sizes (Lq, Lk) at and under the block, windows and sinks (extend), causal or
-   not (prefill), with the flags SGLang's extend launcher passes on CUDA (EXTEND_FLAGS).
+   16..128, 2 / 4 / 8 warps, bf16 / fp16 / fp32, head sizes (Lq, Lk) at and under the block, windows and sinks
+   (extend), causal or not (prefill), with the flags SGLang's extend launcher passes on CUDA (EXTEND_FLAGS).
 5. vLLM's lightning attention (lightning_attn.py; fp32: the layer casts q/k/v to float; CBLOCK C, head sizes d, e,
    num_stages S, Triton's defaults 4 warps and 3 stages where vLLM passes none). Each loop's tl.dot operands that
    are loaded in the loop are pipelined (S - 1 buffers on mma.sync); what is loaded once takes one buffer:
@@ -66,18 +65,23 @@ S = Q @ K^T (rows x keys) and acc += P @ V (rows x value head), with P = softmax
 CannotPredict, because measurements found the rules wrong there or nothing checked them:
 - _fwd_grouped_kernel_stage1 with MLA (v = tl.trans(k): the transposed view reaches the second dot through buffers
   whose sizes vary with BLOCK_DPE, warps and dtype, 0 to 30720 B over the tiles in 50 random launches: not
-  modelled), with BLOCK_H 64 (64 x 64 with 2 warps measured 512 B over rule 2), or num_stages other than 2 (at 1 K
-  and V share one buffer; at 3 and more the index load is pipelined too); vLLM's stage-1 kernel
-  (triton_decode_attention.py) was not checked without MLA;
+  modelled), with BLOCK_H 64 (64 x 64 with 2 warps measured 512 B over rule 2), or num_stages other than 2 (at 1
+  V took K's space; at 3 and 4, 512 B more at BLOCK_N 32: not modelled); vLLM's stage-1 kernel
+  (triton_decode_attention.py), whose launches are MLA, has no rule;
 - kernel_unified_attention in fp32 with BLOCK_M above 16 (the reduction scratch then measured 512 to 1024 B, not
-  the 16-row rule's), num_stages 1 (K's buffer is then shared with P's),
-  the 3D (split-K) launch, FP8 / quantized KV, alibi, softcap, qq-bias, multimodal-prefix or
-  per-sequence-causal launches;
+  the 16-row rule's), num_stages 1 (measured 1024 B under rule 3 at 16 x 32: not modelled), the 3D (split-K)
+  launch, FP8 / quantized KV, alibi, softcap, qq-bias, multimodal-prefix or per-sequence-causal launches;
 - _fwd_kernel with BLOCK_DMODEL != BLOCK_DV (P may then fit beside V inside K's space), BLOCK_DPE > BLOCK_DMODEL
   (measured 1024 B under the sum at 32 + 64 with 16 rows and 2 warps), num_stages above 1, custom
   masks, FP8 KV, paged KV (PAGE_SIZE > 1) or any flag other than EXTEND_FLAGS;
 - any other capability (sm_90 / sm_100 use wgmma / tcgen05, which keep num_stages buffers and more), Triton release
   or engine file.
+
+Checked: every launch the committed rtx-pro-6000 audits capture for these kernels (SGLang gpt-oss-120b, kimi-k2,
+gemma-3-4b, gqa-h128-fp32; vLLM gpt-oss-120b, gemma2-fp32-like, kimi-k2, minimax-m1: 27 of 29 distinct answered, all
+equal to the compiled bytes; the two MLA stage-1 launches CannotPredict), and about 800 random launches around them
+(the scopes above) against Triton 3.8.0's own passes up to AllocateSharedMemory on sm_120;
+tests/predict/test_triton_attention.py draws new ones every run (one compiled in full).
 """
 
 from __future__ import annotations
