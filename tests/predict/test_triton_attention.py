@@ -77,6 +77,11 @@ def _dtype(launch: Launch, dt: str) -> dict:
 
 def _random_changes(rng, launch: Launch) -> dict:
     k = launch.kernel
+    if k == "_fwd_grouped_kernel_stage1" and (launch.arg("HAS_MLA") or launch.arg("IS_MLA")):
+        d, dpe = rng.choice([128, 256, 512]), rng.choice([0, 64])
+        return {"BLOCK_DMODEL": d, "BLOCK_DV": d, "BLOCK_DPE": dpe, "Lk": d + dpe, "Lv": d,
+                "BLOCK_N": rng.choice([16, 32, 64]), "num_warps": rng.choice([2, 4, 8]),
+                **_dtype(launch, rng.choice(["bf16", "fp16"]))}
     if k == "_fwd_grouped_kernel_stage1":
         d = rng.choice([64, 128, 256])
         return {"BLOCK_DMODEL": d, "BLOCK_DV": d, "Lk": d, "Lv": d, "BLOCK_N": rng.choice([16, 32, 64]),
@@ -150,9 +155,10 @@ def test_rule_equals_a_full_compile(captured, rng, tmp_path):
 
 @pytest.mark.triton
 def test_out_of_scope_launches_cannot_predict(captured, rng):
-    launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_fwd_grouped_kernel_stage1"])
-    with pytest.raises(CannotPredict, match="MLA|no stated"):  # SGLang's with MLA; vLLM's (MLA) has no rule
-        attention_rule.predict(*_vary(launch, job, {"HAS_MLA": True}), "3.8.0")
+    launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_fwd_grouped_kernel_stage1"
+                              and la.arg("IS_MLA")])
+    with pytest.raises(CannotPredict, match="fp32"):  # MLA decode in fp32: its conversion scratch is not the table's
+        attention_rule.predict(*_vary(launch, job, _dtype(launch, "fp32")), "3.8.0")
     launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "kernel_unified_attention"])
     with pytest.raises(CannotPredict, match="fp32"):
         attention_rule.predict(*_vary(launch, job, _dtype(launch, "fp32") | {"BLOCK_M": rng.choice([32, 64])}),
@@ -166,9 +172,9 @@ def test_out_of_scope_launches_cannot_predict(captured, rng):
     with pytest.raises(CannotPredict, match="sm_90"):
         attention_rule.predict(launch, dataclasses.replace(job, cc=90), "3.8.0")
     launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_fwd_grouped_kernel_stage1"
-                              and la.kernel_file.startswith("vllm")])
-    with pytest.raises(CannotPredict, match="no stated"):
-        attention_rule.predict(launch, job, "3.8.0")
+                              and la.kernel_file.startswith("sglang")])
+    with pytest.raises(CannotPredict, match="BLOCK_H"):  # BLOCK_H 64 (rule 2's scope stops at 32)
+        attention_rule.predict(*_vary(launch, job, {"BLOCK_H": 64}), "3.8.0")
     launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_fwd_kv_parallel"])
     with pytest.raises(CannotPredict, match="epilogue"):  # 16 x 128 x 64: the 32 KiB KV tile outgrows the loop
         attention_rule.predict(*_vary(launch, job, {"CBLOCK": 16, "NUM_CBLOCK": 16, "d": 128, "e": 64,

@@ -26,6 +26,16 @@ S = Q @ K^T (rows x keys) and acc += P @ V (rows x value head), with P = softmax
    buffer, loaded once; K (D x BLOCK_N) and V (BLOCK_N x D) one buffer each (num_stages - 1 = 1 on mma.sync), all
    live together in the loop; plus P (rule 0, rows = BLOCK_H): e * (BLOCK_H*D + 2*BLOCK_N*D) + P. Checked for
    BLOCK_H 16 and 32, BLOCK_N 16..64, D 64..256, 2 / 4 / 8 warps, bf16 / fp16 / fp32.
+2b. _fwd_grouped_kernel_stage1 with MLA (SGLang's HAS_MLA, vLLM triton_decode_attention.py's IS_MLA: v =
+   tl.trans(k), the latent cache read once for both dots), num_stages 2, BLOCK_H 16 (both launchers'), bf16 /
+   fp16: K (D x BLOCK_N) is loaded into registers (both dots use it) and stored once, not pipelined; Kpe (BLOCK_DPE
+   x BLOCK_N) pipelined, one buffer; q (16 x D) and qpe (16 x BLOCK_DPE) one buffer each; P (16 x BLOCK_N) takes
+   K's space once K is read; the transposed view of K reaches the second dot through a layout conversion whose
+   scratch is a MEASURED table, MLA_TRANS_SCRATCH[(D, num_warps)] elements (not derived: it depends on the two
+   layouts Triton picks, and did not vary with BLOCK_N or BLOCK_DPE):
+   e * (BLOCK_N*D + 16*(D + BLOCK_DPE) + BLOCK_DPE*BLOCK_N + MLA_TRANS_SCRATCH[(D, W)]). Checked on every D
+   128 / 256 / 512, BLOCK_DPE 0 / 64, BLOCK_N 16..64, 2 / 4 / 8 warps (bf16, and fp16 on a sample) for both
+   engines' kernels (vLLM's with its page size 16).
 3. kernel_unified_attention (vLLM triton_unified_attention.py, the 2D launch), bf16 / fp16, HEAD_SIZE ==
    HEAD_SIZE_PADDED = D, TILE_SIZE T, BLOCK_M rows: Q (BLOCK_M x D, loaded once) one buffer; K (D x T) and V
    (T x D) one buffer each: their loads are indirect (through the block table), so the pipeliner gives them one
@@ -63,11 +73,10 @@ S = Q @ K^T (rows x keys) and acc += P @ V (rows x value head), with P = softmax
    Checked for C 16..64, d and e 64 / 128 (D_FBLOCK = d, E_FBLOCK = e), 2 / 4 / 8 warps, 2..4 stages.
 
 CannotPredict, because measurements found the rules wrong there or nothing checked them:
-- _fwd_grouped_kernel_stage1 with MLA (v = tl.trans(k): the transposed view reaches the second dot through buffers
-  whose sizes vary with BLOCK_DPE, warps and dtype, 0 to 30720 B over the tiles in 50 random launches: not
-  modelled), with BLOCK_H 64 (64 x 64 with 2 warps measured 512 B over rule 2), or num_stages other than 2 (at 1
-  V took K's space; at 3 and 4, 512 B more at BLOCK_N 32: not modelled); vLLM's stage-1 kernel
-  (triton_decode_attention.py), whose launches are MLA, has no rule;
+- _fwd_grouped_kernel_stage1 with MLA in fp32 (the conversion scratch measured otherwise: 1024 to 8192 elements,
+  not the table's), or outside the table's (D, warps); without MLA with BLOCK_H 64 (64 x 64 with 2 warps measured
+  512 B over rule 2), or num_stages other than 2 (at 1 V took K's space; at 3 and 4, 512 B more at BLOCK_N 32: not
+  modelled); vLLM's stage-1 kernel without MLA (its launches are MLA) was not checked;
 - kernel_unified_attention in fp32 with BLOCK_M above 16 (the reduction scratch then measured 512 to 1024 B, not
   the 16-row rule's), num_stages 1 (measured 1024 B under rule 3 at 16 x 32: not modelled), the 3D (split-K)
   launch, FP8 / quantized KV, alibi, softcap, qq-bias, multimodal-prefix or per-sequence-causal launches;
@@ -78,8 +87,8 @@ CannotPredict, because measurements found the rules wrong there or nothing check
   or engine file.
 
 Checked: every launch the committed rtx-pro-6000 audits capture for these kernels (SGLang gpt-oss-120b, kimi-k2,
-gemma-3-4b, gqa-h128-fp32; vLLM gpt-oss-120b, gemma2-fp32-like, kimi-k2, minimax-m1: 27 of 29 distinct answered, all
-equal to the compiled bytes; the two MLA stage-1 launches CannotPredict), and about 800 random launches around them
+gemma-3-4b, gqa-h128-fp32; vLLM gpt-oss-120b, gemma2-fp32-like, kimi-k2, minimax-m1: all 29 distinct answered,
+each equal to the compiled bytes), and about 900 random launches around them
 (the scopes above) against Triton 3.8.0's own passes up to AllocateSharedMemory on sm_120;
 tests/predict/test_triton_attention.py draws new ones every run (one compiled in full).
 """
@@ -123,6 +132,12 @@ WARPS = (2, 4, 8)
 STAGE1_H = (16, 32)
 STAGE1_N = (16, 32, 64)
 STAGE1_D = (64, 128, 256)
+# rule 2b: the transposed K's conversion scratch, in elements, per (BLOCK_DMODEL, num_warps): measured (bf16, fp16;
+# BLOCK_H 16, BLOCK_N 16..64, BLOCK_DPE 0 / 64; the same for SGLang's and vLLM's kernel)
+MLA_TRANS_SCRATCH = {(128, 2): 1024, (128, 4): 1024, (128, 8): 2048, (256, 2): 2048, (256, 4): 2048, (256, 8): 2048,
+                     (512, 2): 2048, (512, 4): 4096, (512, 8): 4096}
+MLA_D = (128, 256, 512)
+MLA_PAGE = {SGLANG_DECODE: 1, VLLM_DECODE: 16}  # the page sizes each engine's MLA decode was checked with
 # rule 3's checked scope
 UNIFIED_D = (64, 128, 256)
 UNIFIED_T = (16, 32, 64)
@@ -150,7 +165,7 @@ KERNEL_FILES = {
     "_fwd_kv_parallel": (VLLM_LIGHTNING,),
     "_fwd_none_diag_kernel": (VLLM_LIGHTNING,),
     "_fwd_kernel": (SGLANG_EXTEND, SGLANG_PREFILL),
-    "_fwd_grouped_kernel_stage1": (SGLANG_DECODE,),
+    "_fwd_grouped_kernel_stage1": (SGLANG_DECODE, VLLM_DECODE),
     "kernel_unified_attention": (VLLM_UNIFIED,),
 }
 
@@ -200,11 +215,27 @@ def _in(name: str, value, scope: tuple) -> None:
         raise CannotPredict(f"{name} {value}: the rule was checked for {scope}; size it")
 
 
-def stage1(p: dict) -> int:
-    """Rule 2 (_fwd_grouped_kernel_stage1 without MLA)."""
-    if p["HAS_MLA"] or p["BLOCK_DPE"]:
-        raise CannotPredict(f"MLA decode (HAS_MLA {p['HAS_MLA']}, BLOCK_DPE {p['BLOCK_DPE']}): V is K's transposed "
-                            "view, whose buffers are not modelled; size it")
+def stage1_mla(p: dict, source: str) -> int:
+    """Rule 2b (_fwd_grouped_kernel_stage1 with MLA: v = tl.trans(k))."""
+    h, n, d, dpe, w, s = (p[k] for k in ("BLOCK_H", "BLOCK_N", "BLOCK_DMODEL", "BLOCK_DPE", "num_warps",
+                                         "num_stages"))
+    if p["BLOCK_DV"] != d:
+        raise CannotPredict(f"BLOCK_DMODEL {d} != BLOCK_DV {p['BLOCK_DV']}: not checked; size it")
+    for name, value, scope in (("BLOCK_H", h, (16,)), ("BLOCK_N", n, STAGE1_N), ("BLOCK_DMODEL", d, MLA_D),
+                               ("BLOCK_DPE", dpe, (0, 64)), ("num_warps", w, WARPS), ("num_stages", s, (2,))):
+        _in(name, value, scope)
+    _flags(p, {"PAGE_SIZE": MLA_PAGE[source], "SCORE_MOD": None, "logit_cap": 0.0, "xai_temperature_len": -1,
+               "IS_GFX1250": False})
+    e = _one_dtype(p, ("bf16", "fp16"))
+    return e * (n * d + h * (d + dpe) + dpe * n + MLA_TRANS_SCRATCH[(d, w)])
+
+
+def stage1(p: dict, source: str) -> int:
+    """Rule 2 (_fwd_grouped_kernel_stage1 without MLA; with MLA, rule 2b)."""
+    if p.get("HAS_MLA") or p.get("IS_MLA"):
+        return stage1_mla(p, source)
+    if source != SGLANG_DECODE or p["BLOCK_DPE"]:
+        raise CannotPredict(f"{source} without MLA, BLOCK_DPE {p['BLOCK_DPE']}: not checked; size it")
     h, n, d, w, s = (p[k] for k in ("BLOCK_H", "BLOCK_N", "BLOCK_DMODEL", "num_warps", "num_stages"))
     if p["BLOCK_DV"] != d:
         raise CannotPredict(f"BLOCK_DMODEL {d} != BLOCK_DV {p['BLOCK_DV']}: not checked; size it")
@@ -285,7 +316,7 @@ RULES = {"_fwd_kernel_stage2": lambda p, f: 0, "_fwd_kv_reduce": lambda p, f: 0,
          "_fwd_diag_kernel": lambda p, f: lightning(p, "_fwd_diag_kernel"),
          "_fwd_kv_parallel": lambda p, f: lightning(p, "_fwd_kv_parallel"),
          "_fwd_none_diag_kernel": lambda p, f: lightning(p, "_fwd_none_diag_kernel"),
-         "_fwd_grouped_kernel_stage1": lambda p, f: stage1(p), "kernel_unified_attention": lambda p, f: unified(p),
+         "_fwd_grouped_kernel_stage1": stage1, "kernel_unified_attention": lambda p, f: unified(p),
          "_fwd_kernel": fwd_kernel}
 
 
