@@ -60,7 +60,7 @@ def test_predicted_and_sized_rows_are_the_compiles_bytes(vllm, rng, tmp_path):
         c = compiled[key]
         assert (r["smem_bytes"], r["verdict"]) == (c["smem_bytes"], c["verdict"]), (r, c)
         assert c["evidence"] == "compiled" and c["regs_per_thread"], c
-        if r["kernel"] == "fused_moe_kernel" and r["predicted_smem_bytes"] is not None:
+        if r["predicted_smem_bytes"] is not None:  # a stated rule's (fused_moe_kernel's, the attention kernels')
             assert r["evidence"] == "predicted" and r["prediction"] == "not measured", r
             assert c["prediction"] == "exact" and c["predicted_smem_bytes"] == c["smem_bytes"], c
         else:

@@ -25,7 +25,7 @@ import math
 from types import SimpleNamespace
 from typing import Optional
 
-from tileprobe.audit import engine_code
+from tileprobe.audit import attention_rule, engine_code
 from tileprobe.audit.entry import TORCH, AuditKernel, Elsewhere, Point, empty, heads, indptr, not_mla, torch
 from tileprobe.errors import UsageError
 from tileprobe.engines.triton_configs import EngineSource
@@ -129,12 +129,13 @@ DECODE_ALLOW = ("sglang.kernels.ops.attention.decode_attention", "sglang.kernels
 ENTRIES = (
     AuditKernel("sglang-extend-attention", "sglang", "0.5.23", "sglang.kernels.ops.attention.extend_attention",
                 "extend_attention_fwd", EXTEND_ALLOW, SGLANG_STAND_INS, _sglang_extend, not_mla,
-                "the model's dtype (the layer's q/k/v)", backend="triton"),
+                "the model's dtype (the layer's q/k/v)", backend="triton", predict=attention_rule.predict),
     AuditKernel("sglang-context-attention", "sglang", "0.5.23", "sglang.kernels.ops.attention.prefill_attention",
                 "context_attention_fwd", ("sglang.kernels.ops.attention.prefill_attention",),
                 SGLANG_STAND_INS, _sglang_vision, _vision, "the model's dtype (the vision encoder's q/k/v)",
-                windowed=False, chooses=_vision_backend),
+                windowed=False, chooses=_vision_backend, predict=attention_rule.predict),
     AuditKernel("sglang-decode-attention", "sglang", "0.5.23", "sglang.kernels.ops.attention.decode_attention",
                 "decode_attention_fwd", DECODE_ALLOW, SGLANG_STAND_INS, _sglang_decode, not_mla,
-                "the model's dtype; split-K partials in fp32", windowed=False, backend="triton"),
+                "the model's dtype; split-K partials in fp32", windowed=False, backend="triton",
+                predict=attention_rule.predict),
 )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from tileprobe.audit import vllm_stand_ins
+from tileprobe.audit import attention_rule, vllm_stand_ins
 from tileprobe.audit.entry import TORCH, AuditKernel, Point, empty, heads, indptr, not_mla, torch
 from tileprobe.models import AttentionConfig
 
@@ -63,10 +63,11 @@ def _linear(model: AttentionConfig) -> str | None:
 ENTRIES = (
     AuditKernel("vllm-unified-attention", "vllm", "0.33.0", "vllm.v1.attention.ops.triton_unified_attention",
                 "unified_attention", VLLM_ALLOW, vllm_stand_ins.STAND_INS, _vllm_unified, not_mla,
-                "the model's dtype (the layer's query and KV cache)", compile_from="module", backend="TRITON_ATTN"),
+                "the model's dtype (the layer's query and KV cache)", compile_from="module", backend="TRITON_ATTN",
+                predict=attention_rule.predict),
     AuditKernel("vllm-lightning-attention", "vllm", "0.33.0", "vllm.model_executor.layers.lightning_attn",
                 "lightning_attention", ("vllm.model_executor.layers.lightning_attn", "vllm.platforms.interface",
                                         "vllm.v1.attention.backends.registry"),
                 vllm_stand_ins.STAND_INS, _vllm_lightning, _linear, "fp32 (the layer casts q/k/v to float)",
-                windowed=False),
+                windowed=False, predict=attention_rule.predict),
 )

@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 import math
 
-from tileprobe.audit import vllm_stand_ins
+from tileprobe.audit import attention_rule, vllm_stand_ins
 from tileprobe.audit.entries import mla_stand_ins
 from tileprobe.audit.entries.sglang_mla import V4_MODEL_TYPE
 from tileprobe.audit.entry import TORCH, AuditKernel, Point, empty, heads, torch
@@ -66,5 +66,6 @@ def _decode(model: AttentionConfig, pt: Point):
 ENTRIES = (
     AuditKernel("vllm-mla-decode", "vllm", "0.33.0", "vllm.v1.attention.ops.triton_decode_attention",
                 "decode_attention_fwd", ALLOW, STAND_INS, _decode, _mla,
-                "the model's dtype (q and the latent KV cache); split-K partials in fp32", windowed=False, backend="TRITON_MLA"),
+                "the model's dtype (q and the latent KV cache); split-K partials in fp32", windowed=False,
+                backend="TRITON_MLA", predict=attention_rule.predict),
 )

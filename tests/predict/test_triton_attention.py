@@ -1,0 +1,192 @@
+"""The triton-attention rules (the engines' decode / unified / lightning attention kernels) equal Triton's own
+shared-memory allocation where they answer.
+
+The launches are the ones `tileprobe audit` captures (the engines' own launchers under the rtx-pro-6000 stand-in):
+SGLang's MHA decode and extend for gpt-oss-120b, SGLang's prefill (vision) attention for gqa-h128-fp32, vLLM's
+unified attention for gpt-oss-120b, vLLM's MLA decode for kimi-k2 and vLLM's lightning attention for minimax-m1;
+each run draws random variations of them (dtypes, head sizes, blocks, warps, stages, windows) within the rules'
+scope, sizes them by Triton 3.8.0's own passes up to AllocateSharedMemory, and compiles one in full. Skipped
+without Triton or the engine wheels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from tileprobe.audit import attention_rule
+from tileprobe.audit.capture import Launch, TensorArg
+from tileprobe.audit.kernels import KERNELS
+from tileprobe.audit.nearest import with_values
+from tileprobe.audit.run import AuditOptions, capture_all, gpu_name
+from tileprobe.backends.triton import allocate
+from tileprobe.backends.triton.compile import KernelJob, TritonBuild, compile_job
+from tileprobe.engines.triton_configs import find_engine
+from tileprobe.errors import UsageError
+from tileprobe.models import attention_model
+from tileprobe.predict import CannotPredict
+from tileprobe.predict import triton_attention
+from tileprobe.targets import resolve_target
+
+CAPTURES = (("sglang", "gpt-oss-120b", ("sglang-decode-attention", "sglang-extend-attention")),
+            ("sglang", "results/audit/models/gqa-h128-fp32.json", ("sglang-context-attention",)),
+            ("vllm", "gpt-oss-120b", ("vllm-unified-attention",)), ("vllm", "kimi-k2", ("vllm-mla-decode",)),
+            ("vllm", "minimax-m1", ("vllm-lightning-attention",)))
+# the data pointers whose dtype a variation changes (q / K / V, the KV pool's buffers, the output)
+QKV = ("Q", "K_Buffer", "V_Buffer", "query_ptr", "key_cache_ptr", "value_cache_ptr", "output_ptr", "Q_Extend",
+       "K_Extend", "V_Extend", "O_Extend", "K", "V", "Out")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def captured():
+    """(launch, job, engine) of every launch the audit captures for CAPTURES on rtx-pro-6000 (batch 1, seq 1024)."""
+    pytest.importorskip("triton")
+    if allocate.unavailable():
+        pytest.skip(allocate.unavailable())
+    target = None
+    out = []
+    for engine, model, entries in CAPTURES:
+        try:
+            src = find_engine(engine)
+        except UsageError as exc:
+            pytest.skip(f"no {engine} wheel: {exc}")
+        if target is None:
+            target, _ = resolve_target("rtx-pro-6000")
+            target = dataclasses.replace(target, device_name=gpu_name(target, None))
+        m = attention_model(str(ROOT / model) if model.endswith(".json") else model)
+        opts = AuditOptions(engine, m.name, target.name, batches=(1,))
+        cap = capture_all(src, target, m, [KERNELS[e] for e in entries], opts, target.cc_int)
+        out += [(p.launch, p.job) for p in cap.planned]
+    return out
+
+
+def _vary(launch: Launch, job: KernelJob, changes: dict) -> tuple[Launch, KernelJob]:
+    """The launch with some arguments / options changed (added where the launcher passed none), and its compile."""
+    args = tuple((k, changes.get(k, v)) for k, v in launch.args)
+    options = dict(launch.options) | {k: v for k, v in changes.items() if k in ("num_warps", "num_stages")}
+    stand_ins = {k: f"*{v.dtype}" if isinstance(v, TensorArg) else v for k, v in changes.items()}
+    return dataclasses.replace(launch, args=args, options=tuple(options.items())), with_values(job, stand_ins)
+
+
+def _dtype(launch: Launch, dt: str) -> dict:
+    return {k: dataclasses.replace(launch.arg(k), dtype=dt) for k in QKV if isinstance(launch.arg(k), TensorArg)}
+
+
+def _random_changes(rng, launch: Launch) -> dict:
+    k = launch.kernel
+    if k == "_fwd_grouped_kernel_stage1" and (launch.arg("HAS_MLA") or launch.arg("IS_MLA")):
+        d, dpe = rng.choice([128, 256, 512]), rng.choice([0, 64])
+        return {"BLOCK_DMODEL": d, "BLOCK_DV": d, "BLOCK_DPE": dpe, "Lk": d + dpe, "Lv": d,
+                "BLOCK_N": rng.choice([16, 32, 64]), "num_warps": rng.choice([2, 4, 8]),
+                **_dtype(launch, rng.choice(["bf16", "fp16"]))}
+    if k == "_fwd_grouped_kernel_stage1":
+        d = rng.choice([64, 128, 256])
+        return {"BLOCK_DMODEL": d, "BLOCK_DV": d, "Lk": d, "Lv": d, "BLOCK_N": rng.choice([16, 32, 64]),
+                "BLOCK_H": rng.choice([16, 32]), "num_warps": rng.choice([2, 4, 8]), "num_stages": 2,
+                **_dtype(launch, rng.choice(["bf16", "fp16", "fp32"]))}
+    if k == "kernel_unified_attention":
+        d, dt = rng.choice([64, 128, 256]), rng.choice(["bf16", "fp16", "fp32"])
+        return {"HEAD_SIZE": d, "HEAD_SIZE_PADDED": d, "TILE_SIZE": rng.choice([16, 32, 64]),
+                "BLOCK_M": 16 if dt == "fp32" else rng.choice([16, 32, 64]), "num_warps": rng.choice([2, 4, 8]),
+                "num_stages": rng.choice([2, 3, 4]), "SLIDING_WINDOW": rng.choice([0, 128, 1024]),
+                "USE_SINKS": rng.random() < 0.5, **_dtype(launch, dt)}
+    if k == "_fwd_kernel":  # SGLang's extend (BLOCK_DPE...) or prefill kernel
+        d, m, n = rng.choice([32, 64, 128, 256, 512]), rng.choice([16, 32, 64, 128]), rng.choice([16, 32, 64, 128])
+        head = rng.choice([d, d - 8, d // 2 + 8])
+        changes = {"BLOCK_DMODEL": d, "BLOCK_M": m, "BLOCK_N": n, "num_warps": rng.choice([2, 4, 8]),
+                   **_dtype(launch, rng.choice(["bf16", "fp16", "fp32"]))}
+        if launch.arg("BLOCK_DPE") is None:
+            return changes | {"Lk": head, "IS_CAUSAL": rng.random() < 0.5}
+        dpe = rng.choice([0, 32, 64])
+        return changes | {"BLOCK_DV": d, "BLOCK_DPE": dpe, "Lq": head + dpe, "Lv": head, "BLOCK_N_PREFIX": n,
+                          "SLIDING_WINDOW_SIZE": rng.choice([-1, 127])}
+    if k == "_fwd_kernel_stage2":
+        dv = rng.choice([64, 128, 256, 512])
+        return {"BLOCK_DV": dv, "Lv": dv, "num_warps": rng.choice([2, 4, 8]), "num_stages": rng.choice([1, 2, 3])}
+    if k in ("_fwd_diag_kernel", "_fwd_kv_parallel", "_fwd_none_diag_kernel"):
+        c, d, e = rng.choice([16, 32, 64]), rng.choice([64, 128]), rng.choice([64, 128])
+        changes = {"CBLOCK": c, "NUM_CBLOCK": 256 // c, "d": d, "e": e, "D_FBLOCK": d, "E_FBLOCK": e,
+                   "num_warps": rng.choice([2, 4, 8]), "num_stages": rng.choice([2, 3, 4])}
+        return {k: v for k, v in changes.items() if launch.arg(k) is not None or k.startswith("num_")}
+    if k == "_fwd_kv_reduce":
+        f = rng.choice([32, 64, 128])
+        return {"D_FBLOCK": f, "E_FBLOCK": f, "num_warps": rng.choice([2, 4, 8]), "num_stages": rng.choice([1, 2, 3])}
+    return {}
+
+
+RULED = ("_fwd_grouped_kernel_stage1", "kernel_unified_attention", "_fwd_kernel", "_fwd_diag_kernel",
+         "_fwd_kv_parallel", "_fwd_none_diag_kernel", "_fwd_kernel_stage2", "_fwd_kv_reduce")
+
+
+def _draw(rng, captured, kernel: str, vary: bool):
+    """A launch of `kernel` the rule answers: a captured one, or a random variation of one."""
+    launches = [(la, j) for la, j in captured if la.kernel == kernel]
+    for _ in range(100):
+        launch, job = rng.choice(launches)
+        if vary:
+            launch, job = _vary(launch, job, _random_changes(rng, launch))
+        try:
+            return launch, job, attention_rule.predict(launch, job, "3.8.0")
+        except CannotPredict:
+            continue
+    raise AssertionError(f"no {kernel} launch the rule answers in 100 draws")
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("kernel", RULED)
+def test_rule_equals_tritons_allocation(kernel, captured, rng, tmp_path):
+    for vary in (False, True):
+        launch, job, predicted = _draw(rng, captured, kernel, vary)
+        build = compile_job(job.sized(), tmp_path)
+        assert isinstance(build, TritonBuild), build
+        assert predicted == build.shared, (dict(launch.args), dict(launch.options), predicted, build.shared)
+
+
+@pytest.mark.triton
+def test_rule_equals_a_full_compile(captured, rng, tmp_path):
+    launch, job, predicted = _draw(rng, captured, rng.choice(RULED[:3]), True)
+    build = compile_job(job.compiled(), tmp_path)
+    assert isinstance(build, TritonBuild), build
+    assert predicted == build.shared, (dict(launch.args), dict(launch.options), predicted, build.shared)
+
+
+@pytest.mark.triton
+def test_out_of_scope_launches_cannot_predict(captured, rng):
+    launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_fwd_grouped_kernel_stage1"
+                              and la.arg("IS_MLA")])
+    with pytest.raises(CannotPredict, match="fp32"):  # MLA decode in fp32: its conversion scratch is not the table's
+        attention_rule.predict(*_vary(launch, job, _dtype(launch, "fp32")), "3.8.0")
+    launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "kernel_unified_attention"])
+    with pytest.raises(CannotPredict, match="fp32"):
+        attention_rule.predict(*_vary(launch, job, _dtype(launch, "fp32") | {"BLOCK_M": rng.choice([32, 64])}),
+                               "3.8.0")
+    with pytest.raises(CannotPredict, match="BLOCK_M"):
+        attention_rule.predict(*_vary(launch, job, {"BLOCK_M": rng.choice([8, 128])}), "3.8.0")
+    launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_fwd_kernel"])
+    with pytest.raises(CannotPredict, match="num_stages"):
+        attention_rule.predict(*_vary(launch, job, {"num_stages": rng.choice([2, 3])}), "3.8.0")
+    launch, job, _ = _draw(rng, captured, rng.choice(RULED), False)
+    with pytest.raises(CannotPredict, match="sm_90"):
+        attention_rule.predict(launch, dataclasses.replace(job, cc=90), "3.8.0")
+    launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_fwd_grouped_kernel_stage1"
+                              and la.kernel_file.startswith("sglang")])
+    with pytest.raises(CannotPredict, match="BLOCK_H"):  # BLOCK_H 64 (rule 2's scope stops at 32)
+        attention_rule.predict(*_vary(launch, job, {"BLOCK_H": 64}), "3.8.0")
+    launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_fwd_kv_parallel"])
+    with pytest.raises(CannotPredict, match="epilogue"):  # 16 x 128 x 64: the 32 KiB KV tile outgrows the loop
+        attention_rule.predict(*_vary(launch, job, {"CBLOCK": 16, "NUM_CBLOCK": 16, "d": 128, "e": 64,
+                                                    "D_FBLOCK": 128, "E_FBLOCK": 64, "num_stages": 2}), "3.8.0")
+
+
+def test_another_release_or_source_cannot_predict(rng):
+    sha = rng.choice(list(triton_attention.CHECKED))[1]
+    kernel = rng.choice(RULED)
+    other = f"3.{rng.randrange(0, 8)}.{rng.randrange(0, 3)}"
+    with pytest.raises(CannotPredict, match="Triton"):
+        triton_attention.predict(kernel, {}, 120, other, source_sha256=sha)
+    changed = sha[:-1] + ("0" if sha[-1] != "0" else "1")
+    with pytest.raises(CannotPredict, match="source"):
+        triton_attention.predict(kernel, {}, 120, "3.8.0", source_sha256=changed)
