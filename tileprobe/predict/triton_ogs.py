@@ -1,0 +1,183 @@
+"""Predict the shared bytes of the routing and reduction Triton kernels of vLLM's gpt-oss MXFP4 MoE path (the
+vendored triton_kernels: topk, bitmatrix sums, routing memset / compute, matmul_ogs' _reduce_grouped) without
+compiling, where the rules below were checked exact against Triton's own metadata.shared; CannotPredict elsewhere.
+
+Keyed by (Triton release, sha256 of the engine files whose text the kernel is built from, FILES: their texts joined
+in that order): CHECKED lists the pairs the rules were checked on. Another release or a changed file is
+CannotPredict, saying so. The matmuls themselves (_matmul_ogs, _p_matmul_ogs) have no rule here.
+
+Scope: Triton 3.8.0; vLLM 0.33.0; sm_90 and sm_120 / sm_121 (none of these kernels has a tl.dot: the same bytes were
+measured on sm_90a and sm_120a for every launch below). Each kernel is scoped to the constexprs and num_warps its
+vLLM launcher passes (the routing launchers pass no num_warps: Triton's default, 4), widened where measured.
+metadata.shared is what TritonGPU's AllocateSharedMemory pass lays out: scratch of values live together add,
+scratch live at different times shares space (the largest counts). Sizes: i = 4 B (int32 / uint32), e = the element
+size of the named tensor.
+
+1. _topk_forward (topk.py's topk_forward: BLOCK_M = BLOCK_N = 32, 4 warps, USE_PROVIDED_INDX False): the [BLOCK_M,
+   k] top-k index tile (k = N_EXPTS_ACT) is re-laid out through shared memory for the bitmatrix packing
+   (y_indices[:, :, None]), i bytes a value: 32 * k * i; except for fp32 logits loaded as 16 B vectors (stride_xm
+   specialised 16-divisible: 4 values a thread, 16 rows a pass of the 4 warps) with k >= 8, where the conversion
+   goes in two passes of 16 rows: 16 * k * i. Measured for k = 1, 2, 4, 8, 16, N_EXPTS_PAD 32, 64, 96, 128, 160,
+   256, 384, 512, bf16 / fp16 / fp32 logits, APPLY_SOFTMAX either, stride_xm 1, 16-divisible or neither, num_stages
+   1..4 (nothing is pipelined: the loop's loads feed no tl.dot and name no num_stages), every other runtime
+   integer's specialisation. Elsewhere (2 warps measured half, 8 warps with fp32 logits and k 8 measured 32 rows;
+   USE_PROVIDED_INDX measured 64 B; other blocks not checked): CannotPredict.
+2. _sum_bitmatrix_rows (reduce_bitmatrix.py's sum_bitmatrix_rows: BLOCK_M = the partials block, BLOCK_MM =
+   BLOCK_M * max(1, 128 // BLOCK_M), 8 warps; vLLM passes BLOCK_M 32): the [TILE_SIZE, 32] popcount tile (TILE_SIZE
+   = BLOCK_MM / BLOCK_M) is converted for the column sum and the partials store: TILE_SIZE * 32 * i. Measured for
+   BLOCK_M 8..64 with 4 or 8 warps and every runtime integer's specialisation; BLOCK_M 128 (TILE_SIZE 1) measured
+   128 B with 4 warps but 256 B with 8: CannotPredict.
+3. _combined_routing_memset (routing_details/_routing_compute.py; vLLM's _sort_tokens_pow2 passes BLOCK 1024,
+   BLOCK_A 512, BLOCK_N 512, BLOCK_M 512, SIZES 4, stride_pm 1): three int32 scans of 512 values live at different
+   times; _routing_compute_indx_offs' scan reads PartialHist at expt_id * stride_pn. When stride_pn is specialised
+   16-divisible its load is vectorised like the scan, and only the scans' cross-warp partials remain: measured 0 B
+   (1 warp), 16 B (2 or 4 warps), 32 B (8 warps). Otherwise (stride_pn 1 or not 16-divisible) its load is scalar
+   and the 512-value tile is converted to the scan's 4-values-a-thread layout in rounds of min(BLOCK_M, 4 * 32 *
+   num_warps) values: min(BLOCK_M, 128 * num_warps) * i. Measured for 1, 2, 4, 8 warps and every other runtime
+   integer's specialisation; stride_pm other than 1 (a strided PartialHist column): CannotPredict.
+4. _combined_routing_compute_pow2 (gpt_oss_triton_kernels_moe.py's pow2 routing: BLOCK_M 32, BLOCK 512, SIZES 4,
+   BLOCK_SIZE_PADDED P = next_power_of_2(32 * k)): the stable sort (tl.sort) and the keyed run-length scan over P
+   int32 keys: 0 B while P <= 32 (one warp's values: shuffles only), P * i while P <= 32 * num_warps (at most one
+   key a thread), 2 * P * i beyond. Measured for P 32..512 with 4 and 8 warps, bf16 / fp32 gate scales, every runtime
+   integer's specialisation; elsewhere CannotPredict.
+5. matmul_ogs_dflt_dflt._reduce_grouped (matmul_ogs.py's reduce_grouped: BLOCK_N 512, 1 warp; no fused activation
+   or epilogue, no flex or MX scales): the N loop is `tl.range(..., num_stages=4)`, so each of the K rows' X loads
+   (BLOCK_N values of X's dtype) is pipelined with cp.async in num_stages - 1 = 3 buffers: 3 * K * BLOCK_N * e.
+   This holds where the loads are whole 16 B-aligned vectors and the loop body has no inner loop: stride_xn 1,
+   stride_xm and N specialised 16-divisible, B (split-K count) specialised to 1; measured for K 1, 2, 4, 8, bf16 /
+   fp16 / fp32 X, 1, 2 or 4 warps. Elsewhere the loads are not pipelined (bf16 measured 0 B), which was not
+   measured for every dtype: CannotPredict.
+
+CannotPredict, because measurements found the rules wrong there or nothing checked them: every scope named above
+(other blocks, warps, flags), another kernel (the matmuls: _matmul_ogs, _p_matmul_ogs; a fused-activation
+_reduce_grouped), another capability, Triton release or engine file.
+
+Checked: every launch `tileprobe audit --engine vllm --model gpt-oss-120b` captures on h200 and on rtx-pro-6000 with
+--moe-backend triton (batches 1 and 8, seq 2048), and the variations named in each rule, against Triton 3.8.0's own
+passes up to AllocateSharedMemory; tests/predict/test_triton_ogs.py draws new ones every run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from tileprobe.predict._common import CannotPredict
+
+FAMILY = "triton-ogs"
+TK = "vllm/third_party/triton_kernels/"
+ROUTING = (f"{TK}routing_details/_routing_compute.py", f"{TK}routing_details/_expt_data.py")
+# kernel -> the engine files (paths in the wheel) whose joined text the key's sha256 is taken over
+FILES = {
+    "_topk_forward": (f"{TK}topk_details/_topk_forward.py",),
+    "_sum_bitmatrix_rows": (f"{TK}reduction_details/reduce_bitmatrix.py",),
+    "_combined_routing_memset": ROUTING,
+    "_combined_routing_compute_pow2": ("vllm/model_executor/layers/fused_moe/experts/gpt_oss_triton_kernels_moe.py",
+                                       *ROUTING),
+    "matmul_ogs_dflt_dflt._reduce_grouped": (f"{TK}matmul_ogs_details/_reduce_grouped.py",
+                                             f"{TK}numerics_details/flexpoint.py", f"{TK}specialize.py"),
+}
+# (Triton release, kernel, sha256 of FILES[kernel] joined) -> the engine release whose files those are
+CHECKED = {
+    ("3.8.0", "_topk_forward", "b96cd075eec221f009d9a32139605b9966f28edf6385ee166108f3768a6599f6"): "vllm 0.33.0",
+    ("3.8.0", "_sum_bitmatrix_rows", "83c92ebb11a35556c7185e3aeb487802f4e280de158f291e5dddf95407d725fd"): "vllm 0.33.0",
+    ("3.8.0", "_combined_routing_memset", "56061aa9f35fe06fefdda3ca333f5a50c04cc3d338e920035a6830b7f2ded6b0"):
+        "vllm 0.33.0",
+    ("3.8.0", "_combined_routing_compute_pow2", "9e28a161090cf94eba926a407cb73186cbadd1d113b49fb61ae43e98a787526a"):
+        "vllm 0.33.0",
+    ("3.8.0", "matmul_ogs_dflt_dflt._reduce_grouped",
+     "2324f5a7aff109bec41ecafa692c5173b98e38882782a50264854283f843766e"): "vllm 0.33.0",
+}
+TRITON_VERSIONS = ("3.8.0",)
+CCS = (90, 120, 121)
+I32 = 4
+SIZES = {"bf16": 2, "fp16": 2, "fp32": 4}
+MEMSET_ALIGNED = {1: 0, 2: 16, 4: 16, 8: 32}  # rule 3: the scans' cross-warp partials, measured per num_warps
+REDUCE_STAGES = 4  # rule 5: _reduce_grouped's `tl.range(0, N, BLOCK_N, num_stages=4)`
+
+
+def files_sha256(texts) -> str:
+    """The key of a kernel's engine files: the sha256 of their texts (FILES order) joined."""
+    return hashlib.sha256("".join(texts).encode()).hexdigest()
+
+
+def _check_scope(kernel: str, triton_version: str, source_sha256: str, cc: int) -> None:
+    if triton_version not in TRITON_VERSIONS:
+        raise CannotPredict(f"triton-ogs rules were checked on Triton {', '.join(TRITON_VERSIONS)} only, not "
+                            f"{triton_version}: another release lays shared memory out otherwise; size it")
+    if kernel not in FILES:
+        raise CannotPredict(f"{kernel}: no stated triton-ogs rule (see tileprobe.predict.triton_ogs); size it")
+    if (triton_version, kernel, source_sha256) not in CHECKED:
+        raise CannotPredict(f"{kernel}'s engine source {source_sha256[:16]} is not one the triton-ogs rules were "
+                            "checked on (vllm 0.33.0): a changed kernel changes the layout; size it")
+    if cc not in CCS:
+        raise CannotPredict(f"triton-ogs rules were checked for sm_{', sm_'.join(map(str, CCS))} only, not "
+                            f"sm_{cc}; size it")
+
+
+def _require(p: dict, **want) -> None:
+    odd = [f"{k}={p.get(k)!r}" for k, v in want.items() if p.get(k) not in (v if isinstance(v, tuple) else (v,))]
+    if odd:
+        raise CannotPredict(f"{', '.join(odd)}: outside the launches the rule was checked on ("
+                            + ", ".join(f"{k} {v}" for k, v in want.items()) + "); size it")
+
+
+def topk(p: dict) -> int:
+    """Rule 1 (_topk_forward)."""
+    _require(p, BLOCK_M=32, BLOCK_N=32, num_warps=4, USE_PROVIDED_INDX=False, N_EXPTS_ACT=(1, 2, 4, 8, 16),
+             X_dtype=tuple(SIZES))
+    pad = p["N_EXPTS_PAD"]
+    if pad % 32 or not 32 <= pad <= 512:
+        raise CannotPredict(f"N_EXPTS_PAD {pad}: checked for multiples of 32 in 32..512; size it")
+    k = p["N_EXPTS_ACT"]
+    rows = 16 if SIZES[p["X_dtype"]] == 4 and p["stride_xm_aligned"] and k >= 8 else 32
+    return rows * k * I32
+
+
+def sum_bitmatrix(p: dict) -> int:
+    """Rule 2 (_sum_bitmatrix_rows)."""
+    _require(p, BLOCK_M=(8, 16, 32, 64), num_warps=(4, 8))
+    tile = max(1, 128 // p["BLOCK_M"])
+    _require(p, BLOCK_MM=p["BLOCK_M"] * tile)
+    return tile * 32 * I32
+
+
+def routing_memset(p: dict) -> int:
+    """Rule 3 (_combined_routing_memset)."""
+    _require(p, BLOCK=1024, BLOCK_A=512, BLOCK_N=512, BLOCK_M=512, SIZES=4, stride_pm=1,
+             num_warps=tuple(MEMSET_ALIGNED))
+    if p["stride_pn_aligned"]:
+        return MEMSET_ALIGNED[p["num_warps"]]
+    return min(p["BLOCK_M"], 128 * p["num_warps"]) * I32
+
+
+def routing_compute(p: dict) -> int:
+    """Rule 4 (_combined_routing_compute_pow2)."""
+    _require(p, BLOCK_M=32, BLOCK=512, SIZES=4, num_warps=(4, 8), BLOCK_SIZE_PADDED=(32, 64, 128, 256, 512))
+    padded, w = p["BLOCK_SIZE_PADDED"], p["num_warps"]
+    if p["BLOCK_M"] * p["N_EXPTS_ACT"] > padded:
+        raise CannotPredict(f"BLOCK_SIZE_PADDED {padded} under BLOCK_M * N_EXPTS_ACT: not a launch vLLM makes")
+    if padded <= 32:
+        return 0
+    return padded * I32 if padded <= 32 * w else 2 * padded * I32
+
+
+def reduce_grouped(p: dict) -> int:
+    """Rule 5 (matmul_ogs_dflt_dflt._reduce_grouped)."""
+    _require(p, BLOCK_N=512, num_warps=(1, 2, 4), K=(1, 2, 4, 8), ACTIVATION_REDUCTION_N=1, HAS_IN_MX_SCALE=False,
+             HAS_OUT_MX_SCALE=False, X_dtype=tuple(SIZES), flex=False)
+    if not (p["stride_xn"] == 1 and p["stride_xm_aligned"] and p["N_aligned"] and p["B"] == 1):
+        raise CannotPredict(f"stride_xn {p['stride_xn']}, stride_xm / N 16-divisible {p['stride_xm_aligned']} / "
+                            f"{p['N_aligned']}, B {p['B']}: X's loads are not 16 B vectors in a single loop, so "
+                            "whether they are pipelined was not measured for every dtype; size it")
+    return (REDUCE_STAGES - 1) * p["K"] * p["BLOCK_N"] * SIZES[p["X_dtype"]]
+
+
+RULES = {"_topk_forward": topk, "_sum_bitmatrix_rows": sum_bitmatrix, "_combined_routing_memset": routing_memset,
+         "_combined_routing_compute_pow2": routing_compute, "matmul_ogs_dflt_dflt._reduce_grouped": reduce_grouped}
+
+
+def predict(kernel: str, params: dict, cc: int, triton_version: str, *, source_sha256: str) -> int:
+    """metadata.shared of one launch of `kernel` with `params` (its constexprs, num_warps, the dtypes and the
+    specialisations each rule reads); source_sha256: the sha256 of FILES[kernel]'s texts joined."""
+    _check_scope(kernel, triton_version, source_sha256, cc)
+    return RULES[kernel](params)
