@@ -1,9 +1,11 @@
 """The triton-ogs rules (vLLM's gpt-oss MXFP4 MoE routing kernels and matmul_ogs' _reduce_grouped) equal Triton's own
 shared-memory allocation where they answer.
 
-The launches are the ones `tileprobe audit` captures for gpt-oss-120b on rtx-pro-6000 with --moe-backend triton
-(vLLM's own launcher under the stand-in), drawn at random each run, and random variations of them within the rules'
-scope (top-k, expert count, dtypes, warps, blocks, the runtime integers' specialisations, sm_90 / sm_120); each is
+The launches are the ones `tileprobe audit` captures for gpt-oss-120b on h200 (vLLM's own launcher under the
+stand-in: routing, _matmul_ogs and _reduce_grouped; the routing launches are the same on rtx-pro-6000), drawn at
+random each run, and random variations of them within the rules' scope (top-k, expert count, dtypes, warps, blocks,
+stages, the runtime integers' specialisations; sm_90 or sm_120 for the routing / reduce rules, sm_90 for the
+matmul's); each is
 sized by Triton 3.8.0's own passes up to AllocateSharedMemory, and one captured launch is compiled in full. Skipped
 without Triton or the vLLM wheel.
 """
@@ -29,13 +31,13 @@ from tileprobe.predict import triton_ogs
 from tileprobe.targets import resolve_target
 
 RULED = tuple(triton_ogs.RULES)
+MATMULS = tuple(k for k in RULED if k.endswith("._matmul_ogs"))
 INTS = (1, 4, 16, 17, 64, 130)  # runtime integers: specialised to 1, 16-divisible, or neither
 
 
 @pytest.fixture(scope="module")
 def captured():
-    """Every launch the decode entry captures for gpt-oss-120b (batch 1) on rtx-pro-6000, TRITON forced: (launch,
-    job)."""
+    """Every launch the decode entry captures for gpt-oss-120b (batch 1) on h200: (launch, job)."""
     pytest.importorskip("triton")
     try:
         src = find_engine("vllm")
@@ -43,10 +45,10 @@ def captured():
         pytest.skip(f"no vllm wheel: {exc}")
     if allocate.unavailable():
         pytest.skip(allocate.unavailable())
-    target, _ = resolve_target("rtx-pro-6000")
+    target, _ = resolve_target("h200")
     target = dataclasses.replace(target, device_name=gpu_name(target, None))
     model = attention_model("gpt-oss-120b")
-    opts = AuditOptions("vllm", model.name, target.name, batches=(1,), moe_backend="triton")
+    opts = AuditOptions("vllm", model.name, target.name, batches=(1,))
     cap = capture_all(src, target, model, [KERNELS["vllm-moe-mxfp4-decode"]], opts, target.cc_int)
     return [(p.launch, p.job) for p in cap.planned]
 
@@ -80,6 +82,11 @@ def random_changes(rng, kernel: str) -> dict:
         k, dt = rng.choice([1, 2, 3, 4, 6, 8, 16]), rng.choice(["bf16", "fp32"])
         return {"N_EXPTS_ACT": k, "BLOCK_SIZE_PADDED": 1 << (32 * k - 1).bit_length(), "num_warps": rng.choice([4, 8]),
                 "ExptScal": dt, "GateScal": dt} | ints
+    if kernel in MATMULS:
+        w = rng.choice([4, 8])
+        return {"BLOCK_M": rng.choice([16, 32, 64, 128]), "BLOCK_N": rng.choice([128, 256] if w == 4 else [256]),
+                "BLOCK_K": rng.choice([64, 128, 256]), "num_stages": rng.choice([2, 3, 4, 5]), "num_warps": w,
+                "EVEN_K": rng.random() < 0.5}
     dt = rng.choice(["bf16", "fp16", "fp32"])
     return {"K": rng.choice([1, 2, 4, 8]), "X": dt, "Out": dt, "num_warps": rng.choice([1, 2, 4]),
             "stride_xm": rng.choice([16, 2880, 5760]), "N": rng.choice([16, 2880, 4096])}
@@ -93,7 +100,7 @@ def draw(rng, captured, kernel: str, vary_it: bool):
         launch, job = rng.choice(launches)
         if vary_it:
             launch, job = vary(launch, job, random_changes(rng, kernel))
-            job = dataclasses.replace(job, cc=rng.choice([90, 120]))
+            job = dataclasses.replace(job, cc=90 if kernel in MATMULS else rng.choice([90, 120]))
         try:
             return launch, job, ogs_rule.predict(launch, job, "3.8.0")
         except CannotPredict:
@@ -112,8 +119,9 @@ def test_rule_equals_tritons_allocation(kernel, captured, rng, tmp_path):
 
 @pytest.mark.triton
 def test_rule_equals_a_full_compile(captured, rng, tmp_path):
-    """A captured launch, as the audit compiles it (the random variations are sized above)."""
-    launch, job, predicted = draw(rng, captured, rng.choice(RULED), False)
+    """A captured routing / reduce launch, as the audit compiles it (the random variations are sized above; the
+    matmul's full compile is slower: `tileprobe audit --verify` compiles the captured ones)."""
+    launch, job, predicted = draw(rng, captured, rng.choice([k for k in RULED if k not in MATMULS]), False)
     build = compile_job(job.compiled(), tmp_path)
     assert isinstance(build, TritonBuild), build
     assert predicted == build.shared, (job.cc, dict(job.kwargs), predicted, build.shared)
@@ -133,9 +141,12 @@ def test_out_of_scope_launches_cannot_predict(captured, rng):
     launch, job = rng.choice([(la, j) for la, j in captured if la.kernel in RULED])
     with pytest.raises(CannotPredict, match="sm_100"):
         ogs_rule.predict(launch, dataclasses.replace(job, cc=100), "3.8.0")
-    launch, job = rng.choice([(la, j) for la, j in captured if "matmul_ogs" in la.kernel and la.kernel not in RULED])
+    launch, job = rng.choice([(la, j) for la, j in captured if la.kernel in MATMULS])
+    with pytest.raises(CannotPredict, match="sm_120"):
+        ogs_rule.predict(launch, dataclasses.replace(job, cc=120), "3.8.0")
+    persistent = dataclasses.replace(launch, kernel=launch.kernel.replace("._matmul_ogs", "._p_matmul_ogs"))
     with pytest.raises(CannotPredict, match="no stated triton-ogs rule"):
-        ogs_rule.predict(launch, job, "3.8.0")
+        ogs_rule.predict(persistent, job, "3.8.0")
 
 
 def test_another_release_or_source_cannot_predict(rng):

@@ -23,10 +23,14 @@ from tileprobe.predict import CannotPredict
 from tileprobe.predict import triton_ogs as rule
 
 CONSTS = ("BLOCK_M", "BLOCK_N", "BLOCK_MM", "BLOCK", "BLOCK_A", "SIZES", "BLOCK_SIZE_PADDED", "N_EXPTS_ACT",
-          "N_EXPTS_PAD", "K", "ACTIVATION_REDUCTION_N", "USE_PROVIDED_INDX", "HAS_IN_MX_SCALE", "HAS_OUT_MX_SCALE")
+          "N_EXPTS_PAD", "K", "ACTIVATION_REDUCTION_N", "USE_PROVIDED_INDX", "HAS_IN_MX_SCALE", "HAS_OUT_MX_SCALE",
+          "BLOCK_K", "SWIZZLE_MX_VALUE", "SWIZZLE_MX_SCALE", "W_TRANSPOSE", "SPLIT_K", "EPILOGUE_SUBTILE", "SWAP_XW",
+          "IS_EPILOGUE_QUANT_MXFP8")
+NONE_OK = ("X_TMA_MODE", "Y_TMA_MODE")  # constexprs whose None is a value
 ALIGNED = ("stride_pn", "stride_xm", "N")  # -> <name>_aligned: specialised 16-divisible
 EXACT = ("stride_pm", "stride_xn", "B")  # the job's stand-in value (1 where Triton specialised it to 1)
-FLEX = ("XScale", "OutExpectedScale", "OutActualScale", "OutChecksumScale", "XMxScale", "OutMxScale")
+FLEX = ("XScale", "OutExpectedScale", "OutActualScale", "OutChecksumScale", "XMxScale", "OutMxScale", "WScale",
+        "YExpectedScale", "YActualScale", "YChecksumScale")
 ENGINE_LINE = re.compile(r"^# engine: (\S+) (\S+) \((.+)\)$", re.M)
 
 
@@ -61,8 +65,11 @@ def params(launch: Launch, job: KernelJob) -> dict:
             v = stand_in[k]
             p[f"{k}_aligned"] = isinstance(v, int) and not isinstance(v, bool) and v % 16 == 0
     p |= {k: stand_in[k] for k in EXACT if k in stand_in}
-    x = launch.arg("X")
-    p["X_dtype"] = x.dtype if isinstance(x, TensorArg) else None
+    names = dict(launch.args)
+    p |= {k: names[k] for k in NONE_OK if k in names}
+    for ptr in ("X", "W", "WMxScale"):
+        a = launch.arg(ptr)
+        p[f"{ptr}_dtype"] = a.dtype if isinstance(a, TensorArg) else None
     p["flex"] = any(launch.arg(k) is not None for k in FLEX)
     return p
 

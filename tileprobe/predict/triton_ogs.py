@@ -48,9 +48,22 @@ size of the named tensor.
    fp16 / fp32 X, 1, 2 or 4 warps. Elsewhere the loads are not pipelined (bf16 measured 0 B), which was not
    measured for every dtype: CannotPredict.
 
+6. matmul_ogs_{dflt,swiglu}_dflt._matmul_ogs on sm_90 (matmul_ogs.py's non-persistent matmul, as vLLM runs it on
+   Hopper: bf16 X, mxfp4 W (uint8 pairs, HOPPER_VALUE layout) with uint8 block scales over 32 values (HOPPER_SCALE
+   layout), W_TRANSPOSE, SPLIT_K 1, EPILOGUE_SUBTILE 1, no TMA modes, no flex or X scales, no SWAP_XW, no MXFP8
+   epilogue): the K loop's three loads are pipelined with num_stages - 1 buffers each: X (BLOCK_M x BLOCK_K, 2 B),
+   W (BLOCK_K / 2 x BLOCK_N, 1 B) and W's scales (BLOCK_N x BLOCK_K / 32, 1 B); plus one more BLOCK_M x BLOCK_K bf16
+   buffer (measured on every launch: X's copy in the layout the MMA reads, the weight being upcast in registers).
+   A scale tile under 4 B per thread (BLOCK_N * BLOCK_K / 32 < 4 * 32 * num_warps) is not pipelined: one copy.
+   (S - 1) * (BM*BK*2 + BK*BN/2 [+ BN*BK/32]) [+ BN*BK/32] + BM*BK*2. The epilogue's conversion of the output
+   tile shares the loop's space and was never the larger. Measured exact on the 8 captured h200 launches and 40
+   random ones (BLOCK_M 16..128, BLOCK_N 128 / 256 (256 with 8 warps: the kernel asserts BLOCK_N % (32 *
+   num_warps) == 0), BLOCK_K 64..256, num_stages 2..5, 4 or 8 warps, EVEN_K either, gather / scatter either).
+
 CannotPredict, because measurements found the rules wrong there or nothing checked them: every scope named above
-(other blocks, warps, flags), another kernel (the matmuls: _matmul_ogs, _p_matmul_ogs; a fused-activation
-_reduce_grouped), another capability, Triton release or engine file.
+(other blocks, warps, flags, dtypes, layouts), another kernel (_p_matmul_ogs: the persistent TMA matmul vLLM runs
+on sm_100 / sm_120; a fused-activation _reduce_grouped), another capability (rule 6: sm_90 only; sm_120 runs
+_p_matmul_ogs), Triton release or engine file.
 
 Checked: every launch `tileprobe audit --engine vllm --model gpt-oss-120b` captures on h200 and on rtx-pro-6000 with
 --moe-backend triton (batches 1 and 8, seq 2048), and the variations named in each rule, against Triton 3.8.0's own
@@ -66,6 +79,11 @@ from tileprobe.predict._common import CannotPredict
 FAMILY = "triton-ogs"
 TK = "vllm/third_party/triton_kernels/"
 ROUTING = (f"{TK}routing_details/_routing_compute.py", f"{TK}routing_details/_expt_data.py")
+MATMUL = tuple(f"{TK}{f}" for f in (
+    "matmul_ogs_details/_matmul_ogs.py", "matmul_ogs_details/_common.py", "tensor_details/layout_details/hopper_scale.py",
+    "tensor_details/layout_details/hopper_value.py", "tensor_details/layout_details/blackwell_scale.py",
+    "tensor_details/layout_details/cdna4_scale.py", "numerics_details/flexpoint.py",
+    "numerics_details/mxfp_details/_downcast_to_mxfp.py", "specialize.py"))
 # kernel -> the engine files (paths in the wheel) whose joined text the key's sha256 is taken over
 FILES = {
     "_topk_forward": (f"{TK}topk_details/_topk_forward.py",),
@@ -75,6 +93,8 @@ FILES = {
                                        *ROUTING),
     "matmul_ogs_dflt_dflt._reduce_grouped": (f"{TK}matmul_ogs_details/_reduce_grouped.py",
                                              f"{TK}numerics_details/flexpoint.py", f"{TK}specialize.py"),
+    "matmul_ogs_dflt_dflt._matmul_ogs": MATMUL,
+    "matmul_ogs_swiglu_dflt._matmul_ogs": (*MATMUL, f"{TK}swiglu_details/_swiglu.py"),
 }
 # (Triton release, kernel, sha256 of FILES[kernel] joined) -> the engine release whose files those are
 CHECKED = {
@@ -86,6 +106,10 @@ CHECKED = {
         "vllm 0.33.0",
     ("3.8.0", "matmul_ogs_dflt_dflt._reduce_grouped",
      "2324f5a7aff109bec41ecafa692c5173b98e38882782a50264854283f843766e"): "vllm 0.33.0",
+    ("3.8.0", "matmul_ogs_dflt_dflt._matmul_ogs", "1023722f2809d309129e639cdf075a5dade813ea01d2677be323dcdfc4db3cd2"):
+        "vllm 0.33.0",
+    ("3.8.0", "matmul_ogs_swiglu_dflt._matmul_ogs",
+     "68756bd0dee5d31c551a0a9d190626ecfdade7e844d02f9f0d9ff270c951de5b"): "vllm 0.33.0",
 }
 TRITON_VERSIONS = ("3.8.0",)
 CCS = (90, 120, 121)
@@ -172,12 +196,32 @@ def reduce_grouped(p: dict) -> int:
     return (REDUCE_STAGES - 1) * p["K"] * p["BLOCK_N"] * SIZES[p["X_dtype"]]
 
 
+MATMUL_FLAGS = dict(SWIZZLE_MX_VALUE="HOPPER_VALUE", SWIZZLE_MX_SCALE="HOPPER_SCALE", W_TRANSPOSE=True, SPLIT_K=1,
+                    EPILOGUE_SUBTILE=1, X_TMA_MODE=None, Y_TMA_MODE=None, SWAP_XW=False, IS_EPILOGUE_QUANT_MXFP8=False,
+                    X_dtype="bf16", W_dtype="u8", WMxScale_dtype="u8", flex=False)
+
+
+def matmul_sm90(p: dict) -> int:
+    """Rule 6 (_matmul_ogs on sm_90)."""
+    if p["cc"] != 90:
+        raise CannotPredict(f"_matmul_ogs on sm_{p['cc']}: rule 6 was checked on sm_90 (wgmma) only; size it")
+    _require(p, BLOCK_M=(16, 32, 64, 128), BLOCK_N=(128, 256), BLOCK_K=(64, 128, 256), num_stages=(2, 3, 4, 5),
+             num_warps=(4, 8), **MATMUL_FLAGS)
+    bm, bn, bk, s, w = (p[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps"))
+    if bn % (32 * w):
+        raise CannotPredict(f"BLOCK_N {bn} with {w} warps: the kernel asserts BLOCK_N % (32 * num_warps) == 0")
+    x, weight, scale = bm * bk * 2, bk // 2 * bn, bn * bk // 32
+    scales = (s - 1) * scale if scale >= 4 * 32 * w else scale
+    return (s - 1) * (x + weight) + scales + x
+
+
 RULES = {"_topk_forward": topk, "_sum_bitmatrix_rows": sum_bitmatrix, "_combined_routing_memset": routing_memset,
-         "_combined_routing_compute_pow2": routing_compute, "matmul_ogs_dflt_dflt._reduce_grouped": reduce_grouped}
+         "_combined_routing_compute_pow2": routing_compute, "matmul_ogs_dflt_dflt._reduce_grouped": reduce_grouped,
+         "matmul_ogs_dflt_dflt._matmul_ogs": matmul_sm90, "matmul_ogs_swiglu_dflt._matmul_ogs": matmul_sm90}
 
 
 def predict(kernel: str, params: dict, cc: int, triton_version: str, *, source_sha256: str) -> int:
     """metadata.shared of one launch of `kernel` with `params` (its constexprs, num_warps, the dtypes and the
     specialisations each rule reads); source_sha256: the sha256 of FILES[kernel]'s texts joined."""
     _check_scope(kernel, triton_version, source_sha256, cc)
-    return RULES[kernel](params)
+    return RULES[kernel]({**params, "cc": cc})
