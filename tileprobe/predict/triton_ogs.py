@@ -16,12 +16,13 @@ size of the named tensor.
 1. _topk_forward (topk.py's topk_forward: BLOCK_M = BLOCK_N = 32, 4 warps, USE_PROVIDED_INDX False): the [BLOCK_M,
    k] top-k index tile (k = N_EXPTS_ACT) is re-laid out through shared memory for the bitmatrix packing
    (y_indices[:, :, None]), i bytes a value: 32 * k * i; except for fp32 logits loaded as 16 B vectors (stride_xm
-   specialised 16-divisible: 4 values a thread, 16 rows a pass of the 4 warps) with k >= 8, where the conversion
-   goes in two passes of 16 rows: 16 * k * i. Measured for k = 1, 2, 4, 8, 16, N_EXPTS_PAD 32, 64, 96, 128, 160,
-   256, 384, 512, bf16 / fp16 / fp32 logits, APPLY_SOFTMAX either, stride_xm 1, 16-divisible or neither, num_stages
-   1..4 (nothing is pipelined: the loop's loads feed no tl.dot and name no num_stages), every other runtime
-   integer's specialisation. Elsewhere (2 warps measured half, 8 warps with fp32 logits and k 8 measured 32 rows;
-   USE_PROVIDED_INDX measured 64 B; other blocks not checked): CannotPredict.
+   specialised 16-divisible) and stored through a stride_ym specialised neither 1 nor 16-divisible (vLLM's: k
+   values a row), with k >= 8, where the tile goes in two passes of 16 rows: 16 * k * i. Measured for k = 1, 2, 4,
+   8, 16, N_EXPTS_PAD 32, 64, 96, 128, 160, 192, 256, 384, 512, bf16 / fp16 / fp32 logits, APPLY_SOFTMAX either,
+   stride_xm and stride_ym 1, 16-divisible or neither, num_stages 1..4 (nothing is pipelined: the loop's loads feed
+   no tl.dot and name no num_stages), every other runtime integer's specialisation. Elsewhere (2 warps measured
+   half, 8 warps with fp32 logits and k 8 measured 32 rows; USE_PROVIDED_INDX measured 64 B; other blocks not
+   checked): CannotPredict.
 2. _sum_bitmatrix_rows (reduce_bitmatrix.py's sum_bitmatrix_rows: BLOCK_M = the partials block, BLOCK_MM =
    BLOCK_M * max(1, 128 // BLOCK_M), 8 warps; vLLM passes BLOCK_M 32): the [TILE_SIZE, 32] popcount tile (TILE_SIZE
    = BLOCK_MM / BLOCK_M) is converted for the column sum and the partials store: TILE_SIZE * 32 * i. Measured for
@@ -55,9 +56,13 @@ size of the named tensor.
    W (BLOCK_K / 2 x BLOCK_N, 1 B) and W's scales (BLOCK_N x BLOCK_K / 32, 1 B); plus one more BLOCK_M x BLOCK_K bf16
    buffer (measured on every launch: X's copy in the layout the MMA reads, the weight being upcast in registers).
    A scale tile under 4 B per thread (BLOCK_N * BLOCK_K / 32 < 4 * 32 * num_warps) is not pipelined: one copy.
-   (S - 1) * (BM*BK*2 + BK*BN/2 [+ BN*BK/32]) [+ BN*BK/32] + BM*BK*2. The epilogue's conversion of the output
-   tile shares the loop's space and was never the larger. Measured exact on the 8 captured h200 launches and 40
-   random ones (BLOCK_M 16..128, BLOCK_N 128 / 256 (256 with 8 warps: the kernel asserts BLOCK_N % (32 *
+   (S - 1) * (BM*BK*2 + BK*BN/2 [+ BN*BK/32]) [+ BN*BK/32] + BM*BK*2. After the loop, the epilogue converts the
+   fp32 accumulator through shared memory in space the loop's buffers leave (the larger of the two counts). Its
+   size depends on BLOCK_M, BLOCK_N, num_warps and the fused activation only, so it was measured at each such
+   combination's smallest loop in scope (BLOCK_K 64, 2 stages): with no fused activation it was never the larger
+   (so never larger than any loop in scope); with swiglu (the output pairs reduced along N) it was the larger for
+   five, SWIGLU_EPILOGUE (the whole fp32 tile up to 32768 B), and the answer is max(loop, that). Measured exact on
+   the 8 captured h200 launches, 48 at the smallest loops and 80 random ones (BLOCK_M 16..128, BLOCK_N 128 / 256 (256 with 8 warps: the kernel asserts BLOCK_N % (32 *
    num_warps) == 0), BLOCK_K 64..256, num_stages 2..5, 4 or 8 warps, EVEN_K either, gather / scatter either).
 
 CannotPredict, because measurements found the rules wrong there or nothing checked them: every scope named above
@@ -80,8 +85,8 @@ FAMILY = "triton-ogs"
 TK = "vllm/third_party/triton_kernels/"
 ROUTING = (f"{TK}routing_details/_routing_compute.py", f"{TK}routing_details/_expt_data.py")
 MATMUL = tuple(f"{TK}{f}" for f in (
-    "matmul_ogs_details/_matmul_ogs.py", "matmul_ogs_details/_common.py", "tensor_details/layout_details/hopper_scale.py",
-    "tensor_details/layout_details/hopper_value.py", "tensor_details/layout_details/blackwell_scale.py",
+    "matmul_ogs_details/_matmul_ogs.py", "matmul_ogs_details/_common.py",
+    "tensor_details/layout_details/hopper_scale.py", "tensor_details/layout_details/hopper_value.py", "tensor_details/layout_details/blackwell_scale.py",
     "tensor_details/layout_details/cdna4_scale.py", "numerics_details/flexpoint.py",
     "numerics_details/mxfp_details/_downcast_to_mxfp.py", "specialize.py"))
 # kernel -> the engine files (paths in the wheel) whose joined text the key's sha256 is taken over
@@ -116,6 +121,9 @@ CCS = (90, 120, 121)
 I32 = 4
 SIZES = {"bf16": 2, "fp16": 2, "fp32": 4}
 MEMSET_ALIGNED = {1: 0, 2: 16, 4: 16, 8: 32}  # rule 3: the scans' cross-warp partials, measured per num_warps
+# rule 6: (BLOCK_M, BLOCK_N, num_warps) -> the swiglu epilogue's conversion where it outgrew the smallest loop
+SWIGLU_EPILOGUE = {(32, 128, 4): 16384, (16, 256, 4): 16384, (16, 256, 8): 16384, (32, 256, 8): 32768,
+                   (64, 256, 8): 32768}
 REDUCE_STAGES = 4  # rule 5: _reduce_grouped's `tl.range(0, N, BLOCK_N, num_stages=4)`
 
 
@@ -153,7 +161,8 @@ def topk(p: dict) -> int:
     if pad % 32 or not 32 <= pad <= 512:
         raise CannotPredict(f"N_EXPTS_PAD {pad}: checked for multiples of 32 in 32..512; size it")
     k = p["N_EXPTS_ACT"]
-    rows = 16 if SIZES[p["X_dtype"]] == 4 and p["stride_xm_aligned"] and k >= 8 else 32
+    ym = p["stride_ym"]
+    rows = 16 if SIZES[p["X_dtype"]] == 4 and p["stride_xm_aligned"] and ym != 1 and ym % 16 and k >= 8 else 32
     return rows * k * I32
 
 
@@ -212,7 +221,8 @@ def matmul_sm90(p: dict) -> int:
         raise CannotPredict(f"BLOCK_N {bn} with {w} warps: the kernel asserts BLOCK_N % (32 * num_warps) == 0")
     x, weight, scale = bm * bk * 2, bk // 2 * bn, bn * bk // 32
     scales = (s - 1) * scale if scale >= 4 * 32 * w else scale
-    return (s - 1) * (x + weight) + scales + x
+    loop = (s - 1) * (x + weight) + scales + x
+    return max(loop, SWIGLU_EPILOGUE.get((bm, bn, w), 0)) if p["swiglu"] else loop
 
 
 RULES = {"_topk_forward": topk, "_sum_bitmatrix_rows": sum_bitmatrix, "_combined_routing_memset": routing_memset,
@@ -224,4 +234,4 @@ def predict(kernel: str, params: dict, cc: int, triton_version: str, *, source_s
     """metadata.shared of one launch of `kernel` with `params` (its constexprs, num_warps, the dtypes and the
     specialisations each rule reads); source_sha256: the sha256 of FILES[kernel]'s texts joined."""
     _check_scope(kernel, triton_version, source_sha256, cc)
-    return RULES[kernel]({**params, "cc": cc})
+    return RULES[kernel]({**params, "cc": cc, "swiglu": kernel.startswith("matmul_ogs_swiglu_")})
