@@ -71,7 +71,8 @@ def random_changes(rng, kernel: str) -> dict:
     if kernel == "_topk_forward":
         dt = rng.choice(["bf16", "fp16", "fp32"])
         return {"N_EXPTS_ACT": rng.choice([1, 2, 4, 8, 16]), "N_EXPTS_PAD": 32 * rng.randint(1, 16), "X": dt,
-                "Yv": dt, "APPLY_SOFTMAX": rng.random() < 0.5, "stride_xm": rng.choice(INTS), "stride_ym": rng.choice(INTS),
+                "Yv": dt, "APPLY_SOFTMAX": rng.random() < 0.5, "stride_xm": rng.choice(INTS),
+                "stride_ym": rng.choice(INTS),
                 "num_stages": rng.choice([1, 2, 3, 4])} | ints
     if kernel == "_sum_bitmatrix_rows":
         bm = rng.choice([8, 16, 32, 64])

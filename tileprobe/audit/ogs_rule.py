@@ -28,7 +28,8 @@ CONSTS = ("BLOCK_M", "BLOCK_N", "BLOCK_MM", "BLOCK", "BLOCK_A", "SIZES", "BLOCK_
           "IS_EPILOGUE_QUANT_MXFP8")
 NONE_OK = ("X_TMA_MODE", "Y_TMA_MODE")  # constexprs whose None is a value
 ALIGNED = ("stride_pn", "stride_xm", "N")  # -> <name>_aligned: specialised 16-divisible
-EXACT = ("stride_pm", "stride_xn", "B", "stride_ym")  # the job's stand-in value (1 where Triton specialised it to 1)
+# the job's stand-in value (1 where Triton specialised it to 1, 16 where 16-divisible)
+EXACT = ("stride_pm", "stride_xn", "B", "stride_ym", "stride_pn")
 FLEX = ("XScale", "OutExpectedScale", "OutActualScale", "OutChecksumScale", "XMxScale", "OutMxScale", "WScale",
         "YExpectedScale", "YActualScale", "YChecksumScale")
 ENGINE_LINE = re.compile(r"^# engine: (\S+) (\S+) \((.+)\)$", re.M)

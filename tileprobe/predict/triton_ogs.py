@@ -26,8 +26,9 @@ size of the named tensor.
 2. _sum_bitmatrix_rows (reduce_bitmatrix.py's sum_bitmatrix_rows: BLOCK_M = the partials block, BLOCK_MM =
    BLOCK_M * max(1, 128 // BLOCK_M), 8 warps; vLLM passes BLOCK_M 32): the [TILE_SIZE, 32] popcount tile (TILE_SIZE
    = BLOCK_MM / BLOCK_M) is converted for the column sum and the partials store: TILE_SIZE * 32 * i. Measured for
-   BLOCK_M 8..64 with 4 or 8 warps and every runtime integer's specialisation; BLOCK_M 128 (TILE_SIZE 1) measured
-   128 B with 4 warps but 256 B with 8: CannotPredict.
+   BLOCK_M 8..64 with 4 or 8 warps and every runtime integer's specialisation; CannotPredict where it measured
+   otherwise: BLOCK_M 128 (TILE_SIZE 1: 128 B with 4 warps but 256 B with 8), and BLOCK_M 8 with 8 warps and the
+   partials' stride_pn specialised to 1 (half; vLLM's stride_pn is the partials' row count, at least 4 here).
 3. _combined_routing_memset (routing_details/_routing_compute.py; vLLM's _sort_tokens_pow2 passes BLOCK 1024,
    BLOCK_A 512, BLOCK_N 512, BLOCK_M 512, SIZES 4, stride_pm 1): three int32 scans of 512 values live at different
    times; _routing_compute_indx_offs' scan reads PartialHist at expt_id * stride_pn. When stride_pn is specialised
@@ -62,8 +63,9 @@ size of the named tensor.
    combination's smallest loop in scope (BLOCK_K 64, 2 stages): with no fused activation it was never the larger
    (so never larger than any loop in scope); with swiglu (the output pairs reduced along N) it was the larger for
    five, SWIGLU_EPILOGUE (the whole fp32 tile up to 32768 B), and the answer is max(loop, that). Measured exact on
-   the 8 captured h200 launches, 48 at the smallest loops and 80 random ones (BLOCK_M 16..128, BLOCK_N 128 / 256 (256 with 8 warps: the kernel asserts BLOCK_N % (32 *
-   num_warps) == 0), BLOCK_K 64..256, num_stages 2..5, 4 or 8 warps, EVEN_K either, gather / scatter either).
+   the 8 captured h200 launches, 48 at the smallest loops and 120 random ones (BLOCK_M 16..128, BLOCK_N 128 /
+   256 (256 with 8 warps: the kernel asserts BLOCK_N % (32 * num_warps) == 0), BLOCK_K 64..256, num_stages 2..5, 4
+   or 8 warps, EVEN_K either, gather (swiglu) / scatter (no activation) as vLLM launches them).
 
 CannotPredict, because measurements found the rules wrong there or nothing checked them: every scope named above
 (other blocks, warps, flags, dtypes, layouts), another kernel (_p_matmul_ogs: the persistent TMA matmul vLLM runs
@@ -86,9 +88,9 @@ TK = "vllm/third_party/triton_kernels/"
 ROUTING = (f"{TK}routing_details/_routing_compute.py", f"{TK}routing_details/_expt_data.py")
 MATMUL = tuple(f"{TK}{f}" for f in (
     "matmul_ogs_details/_matmul_ogs.py", "matmul_ogs_details/_common.py",
-    "tensor_details/layout_details/hopper_scale.py", "tensor_details/layout_details/hopper_value.py", "tensor_details/layout_details/blackwell_scale.py",
-    "tensor_details/layout_details/cdna4_scale.py", "numerics_details/flexpoint.py",
-    "numerics_details/mxfp_details/_downcast_to_mxfp.py", "specialize.py"))
+    "tensor_details/layout_details/hopper_scale.py", "tensor_details/layout_details/hopper_value.py",
+    "tensor_details/layout_details/blackwell_scale.py", "tensor_details/layout_details/cdna4_scale.py",
+    "numerics_details/flexpoint.py", "numerics_details/mxfp_details/_downcast_to_mxfp.py", "specialize.py"))
 # kernel -> the engine files (paths in the wheel) whose joined text the key's sha256 is taken over
 FILES = {
     "_topk_forward": (f"{TK}topk_details/_topk_forward.py",),
@@ -171,6 +173,8 @@ def sum_bitmatrix(p: dict) -> int:
     _require(p, BLOCK_M=(8, 16, 32, 64), num_warps=(4, 8))
     tile = max(1, 128 // p["BLOCK_M"])
     _require(p, BLOCK_MM=p["BLOCK_M"] * tile)
+    if p["BLOCK_M"] == 8 and p["num_warps"] == 8 and p["stride_pn"] == 1:
+        raise CannotPredict("BLOCK_M 8 with 8 warps and stride_pn 1: measured half the rule's bytes; size it")
     return tile * 32 * I32
 
 
