@@ -75,7 +75,7 @@ _p_matmul_ogs), Triton release or engine file.
 Checked: every launch `tileprobe audit --engine vllm --model gpt-oss-120b` captures on h200 and on rtx-pro-6000 with
 --moe-backend triton (batches 1 and 8, seq 2048: 40 distinct committed launches, all answered and equal to the
 committed bytes; `--verify` compiled all 24 / 26 launches of each audit: 0 differ), the grids named in each rule,
-and 120 to 160 random variations per kernel after the last change to its rule (tests/predict/test_triton_ogs.py's
+and at least 80 random variations per kernel after the last change to its answers (tests/predict/test_triton_ogs.py's
 draws, sm_90 or sm_120), against Triton 3.8.0's own passes up to AllocateSharedMemory; the test file draws new ones
 every run. Random draws found two exceptions now stated (rule 1's stride_ym, rule 2's BLOCK_M 8 / stride_pn 1) and
 the swiglu epilogue of rule 6.
