@@ -56,7 +56,7 @@ import typing
 
 from tileprobe.audit import capture
 from tileprobe.audit import vllm_moe_oracle as oracle
-from tileprobe.audit import engine_code, vllm_stand_ins
+from tileprobe.audit import engine_code, ogs_rule, vllm_stand_ins
 from tileprobe.audit import vllm_ogs_stand_ins as stand_ins
 from tileprobe.audit.entry import AuditKernel, Elsewhere, Point, empty, torch
 from tileprobe.engines.triton_configs import EngineSource
@@ -212,9 +212,9 @@ DTYPE_RULE = "bf16 activations and router logits, mxfp4 weights (W4A16: uint8 pa
 ENTRIES = (
     AuditKernel("vllm-moe-mxfp4-decode", "vllm", "0.33.0", stand_ins.MODULE, "triton_kernel_moe_forward",
                 stand_ins.ALLOW, stand_ins.STAND_INS, _decode, serves, DTYPE_RULE, windowed=False, chooses=chooses,
-                compile_from="module", kernel_of=kernel_of),
+                compile_from="module", kernel_of=kernel_of, predict=ogs_rule.predict),
     AuditKernel("vllm-moe-mxfp4-prefill", "vllm", "0.33.0", stand_ins.MODULE, "triton_kernel_moe_forward",
                 stand_ins.ALLOW, stand_ins.STAND_INS, _prefill, serves, DTYPE_RULE, windowed=False, chooses=chooses,
-                compile_from="module", kernel_of=kernel_of),
+                compile_from="module", kernel_of=kernel_of, predict=ogs_rule.predict),
 )
 ENTRY = ENTRIES[0]  # the decode entry (the oracle's choice does not depend on the point)
