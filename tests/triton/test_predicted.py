@@ -105,7 +105,8 @@ def test_verify_compiles_n_predicted_launches_and_they_agree(tmp_path, rng):
     seed = rng.randrange(2**31)
     res = _check(f, cache, predicted.Policy(verify=n, seed=seed))
     assert _compiles(cache) == n, res.answers  # counted in the cache: N distinct launches, nothing else
-    assert res.mismatches == [] and res.exit_code() == 0
+    # the draws can hold an entry over the limit (64x128x128 at 4 stages: 147456 B): exit 1 for it, never a mismatch
+    assert res.mismatches == [] and res.exit_code() == (1 if res.over else 0)
     assert res.answers["verify_seed"] == seed and res.answers["verified"] == n
     compiled = [r for r in res.rows if r["evidence"] == "compiled"]
     assert compiled and all(r["prediction"] == "exact" and r["smem_bytes"] == r["predicted_smem_bytes"]
