@@ -108,6 +108,14 @@ def _quant_blocks(w):
     return q.contiguous(), scale.float().contiguous()
 
 
+def _block_magnitudes(n: int, k: int, g, device: str, rows_per_block: int = BLOCK):
+    """An [n, k] factor, one random magnitude in [0.1, 1) per (rows_per_block x BLOCK) block. Uniform values alone give
+    every 128-value block nearly the same amax, so every block scale would be about the same and a kernel that
+    applies the wrong block's scale (a BLOCK_SIZE_K spanning two scale blocks) would still pass the check."""
+    mags = torch.rand(math.ceil(n / rows_per_block), math.ceil(k / BLOCK), generator=g, device=device) * 0.9 + 0.1
+    return mags.repeat_interleave(rows_per_block, 0).repeat_interleave(BLOCK, 1)[:n, :k]
+
+
 @dataclass
 class Tensors:
     a: object
@@ -152,7 +160,7 @@ def make_tensors(p: Problem, seed: int, device: str, dtype=None) -> Tensors:
             b_scale[e] = w_e.abs().amax() / FP8_MAX
             b[e] = (w_e / b_scale[e]).to(torch.float8_e4m3fn)
         else:
-            q, s = _quant_blocks(w_e[None])
+            q, s = _quant_blocks(w_e[None] * _block_magnitudes(p.n, p.k, g, device))
             b[e], b_scale[e] = q[0], s[0]
     ids = torch.tensor(route(p.m, p.experts, p.top_k, rng), dtype=torch.int32, device=device)
     w = torch.rand(p.m, p.top_k, generator=g, device=device) * 0.9 + 0.1
@@ -166,7 +174,7 @@ def make_tensors(p: Problem, seed: int, device: str, dtype=None) -> Tensors:
         a_scale = sa.reshape(1).float()
         a_ref = a.double() * sa.double()
     else:
-        a, a_scale = _quant_rows(a, BLOCK)
+        a, a_scale = _quant_rows(a * _block_magnitudes(rows, p.k, g, device, rows_per_block=1), BLOCK)
         a_ref = a.double() * a_scale.double().repeat_interleave(BLOCK, 1)[:, :p.k]
     c = torch.full((p.m, p.top_k, p.n), float("nan"), dtype=dtype, device=device)  # every element must be written
     return Tensors(a, b, c, a_scale, b_scale, w.float(), ids, a_ref, p.quant)
