@@ -12,23 +12,14 @@ without Triton or the engine wheels.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
+from _triton_rules import assert_tritons_bytes, capture, draw, vary
 
 from tileprobe.audit import attention_rule
 from tileprobe.audit.capture import Launch, TensorArg
-from tileprobe.audit.kernels import KERNELS
-from tileprobe.audit.nearest import with_values
-from tileprobe.audit.run import AuditOptions, capture_all, gpu_name
-from tileprobe.backends.triton import allocate
-from tileprobe.backends.triton.compile import KernelJob, TritonBuild, compile_job
-from tileprobe.engines.triton_configs import find_engine
-from tileprobe.errors import UsageError
-from tileprobe.models import attention_model
 from tileprobe.predict import CannotPredict
 from tileprobe.predict import triton_attention
-from tileprobe.targets import resolve_target
 
 CAPTURES = (("sglang", "gpt-oss-120b", ("sglang-decode-attention", "sglang-extend-attention")),
             ("sglang", "results/audit/models/gqa-h128-fp32.json", ("sglang-context-attention",)),
@@ -37,38 +28,12 @@ CAPTURES = (("sglang", "gpt-oss-120b", ("sglang-decode-attention", "sglang-exten
 # the data pointers whose dtype a variation changes (q / K / V, the KV pool's buffers, the output)
 QKV = ("Q", "K_Buffer", "V_Buffer", "query_ptr", "key_cache_ptr", "value_cache_ptr", "output_ptr", "Q_Extend",
        "K_Extend", "V_Extend", "O_Extend", "K", "V", "Out")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def captured():
-    """(launch, job, engine) of every launch the audit captures for CAPTURES on rtx-pro-6000 (batch 1, seq 1024)."""
-    pytest.importorskip("triton")
-    if allocate.unavailable():
-        pytest.skip(allocate.unavailable())
-    target = None
-    out = []
-    for engine, model, entries in CAPTURES:
-        try:
-            src = find_engine(engine)
-        except UsageError as exc:
-            pytest.skip(f"no {engine} wheel: {exc}")
-        if target is None:
-            target, _ = resolve_target("rtx-pro-6000")
-            target = dataclasses.replace(target, device_name=gpu_name(target, None))
-        m = attention_model(str(ROOT / model) if model.endswith(".json") else model)
-        opts = AuditOptions(engine, m.name, target.name, batches=(1,))
-        cap = capture_all(src, target, m, [KERNELS[e] for e in entries], opts, target.cc_int)
-        out += [(p.launch, p.job) for p in cap.planned]
-    return out
-
-
-def _vary(launch: Launch, job: KernelJob, changes: dict) -> tuple[Launch, KernelJob]:
-    """The launch with some arguments / options changed (added where the launcher passed none), and its compile."""
-    args = tuple((k, changes.get(k, v)) for k, v in launch.args)
-    options = dict(launch.options) | {k: v for k, v in changes.items() if k in ("num_warps", "num_stages")}
-    stand_ins = {k: f"*{v.dtype}" if isinstance(v, TensorArg) else v for k, v in changes.items()}
-    return dataclasses.replace(launch, args=args, options=tuple(options.items())), with_values(job, stand_ins)
+    """(launch, job) of every launch the audit captures for CAPTURES on rtx-pro-6000 (batch 1)."""
+    return capture("rtx-pro-6000", CAPTURES)
 
 
 def _dtype(launch: Launch, dt: str) -> dict:
@@ -121,36 +86,21 @@ RULED = ("_fwd_grouped_kernel_stage1", "kernel_unified_attention", "_fwd_kernel"
          "_fwd_kv_parallel", "_fwd_none_diag_kernel", "_fwd_kernel_stage2", "_fwd_kv_reduce")
 
 
-def _draw(rng, captured, kernel: str, vary: bool):
-    """A launch of `kernel` the rule answers: a captured one, or a random variation of one."""
-    launches = [(la, j) for la, j in captured if la.kernel == kernel]
-    for _ in range(100):
-        launch, job = rng.choice(launches)
-        if vary:
-            launch, job = _vary(launch, job, _random_changes(rng, launch))
-        try:
-            return launch, job, attention_rule.predict(launch, job, "3.8.0")
-        except CannotPredict:
-            continue
-    raise AssertionError(f"no {kernel} launch the rule answers in 100 draws")
+def _draw(rng, captured, kernel: str, varied: bool):
+    return draw(rng, captured, kernel, attention_rule.predict,
+                (lambda r, la, j: vary(la, j, _random_changes(r, la))) if varied else None)
 
 
 @pytest.mark.triton
 @pytest.mark.parametrize("kernel", RULED)
 def test_rule_equals_tritons_allocation(kernel, captured, rng, tmp_path):
-    for vary in (False, True):
-        launch, job, predicted = _draw(rng, captured, kernel, vary)
-        build = compile_job(job.sized(), tmp_path)
-        assert isinstance(build, TritonBuild), build
-        assert predicted == build.shared, (dict(launch.args), dict(launch.options), predicted, build.shared)
+    for varied in (False, True):
+        assert_tritons_bytes(*_draw(rng, captured, kernel, varied), tmp_path)
 
 
 @pytest.mark.triton
 def test_rule_equals_a_full_compile(captured, rng, tmp_path):
-    launch, job, predicted = _draw(rng, captured, rng.choice(RULED[:3]), True)
-    build = compile_job(job.compiled(), tmp_path)
-    assert isinstance(build, TritonBuild), build
-    assert predicted == build.shared, (dict(launch.args), dict(launch.options), predicted, build.shared)
+    assert_tritons_bytes(*_draw(rng, captured, rng.choice(RULED[:3]), True), tmp_path, full=True)
 
 
 @pytest.mark.triton
@@ -158,26 +108,26 @@ def test_out_of_scope_launches_cannot_predict(captured, rng):
     launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_fwd_grouped_kernel_stage1"
                               and la.arg("IS_MLA")])
     with pytest.raises(CannotPredict, match="fp32"):  # MLA decode in fp32: its conversion scratch is not the table's
-        attention_rule.predict(*_vary(launch, job, _dtype(launch, "fp32")), "3.8.0")
+        attention_rule.predict(*vary(launch, job, _dtype(launch, "fp32")), "3.8.0")
     launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "kernel_unified_attention"])
     with pytest.raises(CannotPredict, match="fp32"):
-        attention_rule.predict(*_vary(launch, job, _dtype(launch, "fp32") | {"BLOCK_M": rng.choice([32, 64])}),
+        attention_rule.predict(*vary(launch, job, _dtype(launch, "fp32") | {"BLOCK_M": rng.choice([32, 64])}),
                                "3.8.0")
     with pytest.raises(CannotPredict, match="BLOCK_M"):
-        attention_rule.predict(*_vary(launch, job, {"BLOCK_M": rng.choice([8, 128])}), "3.8.0")
+        attention_rule.predict(*vary(launch, job, {"BLOCK_M": rng.choice([8, 128])}), "3.8.0")
     launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_fwd_kernel"])
     with pytest.raises(CannotPredict, match="num_stages"):
-        attention_rule.predict(*_vary(launch, job, {"num_stages": rng.choice([2, 3])}), "3.8.0")
+        attention_rule.predict(*vary(launch, job, {"num_stages": rng.choice([2, 3])}), "3.8.0")
     launch, job, _ = _draw(rng, captured, rng.choice(RULED), False)
     with pytest.raises(CannotPredict, match="sm_90"):
         attention_rule.predict(launch, dataclasses.replace(job, cc=90), "3.8.0")
     launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_fwd_grouped_kernel_stage1"
                               and la.kernel_file.startswith("sglang")])
     with pytest.raises(CannotPredict, match="BLOCK_H"):  # BLOCK_H 64 (rule 2's scope stops at 32)
-        attention_rule.predict(*_vary(launch, job, {"BLOCK_H": 64}), "3.8.0")
+        attention_rule.predict(*vary(launch, job, {"BLOCK_H": 64}), "3.8.0")
     launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_fwd_kv_parallel"])
     with pytest.raises(CannotPredict, match="epilogue"):  # 16 x 128 x 64: the 32 KiB KV tile outgrows the loop
-        attention_rule.predict(*_vary(launch, job, {"CBLOCK": 16, "NUM_CBLOCK": 16, "d": 128, "e": 64,
+        attention_rule.predict(*vary(launch, job, {"CBLOCK": 16, "NUM_CBLOCK": 16, "d": 128, "e": 64,
                                                     "D_FBLOCK": 128, "E_FBLOCK": 64, "num_stages": 2}), "3.8.0")
 
 

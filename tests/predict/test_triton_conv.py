@@ -12,20 +12,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from _triton_rules import assert_tritons_bytes, capture, draw, vary
 
 from tileprobe.audit import conv_rule
 from tileprobe.audit.capture import Launch, TensorArg
-from tileprobe.audit.kernels import KERNELS
-from tileprobe.audit.nearest import with_values
-from tileprobe.audit.run import AuditOptions, capture_all, gpu_name
-from tileprobe.backends.triton import allocate
-from tileprobe.backends.triton.compile import KernelJob, TritonBuild, compile_job
-from tileprobe.engines.triton_configs import find_engine
-from tileprobe.errors import UsageError
-from tileprobe.models import attention_model
 from tileprobe.predict import CannotPredict
 from tileprobe.predict import triton_conv
-from tileprobe.targets import resolve_target
 
 MODELS = {"nemotron-h-8b": ("vllm-mamba2-causal-conv1d", "vllm-mamba2-causal-conv1d-update",
                             "vllm-mamba2-selective-state-update"),
@@ -38,33 +30,8 @@ DTYPES = ("bf16", "fp16", "fp32")
 @pytest.fixture(scope="module")
 def captured():
     """Every launch of the ruled kernels the audit captures (batch 1) on rtx-pro-6000: (launch, job)."""
-    pytest.importorskip("triton")
-    try:
-        src = find_engine("vllm")
-    except UsageError as exc:
-        pytest.skip(f"no vllm wheel: {exc}")
-    if allocate.unavailable():
-        pytest.skip(allocate.unavailable())
-    target, _ = resolve_target("rtx-pro-6000")
-    target = dataclasses.replace(target, device_name=gpu_name(target, None))
-    out = []
-    for name, entries in MODELS.items():
-        model = attention_model(name)
-        opts = AuditOptions("vllm", model.name, target.name, batches=(1,))
-        cap = capture_all(src, target, model, [KERNELS[e] for e in entries], opts, target.cc_int)
-        out += [(p.launch, p.job) for p in cap.planned if p.launch.kernel in RULED]
-    return out
-
-
-def _vary(launch: Launch, job: KernelJob, changes: dict) -> tuple[Launch, KernelJob]:
-    """The launch with some arguments / options changed (num_warps added where the launcher passed none), and its
-    compile with the same changes."""
-    args = tuple((k, changes.get(k, v)) for k, v in launch.args)
-    options = tuple((k, changes.get(k, v)) for k, v in launch.options)
-    if "num_warps" in changes and launch.arg("num_warps") is None:
-        options += (("num_warps", changes["num_warps"]),)
-    stand_ins = {k: f"*{v.dtype}" if isinstance(v, TensorArg) else v for k, v in changes.items()}
-    return dataclasses.replace(launch, args=args, options=options), with_values(job, stand_ins)
+    plans = [("vllm", model, entries) for model, entries in MODELS.items()]
+    return [(la, j) for la, j in capture("rtx-pro-6000", plans) if la.kernel in RULED]
 
 
 def _retype(launch: Launch, names, dt: str) -> dict:
@@ -100,49 +67,34 @@ def _random_changes(rng, launch: Launch) -> dict:
     return c | _retype(launch, acts, a) | _retype(launch, ["h0", "ht"], rng.choice([a, "fp32"]))
 
 
-def _draw(rng, captured, kernel: str, vary: bool):
-    """A launch of `kernel` the rule answers: a captured one, or a random variation of one."""
-    launches = [(la, j) for la, j in captured if la.kernel == kernel]
-    for _ in range(100):
-        launch, job = rng.choice(launches)
-        if vary:
-            launch, job = _vary(launch, job, _random_changes(rng, launch))
-        try:
-            return launch, job, conv_rule.predict(launch, job, "3.8.0")
-        except CannotPredict:
-            continue
-    raise AssertionError(f"no {kernel} launch the rule answers in 100 draws")
+def _draw(rng, captured, kernel: str, varied: bool):
+    return draw(rng, captured, kernel, conv_rule.predict,
+                (lambda r, la, j: vary(la, j, _random_changes(r, la))) if varied else None)
 
 
 @pytest.mark.triton
 @pytest.mark.parametrize("kernel", RULED)
 def test_rule_equals_tritons_allocation(kernel, captured, rng, tmp_path):
-    for vary in (False, True):
-        launch, job, predicted = _draw(rng, captured, kernel, vary)
-        build = compile_job(job.sized(), tmp_path)
-        assert isinstance(build, TritonBuild), build
-        assert predicted == build.shared, (dict(launch.args), dict(launch.options), predicted, build.shared)
+    for varied in (False, True):
+        assert_tritons_bytes(*_draw(rng, captured, kernel, varied), tmp_path)
 
 
 @pytest.mark.triton
 def test_rule_equals_a_full_compile(captured, rng, tmp_path):
-    launch, job, predicted = _draw(rng, captured, rng.choice(RULED), True)
-    build = compile_job(job.compiled(), tmp_path)
-    assert isinstance(build, TritonBuild), build
-    assert predicted == build.shared, (dict(launch.args), dict(launch.options), predicted, build.shared)
+    assert_tritons_bytes(*_draw(rng, captured, rng.choice(RULED), True), tmp_path, full=True)
 
 
 @pytest.mark.triton
 def test_out_of_scope_launches_cannot_predict(captured, rng):
     launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_causal_conv1d_fwd_kernel"])
     with pytest.raises(CannotPredict, match="feature strides"):
-        conv_rule.predict(*_vary(launch, job, {"stride_istate_dim": rng.choice([2, 3, 5])}), "3.8.0")
+        conv_rule.predict(*vary(launch, job, {"stride_istate_dim": rng.choice([2, 3, 5])}), "3.8.0")
     launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_selective_scan_update_kernel"])
     with pytest.raises(CannotPredict, match="num_warps"):
-        conv_rule.predict(*_vary(launch, job, {"num_warps": rng.choice([1, 2, 8])}), "3.8.0")
+        conv_rule.predict(*vary(launch, job, {"num_warps": rng.choice([1, 2, 8])}), "3.8.0")
     launch, job = rng.choice([(la, j) for la, j in captured if la.kernel.startswith("fused_sigmoid")])
     with pytest.raises(CannotPredict, match="USE_INITIAL_STATE"):
-        conv_rule.predict(*_vary(launch, job, {"USE_INITIAL_STATE": False}), "3.8.0")
+        conv_rule.predict(*vary(launch, job, {"USE_INITIAL_STATE": False}), "3.8.0")
     launch, job = rng.choice(captured)
     with pytest.raises(CannotPredict, match="sm_90"):
         conv_rule.predict(launch, dataclasses.replace(job, cc=90), "3.8.0")

@@ -15,20 +15,14 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from _triton_rules import assert_tritons_bytes, capture, draw
+from _triton_rules import vary as vary_named
 
 from tileprobe.audit import ogs_rule
-from tileprobe.audit.capture import Launch, TensorArg
-from tileprobe.audit.kernels import KERNELS
-from tileprobe.audit.nearest import with_values
-from tileprobe.audit.run import AuditOptions, capture_all, gpu_name
-from tileprobe.backends.triton import allocate
-from tileprobe.backends.triton.compile import KernelJob, TritonBuild, compile_job
-from tileprobe.engines.triton_configs import find_engine
-from tileprobe.errors import UsageError
-from tileprobe.models import attention_model
+from tileprobe.audit.capture import Launch
+from tileprobe.backends.triton.compile import KernelJob
 from tileprobe.predict import CannotPredict
 from tileprobe.predict import triton_ogs
-from tileprobe.targets import resolve_target
 
 RULED = tuple(triton_ogs.RULES)
 MATMULS = tuple(k for k in RULED if k.endswith("._matmul_ogs"))
@@ -41,30 +35,15 @@ INTS = (1, 4, 16, 17, 64, 130)  # runtime integers: specialised to 1, 16-divisib
 @pytest.fixture(scope="module")
 def captured():
     """Every launch the decode entry captures for gpt-oss-120b (batch 1) on h200: (launch, job)."""
-    pytest.importorskip("triton")
-    try:
-        src = find_engine("vllm")
-    except UsageError as exc:
-        pytest.skip(f"no vllm wheel: {exc}")
-    if allocate.unavailable():
-        pytest.skip(allocate.unavailable())
-    target, _ = resolve_target("h200")
-    target = dataclasses.replace(target, device_name=gpu_name(target, None))
-    model = attention_model("gpt-oss-120b")
-    opts = AuditOptions("vllm", model.name, target.name, batches=(1,))
-    cap = capture_all(src, target, model, [KERNELS["vllm-moe-mxfp4-decode"]], opts, target.cc_int)
-    return [(p.launch, p.job) for p in cap.planned]
+    return capture("h200", [("vllm", "gpt-oss-120b", ("vllm-moe-mxfp4-decode",))])
 
 
 def vary(launch: Launch, job: KernelJob, changes: dict) -> tuple[Launch, KernelJob]:
-    """The launch with some arguments / options changed (a dtype as 'ptr': 'fp32'), and its job with the same."""
+    """The launch with some arguments / options changed (a dtype as 'ptr': 'fp32'; names the launch does not take
+    are dropped), and its job with the same."""
     names = {k for k, _ in launch.args} | {"num_warps", "num_stages"}
-    changes = {k: dataclasses.replace(launch.arg(k), dtype=v) if isinstance(v, str) else v
-               for k, v in changes.items() if k in names}
-    args = tuple((k, changes.get(k, v)) for k, v in launch.args)
-    options = dict(launch.options) | {k: v for k, v in changes.items() if k in ("num_warps", "num_stages")}
-    stand_ins = {k: f"*{v.dtype}" if isinstance(v, TensorArg) else v for k, v in changes.items()}
-    return dataclasses.replace(launch, args=args, options=tuple(options.items())), with_values(job, stand_ins)
+    return vary_named(launch, job, {k: dataclasses.replace(launch.arg(k), dtype=v) if isinstance(v, str) else v
+                                    for k, v in changes.items() if k in names})
 
 
 def random_changes(rng, kernel: str) -> dict:
@@ -96,39 +75,27 @@ def random_changes(rng, kernel: str) -> dict:
             "stride_xm": rng.choice([16, 2880, 5760]), "N": rng.choice([16, 2880, 4096])}
 
 
-def draw(rng, captured, kernel: str, vary_it: bool):
+def draw_ruled(rng, captured, kernel: str, vary_it: bool):
     """A launch of `kernel` the rule answers (a captured one, or a random variation of one), its job (sm_90 or
     sm_120 for a variation) and the rule's bytes."""
-    launches = [(la, j) for la, j in captured if la.kernel == kernel]
-    for _ in range(100):
-        launch, job = rng.choice(launches)
-        if vary_it:
-            launch, job = vary(launch, job, random_changes(rng, kernel))
-            job = dataclasses.replace(job, cc=90 if kernel in MATMULS else rng.choice([90, 120]))
-        try:
-            return launch, job, ogs_rule.predict(launch, job, "3.8.0")
-        except CannotPredict:
-            continue
-    raise AssertionError(f"no {kernel} launch the rule answers in 100 draws")
+    def changes(r, launch, job):
+        launch, job = vary(launch, job, random_changes(r, kernel))
+        return launch, dataclasses.replace(job, cc=90 if kernel in MATMULS else r.choice([90, 120]))
+    return draw(rng, captured, kernel, ogs_rule.predict, changes if vary_it else None)
 
 
 @pytest.mark.triton
 @pytest.mark.parametrize("group", GROUPS, ids=lambda g: g[0])
 def test_rule_equals_tritons_allocation(group, captured, rng, tmp_path):
-    launch, job, predicted = draw(rng, captured, rng.choice(group), True)
-    build = compile_job(job.sized(), tmp_path)
-    assert isinstance(build, TritonBuild), build
-    assert predicted == build.shared, (launch.kernel, job.cc, dict(job.kwargs), predicted, build.shared)
+    assert_tritons_bytes(*draw_ruled(rng, captured, rng.choice(group), True), tmp_path)
 
 
 @pytest.mark.triton
 def test_rule_equals_a_full_compile(captured, rng, tmp_path):
     """A captured routing / reduce launch, as the audit compiles it (the random variations are sized above; the
     matmul's full compile is slower: `tileprobe audit --verify` compiles the captured ones)."""
-    launch, job, predicted = draw(rng, captured, rng.choice([k for k in RULED if k not in MATMULS]), False)
-    build = compile_job(job.compiled(), tmp_path)
-    assert isinstance(build, TritonBuild), build
-    assert predicted == build.shared, (job.cc, dict(job.kwargs), predicted, build.shared)
+    assert_tritons_bytes(*draw_ruled(rng, captured, rng.choice([k for k in RULED if k not in MATMULS]), False),
+                         tmp_path, full=True)
 
 
 @pytest.mark.triton

@@ -111,3 +111,24 @@ def engine_key(family: str, engine: str | None, cutlass_version: str, cutlass_ha
             raise CannotPredict(f"{engine}'s rules are for its bundled CUTLASS {', '.join(versions[key])}, not "
                                 f"{cutlass_version}") from None
     return key
+
+
+# The Triton rule modules (triton_ssd, triton_conv, triton_attention, triton_ogs): each rule was checked on one Triton
+# release and one engine source; outside them it says which, and the launch is sized instead.
+
+def release_checked(rules: str, releases: tuple[str, ...], triton_version: str) -> None:
+    if triton_version not in releases:
+        raise CannotPredict(f"{rules} rules were checked on Triton {', '.join(releases)} only, not {triton_version}: "
+                            "another release lays shared memory out otherwise; size it")
+
+
+def source_checked(rules: str, kernel: str, source_sha256: str, engines: str) -> CannotPredict:
+    """What to raise for a kernel source the rules were not checked on (`engines`: the releases they were)."""
+    return CannotPredict(f"{kernel}'s engine source {source_sha256[:16]} is not one the {rules} rules were checked on "
+                         f"({engines}): a changed kernel changes the layout; size it")
+
+
+def cc_checked(rules: str, ccs: tuple[int, ...], cc: int, why: str = "") -> None:
+    if cc not in ccs:
+        raise CannotPredict(f"{rules} rules were checked for sm_{', sm_'.join(map(str, ccs))} only, not sm_{cc}"
+                            f"{why}; size it")

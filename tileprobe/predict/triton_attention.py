@@ -95,7 +95,7 @@ tests/predict/test_triton_attention.py draws new ones every run (one compiled in
 
 from __future__ import annotations
 
-from tileprobe.predict._common import CannotPredict
+from tileprobe.predict._common import CannotPredict, cc_checked, release_checked, source_checked
 
 FAMILY = "triton-attention"
 SGLANG_DECODE = "sglang 0.5.23 decode_attention.py"
@@ -172,20 +172,14 @@ KERNEL_FILES = {
 
 def _check_scope(kernel: str, triton_version: str, source_sha256: str, cc: int) -> str:
     """The engine file the kernel's source is (CHECKED's word), where the rules were checked for it."""
+    release_checked("triton-attention", TRITON_VERSIONS, triton_version)
     checked = CHECKED.get((triton_version, source_sha256))
     if checked is None:
-        if triton_version not in TRITON_VERSIONS:
-            raise CannotPredict(f"triton-attention rules were checked on Triton {', '.join(TRITON_VERSIONS)} only, "
-                                f"not {triton_version}: another release lays shared memory out otherwise; size it")
-        raise CannotPredict(f"{kernel}'s engine source {source_sha256[:16]} is not one the triton-attention rules "
-                            "were checked on (sglang 0.5.23, vllm 0.33.0): a changed kernel changes the layout; "
-                            "size it")
+        raise source_checked("triton-attention", kernel, source_sha256, "sglang 0.5.23, vllm 0.33.0")
     if checked not in KERNEL_FILES.get(kernel, ()):
         raise CannotPredict(f"{kernel} ({checked}): no stated triton-attention rule (see "
                             "tileprobe.predict.triton_attention); size it")
-    if cc not in CCS:
-        raise CannotPredict(f"triton-attention rules were checked for sm_{', sm_'.join(map(str, CCS))} only, not "
-                            f"sm_{cc} (wgmma / tcgen05 keep other buffers); size it")
+    cc_checked("triton-attention", CCS, cc, " (wgmma / tcgen05 keep other buffers)")
     return checked
 
 

@@ -60,7 +60,7 @@ ones every run (one compiled in full).
 
 from __future__ import annotations
 
-from tileprobe.predict._common import CannotPredict
+from tileprobe.predict._common import CannotPredict, cc_checked, release_checked, source_checked
 
 FAMILY = "triton-conv"
 # (Triton release, sha256 of the module defining the kernel) -> what that module is
@@ -90,18 +90,12 @@ POST_K = (64, 128, 256)
 
 
 def _check_scope(kernel: str, triton_version: str, source_sha256: str, cc: int) -> None:
-    checked = CHECKED.get((triton_version, source_sha256))
-    if checked is None:
-        if triton_version not in TRITON_VERSIONS:
-            raise CannotPredict(f"triton-conv rules were checked on Triton {', '.join(TRITON_VERSIONS)} only, not "
-                                f"{triton_version}: another release lays shared memory out otherwise; size it")
-        raise CannotPredict(f"{kernel}'s engine source {source_sha256[:16]} is not one the triton-conv rules were "
-                            "checked on (vllm 0.33.0): a changed kernel changes the layout; size it")
+    release_checked("triton-conv", TRITON_VERSIONS, triton_version)
+    if (triton_version, source_sha256) not in CHECKED:
+        raise source_checked("triton-conv", kernel, source_sha256, "vllm 0.33.0")
     if kernel not in RULES:
         raise CannotPredict(f"{kernel}: no stated triton-conv rule (see tileprobe.predict.triton_conv); size it")
-    if cc not in CCS:
-        raise CannotPredict(f"triton-conv rules were checked for sm_{', sm_'.join(map(str, CCS))} only, not "
-                            f"sm_{cc}; size it")
+    cc_checked("triton-conv", CCS, cc)
 
 
 def _within(p: dict, allowed: dict) -> None:

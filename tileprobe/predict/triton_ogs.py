@@ -85,7 +85,7 @@ from __future__ import annotations
 
 import hashlib
 
-from tileprobe.predict._common import CannotPredict
+from tileprobe.predict._common import CannotPredict, cc_checked, release_checked, source_checked
 
 FAMILY = "triton-ogs"
 TK = "vllm/third_party/triton_kernels/"
@@ -139,17 +139,12 @@ def files_sha256(texts) -> str:
 
 
 def _check_scope(kernel: str, triton_version: str, source_sha256: str, cc: int) -> None:
-    if triton_version not in TRITON_VERSIONS:
-        raise CannotPredict(f"triton-ogs rules were checked on Triton {', '.join(TRITON_VERSIONS)} only, not "
-                            f"{triton_version}: another release lays shared memory out otherwise; size it")
+    release_checked("triton-ogs", TRITON_VERSIONS, triton_version)
     if kernel not in FILES:
         raise CannotPredict(f"{kernel}: no stated triton-ogs rule (see tileprobe.predict.triton_ogs); size it")
     if (triton_version, kernel, source_sha256) not in CHECKED:
-        raise CannotPredict(f"{kernel}'s engine source {source_sha256[:16]} is not one the triton-ogs rules were "
-                            "checked on (vllm 0.33.0): a changed kernel changes the layout; size it")
-    if cc not in CCS:
-        raise CannotPredict(f"triton-ogs rules were checked for sm_{', sm_'.join(map(str, CCS))} only, not "
-                            f"sm_{cc}; size it")
+        raise source_checked("triton-ogs", kernel, source_sha256, "vllm 0.33.0")
+    cc_checked("triton-ogs", CCS, cc)
 
 
 def _require(p: dict, **want) -> None:

@@ -70,7 +70,7 @@ draws new ones every run (one of them compiled in full).
 
 from __future__ import annotations
 
-from tileprobe.predict._common import CannotPredict
+from tileprobe.predict._common import CannotPredict, cc_checked, release_checked, source_checked
 
 FAMILY = "triton-ssd"
 # (Triton release, sha256 of the engine file defining the kernel) -> the engine release whose file that is
@@ -97,18 +97,12 @@ CUMSUM_WARPS = (4, 8)
 
 
 def _check_scope(kernel: str, triton_version: str, source_sha256: str, cc: int) -> None:
-    checked = CHECKED.get((triton_version, source_sha256))
-    if checked is None:
-        if triton_version not in TRITON_VERSIONS:
-            raise CannotPredict(f"triton-ssd rules were checked on Triton {', '.join(TRITON_VERSIONS)} only, not "
-                                f"{triton_version}: another release lays shared memory out otherwise; size it")
-        raise CannotPredict(f"{kernel}'s engine source {source_sha256[:16]} is not one the triton-ssd rules were "
-                            "checked on (vllm 0.33.0): a changed kernel changes the layout; size it")
+    release_checked("triton-ssd", TRITON_VERSIONS, triton_version)
+    if (triton_version, source_sha256) not in CHECKED:
+        raise source_checked("triton-ssd", kernel, source_sha256, "vllm 0.33.0")
     if kernel not in KERNELS:
         raise CannotPredict(f"{kernel}: no stated triton-ssd rule (see tileprobe.predict.triton_ssd); size it")
-    if cc not in CCS:
-        raise CannotPredict(f"triton-ssd rules were checked for sm_{', sm_'.join(map(str, CCS))} only, not sm_{cc} "
-                            "(wgmma / tcgen05 keep other buffers); size it")
+    cc_checked("triton-ssd", CCS, cc, " (wgmma / tcgen05 keep other buffers)")
 
 
 def _dot_scope(p: dict, blocks: tuple[str, ...], stages: tuple[int, ...] = STAGES) -> None:
