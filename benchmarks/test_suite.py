@@ -25,6 +25,7 @@ import os
 import platform
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -121,6 +122,11 @@ def main() -> None:
     args.record.parent.mkdir(parents=True, exist_ok=True)
     with open(args.record, "a") as f:
         f.write(json.dumps(rec) + "\n")
+    for left in tmp.iterdir():  # the clone, its venv and caches (about 4 GB a run) go; the log the record names stays
+        if left.is_dir():
+            shutil.rmtree(left, ignore_errors=True)
+        elif left.name != "pytest.log":
+            left.unlink()
 
 
 if __name__ == "__main__":
