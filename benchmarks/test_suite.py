@@ -14,6 +14,7 @@
 5. Timed, in the same run: a cold default static sweep (`tileprobe sweep --family sm120-nvfp4 --target rtx-pro-6000
    --static-only`, empty cache), and the suite's seconds divided by it: a figure that does not depend on the machine.
 Prints the record and appends it to results/benchmarks/test_suite.jsonl (or --record PATH).
+The clone (its venv and caches, about 4 GB) is removed at the end; the pytest log the record names is kept.
 Run: python benchmarks/test_suite.py [--install] [--pytest-args "-x"]   (takes the suite's time plus about 2 sweeps)
 """
 
