@@ -36,4 +36,5 @@ def test_bad_options_exit_2_without_a_traceback(tmp_path, args):
     res = _run(tmp_path, *args)
     assert res.returncode == 2, res.stderr
     assert "Traceback" not in res.stderr
-    assert res.stderr.strip().splitlines()[-1].startswith("python -m tileprobe.audit.runtime: error: --")
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith("python -m tileprobe.audit.runtime: error: --")

@@ -247,13 +247,13 @@ def main(argv=None) -> int:
     every = runtime_cases.cases(target.sms)
     chosen = [c for c in every if not a.case or c.name in a.case]
     if a.case and len(chosen) != len(set(a.case)):
-        ap.error(f"--case: known cases are {', '.join(c.name for c in every)}")
+        raise UsageError(f"--case: known cases are {', '.join(c.name for c in every)}")
     if a.slim:
         for p in slim(a.slim, chosen):
             print(f"{p} {p.stat().st_size} B")
         return 0
     if a.out is None:
-        ap.error("--out DIR is required")
+        raise UsageError("--out DIR is required")
     launch = not a.dry_run and target.is_device
     seed = a.seed if a.seed is not None else int.from_bytes(os.urandom(4), "little")
     reps = tuple(int(x) for x in a.reps.split(","))
@@ -289,6 +289,6 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except UsageError as exc:  # a missing engine wheel, a bad --wheels folder: one line, exit 2, as the CLI does
+    except UsageError as exc:  # bad input (a missing engine wheel, an unknown --case): one line, exit 2, as the CLI's
         sys.stderr.write(f"python -m tileprobe.audit.runtime: error: {exc}\n")
         sys.exit(2)
