@@ -13,6 +13,8 @@ from rich.console import Console
 
 from tileprobe import sweep as sw
 from tileprobe.audit import run as audit_run
+from tileprobe.audit.path import rows as path_rows
+from tileprobe.families import compiled_audit
 from tileprobe.cli_options import CacheOpt, CompileAllOpt, VerifyOpt, VerifySeedOpt, ints, split_csv
 from tileprobe.models import ATTENTION_PRESETS
 from tileprobe.reports.report import write_reports
@@ -51,22 +53,43 @@ def audit(
                                   moe_backend, gpu_name, Policy(compile_all, verify, verify_seed))
     res = audit_run.run_audit(opts)
     console = Console(width=WIDTH)
-    print_rows(res.rows, console)
+    print_rows([r for r in res.rows if r.get("family") != compiled_audit.NAME], console)
+    if res.path:
+        console.print(path_rows.terminal_table(res.path, res.target))
     try:
         write_reports(res.out, console)
+        if res.path:
+            with open(res.out / "report.md", "a") as f:
+                f.write("\n" + path_rows.markdown(res.path, res.target))
     except Exception as exc:  # the rows are already safe on disk; a report problem must not fail the audit
         console.print(f"[yellow]report not written: {type(exc).__name__}: {exc}[/]")
     sys.stdout.writelines(f"{line}\n" for line in res.notes)
     sys.stdout.writelines(f"OVER {line}\n" for line in res.failures)
     sys.stdout.writelines(f"{line}\n" for line in res.remedies)
     sys.stdout.writelines(f"MISMATCH {line}\n" for line in res.mismatches)
-    a = res.answers
-    sys.stdout.write(f"{len(res.failures)} of {len(res.launches)} launches do not fit {res.target.name} "
-                     f"({res.target.smem_optin} B opt-in; capture {res.seconds['capture_s']} s, answers "
-                     f"{res.seconds['compile_s']} s; evidence: {a.get('predicted', 0)} predicted, {a.get('sized', 0)} "
-                     f"sized, {a.get('compiled', 0)} compiled, not launched"
+    sys.stdout.writelines(f"UNANSWERED {line}\n" for line in res.unanswered)
+    a, n = res.answers, res.counts()
+    total = sum(n.values())
+    sys.stdout.write(f"{total} kernels on the path on {res.target.name} ({res.target.smem_optin} B opt-in): "
+                     + ", ".join(f"{n.get(v, 0)} {w}" for v, w in EXIT_WORDS)
+                     + f" (Triton: capture {res.seconds['capture_s']} s, answers {res.seconds['compile_s']} s; "
+                     f"{a.get('predicted', 0)} predicted, {a.get('sized', 0)} sized, {a.get('compiled', 0)} compiled"
                      + (f"; --verify compiled {a['verified']} (seed {res.seed}), {len(res.mismatches)} differ"
                         if a.get("verified") else "")
-                     + ")\n")
+                     + "; nothing launched)\n")
+    raise typer.Exit(exit_code(res, total))
+
+
+EXIT_WORDS = (("fits", "fit"), ("smem-over-limit", "over"), ("compile-error", "compile error"),
+              ("refused", "refused"), ("no-code", "no code"), ("unanswered", "unanswered"))
+
+
+def exit_code(res, total: int) -> int:
+    """0: every kernel on the path answered and fits; 1: one does not fit, is refused, has no code for the target
+    or fails to compile (or --verify found a mismatch); 3: none fails but some are unanswered, or nothing was
+    answered at all; 2 is bad input (tileprobe.errors.UsageError, raised before)."""
     if res.failures or res.mismatches:
-        raise typer.Exit(1)
+        return 1
+    if res.unanswered or total == 0:
+        return 3
+    return 0

@@ -25,6 +25,10 @@ class Verdict(str, Enum):
     COMPILE_ERROR = "compile-error"
     UNSUPPORTED = "unsupported"  # cannot be built or run for this family/target; not compiled
     NOT_SELECTED = "not-selected"  # the engine runs another kernel here (the reason names it and its engine line)
+    # compiled kernels on the model's path (tileprobe.audit.path): the three answers arch, gate, bytes
+    NO_CODE = "no-code"  # the shipped binary (or the JIT's arch list) has no code that runs on the target
+    REFUSED = "refused"  # the library's or the engine's own acceptance check refuses the launch's shapes there
+    UNANSWERED = "unanswered"  # on the path, but tileprobe cannot answer it (the reason says why); never a pass
     # runtime
     OK = "ok"  # launched and every element of every group verified against the reference
     UNCHECKED = "unchecked"  # launched and ran, but no correctness check was made: launched evidence only
@@ -55,6 +59,8 @@ class Verdict(str, Enum):
 
 
 RUNTIME_FAILURES = (Verdict.LAUNCH_ERROR, Verdict.INCORRECT, Verdict.TIMEOUT, Verdict.CRASHED)
+# A kernel on the model's path that would stop the engine there (tileprobe audit exits 1 on any)
+PATH_FAILURES = (Verdict.SMEM_OVER_LIMIT, Verdict.COMPILE_ERROR, Verdict.NO_CODE, Verdict.REFUSED)
 
 
 def evidence_for(verdict: Verdict, compiled: bool = False, predicted: bool = False) -> Evidence:

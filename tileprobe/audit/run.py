@@ -22,12 +22,14 @@ from tileprobe.audit import answers, capture, jobs, loader
 from tileprobe.audit.backends import Selection, attention_backend
 from tileprobe.audit.entry import Elsewhere
 from tileprobe.audit.kernels import AuditKernel, Point, kernels_for
+from tileprobe.audit.path import compiled
 from tileprobe.audit.nearest import Variant, nearest
 from tileprobe.backends.triton.compile import KernelJob, compile_job, compile_many
 from tileprobe.backends.triton.toolchain import TritonInstall, require_triton
 from tileprobe.engines.triton_configs import EngineSource, find_engine
 from tileprobe.errors import UsageError
 from tileprobe.families import arch_for, family
+from tileprobe.families import compiled_audit
 from tileprobe.families import triton_audit as fam
 from tileprobe.models import AttentionConfig, attention_model
 from tileprobe.results.rows import Outcome, make_row
@@ -118,10 +120,10 @@ def serving(engine: str, model: AttentionConfig, only: tuple[str, ...] = ()) -> 
     if only:
         entries = [k for k in entries if k.name in only]
     served = [k for k in entries if k.serves(model) is None]
-    if not served:
-        raise UsageError(f"--model {model.name}: {engine} does not serve it with an audited kernel "
+    if not served and only:
+        raise UsageError(f"--model {model.name}: {engine} does not serve it with the --kernel entries asked "
                          f"({'; '.join(f'{k.name}: {k.serves(model)}' for k in entries)})")
-    return served
+    return served  # none: the model's path has no Triton launcher of ours; its compiled kernels are still audited
 
 
 @dataclass
@@ -238,6 +240,18 @@ class Audit:
     answers: dict = field(default_factory=dict)  # launches predicted / sized / compiled (tileprobe.audit.answers)
     mismatches: list[str] = field(default_factory=list)  # --verify: sampled launches whose compile differs (exit 1)
     seed: int | None = None  # the --verify sample's seed
+    path: list = field(default_factory=list)  # the compiled kernels on the path (tileprobe.audit.path.rows.Answered)
+    unanswered: list[str] = field(default_factory=list)  # one line per kernel on the path not answered (exit 3)
+    parallel: list[str] = field(default_factory=list)  # the engine's tensor-parallel rule lines checked
+
+    def counts(self) -> dict:
+        """Every kernel on the path by verdict: the Triton launches (autotune configs the autotuner drops apart) and
+        the compiled calls."""
+        out: dict[str, int] = {}
+        for r in self.launches:
+            if r.get("family") == compiled_audit.NAME or not r.get("autotune_dropped") or r["verdict"] == "fits":
+                out[r["verdict"]] = out.get(r["verdict"], 0) + 1
+        return out
 
     @property
     def launches(self) -> list[dict]:
@@ -334,9 +348,10 @@ def run_audit(opts: AuditOptions) -> Audit:
                          "installed: pip install 'tileprobe[audit]' (or use the Python your engine runs in)")
     preflight.check_triton(triton, target.cc_int, opts.cache_dir)
     src = find_engine(opts.engine, opts.engine_wheel)
+    parallel = compiled.check_parallel(src, model, opts.tp)
     t0 = time.perf_counter()
     sel = attention_backend(src, target, model, opts.attention_backend) \
-        if any(k.backend for k in entries) or opts.attention_backend else None
+        if any(k.backend for k in entries) or opts.attention_backend or model.heads > 0 else None
     cap = capture_all(src, target, model, entries, opts, target.cc_int, sel)
     planned = cap.planned
     t1 = time.perf_counter()
@@ -395,6 +410,11 @@ def run_audit(opts: AuditOptions) -> Audit:
             res.failures.append(f"{src.label()} {t.kernel} ({p.op()}, autotuned at {t.call_site}): every config "
                                 f"the autotuner has is over {target.smem_optin} B")
             res.remedies.append(_remedy(p, target))
+        res.path = compiled.answer_path(src, target, model, opts, sel, cap, arch, columns, rec)
+        res.rows += [a.row for a in res.path]
+        res.failures += compiled.failures(res.path)
+        res.unanswered = compiled.unanswered(res.path)
+        res.parallel = parallel
         res.notes = [*head, *tuned["notes"], *res.notes]
         res.remedies = list(dict.fromkeys(res.remedies))
         rec.meta["phases"] = res.seconds

@@ -9,13 +9,14 @@ import itertools
 import re
 
 from tileprobe.errors import UnsupportedConfig, UsageError
-from tileprobe.families import flashinfer_moe, sm90_fp8, sm120_nvfp4, triton_audit, triton_moe, vllm_moe
+from tileprobe.families import (compiled_audit, flashinfer_moe, sm90_fp8, sm120_nvfp4, triton_audit, triton_moe,
+                                vllm_moe)
 from tileprobe.families.base import (EPILOGUES, SCHEDULE_IDS, SCHEDULE_SHORT, Config, Family, Tile, expand_tile_specs,
                                      parse_tile)
 from tileprobe.families.columns import CUTLASS_REPORT, ReportSpec
 
 FAMILIES: dict[str, Family] = {m.FAMILY.name: m.FAMILY for m in (sm120_nvfp4, sm90_fp8, flashinfer_moe, vllm_moe,
-                                                                  triton_moe, triton_audit)}
+                                                                  triton_moe, triton_audit, compiled_audit)}
 
 __all__ = ["EPILOGUES", "FAMILIES", "SCHEDULE_IDS", "SCHEDULE_SHORT", "Config", "Family", "Tile", "arch_for",
            "expand_configs", "expand_tile_specs", "family", "family_for_cc", "parse_cluster", "parse_tile",

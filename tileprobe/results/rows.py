@@ -36,6 +36,9 @@ COLUMNS = [
     # file and its entry key, or the engine's default rule); for an autotuned launch, the configs the autotuner drops
     "kernel", "kernel_file", "block_m", "block_n", "block_k", "batch_range", "config_origin", "config_file",
     "config_key", "config_rule", "autotune_dropped",
+    # compiled kernels on the model's path (tileprobe audit; family compiled-audit): the layer and phase it serves, the
+    # library, and the three answers, each with the evidence word that says how it was reached
+    "layer", "phase", "library", "arch_answer", "arch_evidence", "gate_answer", "gate_evidence", "bytes_evidence",
 ]
 TOOLCHAIN_COLUMNS = ["cutlass_version", "cutlass_hash", "nvcc_version"]
 # What identifies a row: the config, where it was judged, and the workload point (problem list hash and seed

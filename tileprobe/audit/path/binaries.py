@@ -1,0 +1,114 @@
+"""The arch answer for a kernel in a compiled library the engine ships: read the `.so` from the wheel, list its
+device code (tileprobe.binary: fatbin containers, cubins, PTX), and say what the driver would load on the target.
+
+- `member(reader, rel, cache)`: the wheel member extracted once into the cache, under a content-keyed name (the zip
+  entry's CRC and size), written to a temporary name and renamed, so concurrent audits never see half a file.
+- `library(path)`: the binary's images and kernels, read once per process.
+- `arch_part(lib, target, pattern)`: SASS for the target (the cubin the driver picks: tileprobe.binary.inspect's
+  rule, sm_120a apart from sm_121a), else PTX it JIT-compiles (said so), else no code; with the matching kernels'
+  mangled names, static shared memory and registers from the cubin that is read.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tileprobe.audit.path.call import Part
+from tileprobe.binary.cubin import Kernel, kernels
+from tileprobe.binary.elf import Image, images_in
+from tileprobe.binary.inspect import ptx_entries, runs_on
+from tileprobe.errors import UsageError
+from tileprobe.targets import Target
+
+
+def member(origin: str, kind: str, rel: str, cache: Path) -> Path:
+    """The file `rel` of an engine's files (a wheel: extracted into `cache`; an install: its path)."""
+    if kind != "wheel":
+        path = Path(origin).parent / rel
+        if not path.is_file():
+            raise UsageError(f"{origin} has no {rel}")
+        return path
+    with zipfile.ZipFile(origin) as z:
+        try:
+            info = z.getinfo(rel)
+        except KeyError:
+            raise UsageError(f"{origin} has no {rel}") from None
+        out = Path(cache) / "binaries" / f"{Path(rel).name}-{info.CRC:08x}-{info.file_size}"
+        if out.is_file() and out.stat().st_size == info.file_size:
+            return out
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=out.name, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f, z.open(info) as src:
+                while chunk := src.read(1 << 22):
+                    f.write(chunk)
+            os.replace(tmp, out)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    return out
+
+
+@dataclass(frozen=True)
+class Library:
+    path: Path
+    images: tuple[Image, ...]
+    kernels: tuple[tuple[Image, Kernel], ...]
+    ptx_names: frozenset[str]
+
+    def archs(self) -> list[str]:
+        return sorted({im.arch for im in self.images}, key=lambda a: (a.startswith("compute"), a))
+
+    def unreadable(self) -> list[str]:
+        return sorted({im.note for im in self.images if im.data is None and im.note})
+
+
+@functools.lru_cache(maxsize=16)
+def library(path: Path) -> Library:
+    images = images_in(path)
+    found = tuple((im, k) for im in images for k in kernels(im))
+    return Library(Path(path), tuple(images), found, frozenset(ptx_entries(images)))
+
+
+@dataclass(frozen=True)
+class ArchAnswer:
+    part: Part
+    kernel: Kernel | None  # the cubin kernel read (for the target's SASS, or the newest cubin when JIT from PTX)
+    matched: tuple[str, ...]  # demangled names matching the pattern
+
+
+def arch_part(lib: Library, target: Target, pattern: str, where: str) -> ArchAnswer:
+    """Whether the kernels whose demangled (or mangled) name matches `pattern` run on `target`. `where`: the member's
+    name in the wheel, for the answer's words."""
+    rx = re.compile(pattern)
+    cands = [(im, k) for im, k in lib.kernels if rx.search(k.demangled) or rx.search(k.name)]
+    ptx_named = sorted(n for n in lib.ptx_names if rx.search(n))
+    matched = tuple(sorted({k.demangled for _, k in cands}))
+    if not cands and not ptx_named:
+        bad = lib.unreadable()
+        if bad:
+            return ArchAnswer(Part(f"{where}: its device code could not be read ({'; '.join(bad)})", None, "none"),
+                              None, ())
+        return ArchAnswer(Part(f"{where} holds no kernel matching {pattern!r} (archs {', '.join(lib.archs())})",
+                               False, "read"), None, ())
+    runs = [(im, k) for im, k in cands if runs_on("cubin", im.sm, im.suffix, target.cc_int)]
+    if runs:
+        im, k = max(runs, key=lambda c: (c[0].sm, {"a": 2, "f": 1}.get(c[0].suffix, 0)))
+        return ArchAnswer(Part(f"{im.arch} SASS in {where} ({im.origin}) runs on {target.arch[:-1]}", True, "read"),
+                          k, matched)
+    have = sorted({im.arch for im, _ in cands})
+    ptx = sorted({im.arch for im in lib.images if im.kind == "ptx" and runs_on("ptx", im.sm, im.suffix, target.cc_int)})
+    newest = max(cands, key=lambda c: c[0].sm) if cands else (None, None)
+    if ptx and (ptx_named or any(im.kind == "ptx" for im in lib.images)):
+        return ArchAnswer(Part(f"no SASS for {target.arch[:-1]} in {where} (cubins: {', '.join(have) or 'none'}); "
+                               f"{ptx[-1]} PTX: the driver JIT-compiles it at first load", True, "read"),
+                          newest[1], matched)
+    return ArchAnswer(Part(f"no code for {target.arch[:-1]} (cc {target.cc}) in {where}: cubins "
+                           f"{', '.join(have) or 'none'} do not run there and no PTX can be compiled for it",
+                           False, "read"), newest[1], matched)
