@@ -65,6 +65,7 @@ def audit(
         console.print(f"[yellow]report not written: {type(exc).__name__}: {exc}[/]")
     sys.stdout.writelines(f"{line}\n" for line in res.notes)
     sys.stdout.writelines(f"OVER {line}\n" for line in res.failures)
+    sys.stdout.writelines(f"FAIL {line}\n" for line in res.path_failures)
     sys.stdout.writelines(f"{line}\n" for line in res.remedies)
     sys.stdout.writelines(f"MISMATCH {line}\n" for line in res.mismatches)
     sys.stdout.writelines(f"UNANSWERED {line}\n" for line in res.unanswered)
@@ -88,7 +89,7 @@ def exit_code(res, total: int) -> int:
     """0: every kernel on the path answered and fits; 1: one does not fit, is refused, has no code for the target
     or fails to compile (or --verify found a mismatch); 3: none fails but some are unanswered, or nothing was
     answered at all; 2 is bad input (tileprobe.errors.UsageError, raised before)."""
-    if res.failures or res.mismatches:
+    if res.failures or res.path_failures or res.mismatches:
         return 1
     if res.unanswered or total == 0:
         return 3

@@ -242,6 +242,7 @@ class Audit:
     seed: int | None = None  # the --verify sample's seed
     path: list = field(default_factory=list)  # the compiled kernels on the path (tileprobe.audit.path.rows.Answered)
     unanswered: list[str] = field(default_factory=list)  # one line per kernel on the path not answered (exit 3)
+    path_failures: list[str] = field(default_factory=list)  # compiled kernels that fail there: no code, refused, over
     parallel: list[str] = field(default_factory=list)  # the engine's tensor-parallel rule lines checked
 
     def counts(self) -> dict:
@@ -412,7 +413,7 @@ def run_audit(opts: AuditOptions) -> Audit:
             res.remedies.append(_remedy(p, target))
         res.path = compiled.answer_path(src, target, model, opts, sel, cap, arch, columns, rec)
         res.rows += [a.row for a in res.path]
-        res.failures += compiled.failures(res.path)
+        res.path_failures = compiled.failures(res.path)
         res.unanswered = compiled.unanswered(res.path)
         res.parallel = parallel
         res.notes = [*head, *tuned["notes"], *res.notes]

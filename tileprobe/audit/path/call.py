@@ -29,6 +29,7 @@ EVIDENCE = {
     "quoted": "the library's check or formula, quoted from its source, with the call's values put in",
     "read": "read from the shipped binary or package (fatbin entries, mangled template arguments, arch lists)",
     "run": "the library's or engine's own Python code, run here under the stand-in device",
+    "predicted": "a tileprobe rule, keyed by compiler release and kernel source, checked exact against the compiler",
     "compiled": "nvcc or ptxas built it for the target here (sizeof of the library's own types, or ptxas's bytes)",
 }
 

@@ -40,7 +40,8 @@ def answer_path(src, target, model: AttentionConfig, opts, sel, cap, arch: str, 
     runs, line, triton_moe = _moe_choice(cap)
     hidden = model.moe.hidden if model.moe is not None else None
     calls = forward.calls(src.engine, src.label(), model, target, opts.tp, sel.backend if sel else None,
-                          sel.line if sel else "", runs, line, triton_moe, hidden)
+                          sel.line if sel else "", runs, line, triton_moe, hidden,
+                          {"decode": opts.batches, "prefill": tuple(b * s for b in opts.batches for s in opts.seq_lens)})
     ctx = Context(target, src, cache_root(opts.cache_dir))
     answered = rows.answer_all(calls, ctx, arch, columns, model.name)
     for a in answered:

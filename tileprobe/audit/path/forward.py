@@ -90,7 +90,7 @@ def _moe_family(engine: str, runs: str | None) -> tuple[str, str]:
 
 
 def moe_calls(engine: str, label: str, model: AttentionConfig, tp: int, moe_runs: str | None, moe_line: str | None,
-              triton_moe: bool) -> list[KernelCall]:
+              triton_moe: bool, tokens: dict) -> list[KernelCall]:
     m = model.moe
     if m is None:
         return []
@@ -106,10 +106,16 @@ def moe_calls(engine: str, label: str, model: AttentionConfig, tp: int, moe_runs
                               "vllm fused_topk -> ops.topk_softmax", label))
     if not triton_moe:
         fam, runs = _moe_family(engine, moe_runs)
-        out.append(KernelCall("moe experts", "prefill+decode", fam, runs,
-                              dict(experts=m.experts, top_k=m.top_k, hidden=m.hidden, inter=inter, dtype=model.dtype,
-                                   quant=quant, tp=tp, engine=engine),
-                              moe_line or "the engine's MoE runner", label))
+        params = dict(experts=m.experts, top_k=m.top_k, hidden=m.hidden, inter=inter, dtype=model.dtype, quant=quant,
+                      tp=tp, engine=engine)
+        line = moe_line or ("sglang/srt/layers/moe/fused_moe_triton (its default MoE runner)" if engine == "sglang"
+                            else "the engine's MoE runner")
+        if fam == "triton-fused-moe":  # its config depends on the token count: prefill and decode apart
+            for ph in PHASES:
+                out.append(KernelCall("moe experts", ph, fam, runs, params | {"tokens": list(tokens[ph])}, line,
+                                      label))
+        else:
+            out.append(KernelCall("moe experts", "prefill+decode", fam, runs, params, line, label))
     if m.shared:
         out += dense_mlp(engine, label, model, tp, m.hidden, m.inter * m.shared, "shared expert")
     return out
@@ -129,29 +135,32 @@ def dense_mlp(engine: str, label: str, model: AttentionConfig, tp: int, hidden: 
               name: str) -> list[KernelCall]:
     n = None if inter is None else 2 * inter // tp
     return [linear(label, f"{name} gate_up", model, n, hidden),
-            _elementwise(engine, label, f"{name} activation", "silu_and_mul"),
+            _elementwise(engine, label, f"{name} activation", "silu_and_mul", model),
             linear(label, f"{name} down", model, hidden, None if inter is None else inter // tp)]
 
 
-def _elementwise(engine: str, label: str, layer: str, kernel: str) -> KernelCall:
+def _elementwise(engine: str, label: str, layer: str, kernel: str, model: AttentionConfig | None = None,
+                 d: int | None = None) -> KernelCall:
+    dtype = model.dtype if model is not None else "bf16"
     if engine == "vllm":
-        return KernelCall(layer, "prefill+decode", "inductor", kernel, dict(kernel=kernel), INDUCTOR_LINE, label)
-    return KernelCall(layer, "prefill+decode", "sgl-kernel", kernel, dict(kernel=kernel),
+        return KernelCall(layer, "prefill+decode", "inductor", kernel, dict(kernel=kernel, d=d, dtype=dtype),
+                          INDUCTOR_LINE, label)
+    return KernelCall(layer, "prefill+decode", "sgl-kernel", kernel, dict(kernel=kernel, d=d, dtype=dtype),
                       "sglang layers (sgl_kernel custom op)", label)
 
 
 def calls(engine: str, label: str, model: AttentionConfig, target: Target, tp: int, backend: str | None,
           backend_line: str, moe_runs: str | None = None, moe_line: str | None = None,
-          triton_moe: bool = False, hidden: int | None = None) -> list[KernelCall]:
+          triton_moe: bool = False, hidden: int | None = None, tokens: dict | None = None) -> list[KernelCall]:
     """Every compiled kernel call of one forward step, in forward order (the module docstring)."""
     out: list[KernelCall] = []
     has_attention = model.heads > 0 and backend is not None
     if has_attention:
         q_out = (model.heads + 2 * model.kv_heads) * model.head_dim // tp if not model.mla else None
-        out.append(_elementwise(engine, label, "input norm", "rms_norm"))
+        out.append(_elementwise(engine, label, "input norm", "rms_norm", model, hidden))
         out.append(linear(label, "linear qkv", model, q_out, hidden))
         if not model.mla:
-            out.append(_elementwise(engine, label, "rotary embedding", "rotary_embedding"))
+            out.append(_elementwise(engine, label, "rotary embedding", "rotary_embedding", model))
         cache_op = "concat_and_cache_mla" if model.mla else "reshape_and_cache_flash"
         if engine == "vllm" and not (backend.startswith("TRITON")):
             out.append(KernelCall("kv-cache write", "prefill+decode", "vllm-custom-op", cache_op,
@@ -159,11 +168,12 @@ def calls(engine: str, label: str, model: AttentionConfig, target: Target, tp: i
                                        head_dim=model.head_dim), f"the {backend} backend's do_kv_cache_update", label))
         out += attention_calls(engine, label, model, target, tp, backend, backend_line)
         out.append(linear(label, "linear o", model, hidden, model.heads * (model.v_head_dim or model.head_dim) // tp))
-        out.append(_elementwise(engine, label, "post-attention norm", "fused_add_rms_norm"))
+        out.append(_elementwise(engine, label, "post-attention norm", "fused_add_rms_norm", model, hidden))
     if model.moe is not None:
-        out += moe_calls(engine, label, model, tp, moe_runs, moe_line, triton_moe)
+        out += moe_calls(engine, label, model, tp, moe_runs, moe_line, triton_moe,
+                         tokens or {"prefill": (1024,), "decode": (1, 8)})
     elif has_attention:
         out += dense_mlp(engine, label, model, tp, hidden, None, "mlp")
-    out.append(_elementwise(engine, label, "final norm", "rms_norm"))
+    out.append(_elementwise(engine, label, "final norm", "rms_norm", model, hidden))
     out.append(linear(label, "lm_head", model, None, hidden))
     return out

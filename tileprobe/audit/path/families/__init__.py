@@ -23,6 +23,8 @@ REGISTRY: dict[str, str] = {
     "vllm-custom-op": "tileprobe.audit.path.families.custom_ops",
     "cublas": "tileprobe.audit.path.families.cublas",
     "inductor": "tileprobe.audit.path.families.inductor",
+    "sgl-kernel": "tileprobe.audit.path.families.sgl_kernel",
+    "triton-fused-moe": "tileprobe.audit.path.families.triton_fused_moe",
 }
 
 
