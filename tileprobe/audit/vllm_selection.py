@@ -45,7 +45,7 @@ def _class_defaults(mods: TextModules, module: str, cls: str) -> types.SimpleNam
     return types.SimpleNamespace(**out)
 
 
-def _vllm_modules(source: EngineSource, target: Target) -> TextModules:
+def vllm_modules(source: EngineSource, target: Target) -> TextModules:
     holder = {}
 
     def platforms(mods: TextModules) -> dict:
@@ -78,7 +78,7 @@ def _reasons(message: str) -> str:
 
 
 def select(source: EngineSource, target: Target, model: AttentionConfig, forced: str | None) -> Selection:
-    mods = _vllm_modules(source, target)
+    mods = vllm_modules(source, target)
     ran: dict = {}
     with device(target, mods):
         platform = mods.platform()
