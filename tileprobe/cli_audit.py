@@ -58,13 +58,14 @@ def audit(
         console.print(path_rows.terminal_table(res.path, res.target))
     try:
         write_reports(res.out, console)
-        if res.path:
+        if res.path and len(res.path) < len(res.launches):  # with Triton rows the report's table is theirs
             with open(res.out / "report.md", "a") as f:
                 f.write("\n" + path_rows.markdown(res.path, res.target))
     except Exception as exc:  # the rows are already safe on disk; a report problem must not fail the audit
         console.print(f"[yellow]report not written: {type(exc).__name__}: {exc}[/]")
     sys.stdout.writelines(f"{line}\n" for line in res.notes)
     sys.stdout.writelines(f"OVER {line}\n" for line in res.failures)
+    sys.stdout.writelines(f"COMPILE ERROR {line}\n" for line in res.compile_errors)
     sys.stdout.writelines(f"FAIL {line}\n" for line in res.path_failures)
     sys.stdout.writelines(f"{line}\n" for line in res.remedies)
     sys.stdout.writelines(f"MISMATCH {line}\n" for line in res.mismatches)
@@ -89,7 +90,7 @@ def exit_code(res, total: int) -> int:
     """0: every kernel on the path answered and fits; 1: one does not fit, is refused, has no code for the target
     or fails to compile (or --verify found a mismatch); 3: none fails but some are unanswered, or nothing was
     answered at all; 2 is bad input (tileprobe.errors.UsageError, raised before)."""
-    if res.failures or res.path_failures or res.mismatches:
+    if res.failures or res.compile_errors or res.path_failures or res.mismatches:
         return 1
     if res.unanswered or total == 0:
         return 3

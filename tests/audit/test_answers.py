@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _rows(out) -> dict:
     rows = [json.loads(ln) for ln in (out / "results.jsonl").read_text().splitlines() if ln.strip()]
-    return {r["config"]: r for r in rows if r["verdict"] != "not-selected"}
+    return {r["config"]: r for r in rows if r["verdict"] != "not-selected" and r["family"] == "triton-audit"}
 
 
 def _audit(*args):
@@ -53,7 +53,7 @@ def test_predicted_and_sized_rows_are_the_compiles_bytes(vllm, rng, tmp_path):
               "--seq-len", rng.randint(64, 4096), "--jobs", 1)
     first = _audit(*common, "--out", tmp_path / "first")
     full = _audit(*common, "--out", tmp_path / "full", "--compile-all")
-    assert first.exit_code in (0, 1) and full.exit_code == first.exit_code, (first.output, full.output)
+    assert first.exit_code in (0, 1, 3) and full.exit_code == first.exit_code, (first.output, full.output)
     answered, compiled = _rows(tmp_path / "first"), _rows(tmp_path / "full")
     assert answered.keys() == compiled.keys() and answered
     for key, r in answered.items():

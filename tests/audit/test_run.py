@@ -30,6 +30,14 @@ def _one_line_exit_2(p) -> str:
     return lines[0]
 
 
+def _exit_for(rows: list[dict]) -> int:
+    """The audit's exit contract over every row it wrote: 1 a kernel fails, 3 some unanswered, else 0."""
+    verdicts = {r["verdict"] for r in rows if not (r.get("autotune_dropped") and r["verdict"] != "fits")}
+    if verdicts & {"smem-over-limit", "compile-error", "no-code", "refused"}:
+        return 1
+    return 3 if "unanswered" in verdicts or not rows else 0
+
+
 def _config(rng) -> dict:
     kv = rng.choice([1, 2, 4, 8])
     return {"model_type": "llama", "num_attention_heads": kv * rng.choice([1, 2, 4]), "num_key_value_heads": kv,
@@ -63,11 +71,15 @@ def test_unknown_engine_model_and_unserved_model_are_one_line(tmp_path, rng):
     wrong = rng.choice(["sglang-extend", "unified_attention", "vllm-unified-attention-x", "fused_moe"])
     line = _one_line_exit_2(_cli("--engine", engine, "--model", "qwen3-30b-a3b", "--kernel", wrong))
     assert wrong in line and all(k.name in line for k in kernels_for(engine)), line
-    # DeepSeek-V4 (MLA ranks, model_type deepseek_v4): vLLM has no audited kernel for it
+    # DeepSeek-V4 (MLA ranks, model_type deepseek_v4): no Triton launcher of tileprobe's serves it on vLLM; its path
+    # is still audited, and an audit whose kernels are unanswered never exits 0
     doc = _config(rng) | {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 448, "v_head_dim": 512,
                           "model_type": "deepseek_v4"}
     (tmp_path / "config.json").write_text(json.dumps(doc))
-    assert "DeepSeek-V4" in _one_line_exit_2(_cli("--engine", "vllm", "--model", tmp_path, "--target", "h200"))
+    p = _cli("--engine", "vllm", "--model", tmp_path, "--target", "h200", "--out", tmp_path / "v4")
+    rows = [json.loads(ln) for ln in (tmp_path / "v4" / "results.jsonl").read_text().splitlines() if ln.strip()]
+    assert p.returncode == _exit_for(rows) != 0 and "Traceback" not in p.stderr, (p.returncode, p.stderr)
+    assert any(r["family"] == "compiled-audit" and r["layer"].startswith("attention") for r in rows)
 
 
 @pytest.mark.triton
@@ -79,10 +91,12 @@ def test_audit_writes_a_row_per_distinct_launch_and_exits_by_the_fit_rule(sglang
     out = tmp_path / "out"
     p = _cli("--engine", "sglang", "--model", preset, "--target", target, "--batch", batch, "--seq-len", seq,
              "--out", out, "--jobs", 1, "--attention-backend", "triton")
-    assert p.returncode in (0, 1) and "Traceback" not in p.stderr, (p.returncode, p.stdout[-2000:], p.stderr)
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
+    assert p.returncode in (0, 1, 3) and "Traceback" not in p.stderr, (p.returncode, p.stdout[-2000:], p.stderr)
+    every = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
     assert json.loads((out / "run.json").read_text())["attention_backend"]["forced"] is True
-    rows = [r for r in rows if r["verdict"] != "not-selected"]  # e.g. the sparse MLA decode: DeepSeek-V4 only
+    assert p.returncode == _exit_for([r for r in every if r["verdict"] != "not-selected"])
+    # the Triton launches (the compiled kernels on the path are tests/audit/path's)
+    rows = [r for r in every if r["verdict"] != "not-selected" and r["family"] == "triton-audit"]
     model = ATTENTION_PRESETS[preset]
     windows = len(set(model.windows()))
     # MHA/GQA: extend attention once per layer window, decode attention's split-K stages (stage 1, stage 2), no
@@ -110,7 +124,7 @@ def test_audit_writes_a_row_per_distinct_launch_and_exits_by_the_fit_rule(sglang
                and (r["evidence"] == "predicted" if r["predicted_smem_bytes"] is not None else
                     r["evidence"] == "sized" and r["prediction"].startswith("cannot predict: ")) for r in rows), rows
     assert all(r["verdict"] == ("smem-over-limit" if r in over else "fits") for r in rows), rows
-    assert p.returncode == (1 if over else 0)
+    assert not over or p.returncode == 1
     assert len([ln for ln in p.stdout.splitlines() if ln.startswith("OVER ")]) == len(over)
     extend = next(r for r in rows if r["gemm"].startswith("extend"))
     want = "CUDA_CAPABILITY[0] == 12" if target == "rtx-pro-6000" else "CUDA_CAPABILITY[0] >= 9"

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tileprobe import preflight, progress
 from tileprobe.audit import answers, capture, jobs, loader
+from tileprobe.audit import tuned as tuned_mod
 from tileprobe.audit.backends import Selection, attention_backend
 from tileprobe.audit.entry import Elsewhere
 from tileprobe.audit.kernels import AuditKernel, Point, kernels_for
@@ -242,6 +243,7 @@ class Audit:
     seed: int | None = None  # the --verify sample's seed
     path: list = field(default_factory=list)  # the compiled kernels on the path (tileprobe.audit.path.rows.Answered)
     unanswered: list[str] = field(default_factory=list)  # one line per kernel on the path not answered (exit 3)
+    compile_errors: list[str] = field(default_factory=list)  # launches whose compile error the engine raises (exit 1)
     path_failures: list[str] = field(default_factory=list)  # compiled kernels that fail there: no code, refused, over
     parallel: list[str] = field(default_factory=list)  # the engine's tensor-parallel rule lines checked
 
@@ -272,26 +274,11 @@ def _not_selected_row(n: NotSelected, src: EngineSource, arch: str, target: Targ
                     extra={"engine": src.label(), "kernel_file": n.kernel.module_file, "config_source": e.line})
 
 
-def _tuned_notes(tuned: list[Tuned], planned: list[Planned], verdicts: list[Verdict], target: Target) -> dict:
-    """Per planned launch of an autotuned kernel, its autotune_dropped text; per group, one note line, and whether
-    every config is over (the launch then fails: the autotuner has nothing left)."""
-    marks, notes, empty = {}, [], []
-    for t in tuned:
-        over = [i for i in t.planned if verdicts[i] is not Verdict.FITS]
-        left = [i for i in t.planned if verdicts[i] is Verdict.FITS]
-        text = (f"{len(over)} of {len(t.planned)} configs do not fit {target.name} (the engine's pruning left "
-                f"{len(t.planned)} of the {t.listed} its decorator lists)")
-        for i in t.planned:
-            marks[i] = text
-        first = planned[left[0]].launch if left else None
-        pick = (f"the autotuner is left with {len(left)}: first "
-                + ", ".join(f"{n}={v}" for n, v in first.options if n in ("num_warps", "num_stages"))
-                + "".join(f", {n}={v}" for n, v in first.args if n.startswith("BLOCK") and isinstance(v, int))
-                if first else "nothing is left: the launch raises OutOfResources")
-        notes.append(f"AUTOTUNE {t.kernel} ({t.call_site}): {text}; {pick}")
-        if not left:
-            empty.append(t)
-    return {"marks": marks, "notes": notes, "empty": empty}
+def _tuned_notes(tuned: list[Tuned], planned: list[Planned], outcomes: list, target: Target) -> tuned_mod.Groups:
+    """Per planned launch the autotuner drops, its autotune_dropped text; per group, one note line; the groups left
+    with nothing (the launch then fails); the configs whose compile error the autotuner does not catch (each a
+    failure: the engine's first launch raises it). tileprobe.audit.tuned says which is which."""
+    return tuned_mod.judge(tuned, planned, outcomes, target)
 
 
 def _remedy(p: Planned, target: Target, variant: Variant | None = None) -> str:
@@ -363,7 +350,7 @@ def run_audit(opts: AuditOptions) -> Audit:
     mismatches = ans.mismatches(builds, [f"{p.launch.kernel} ({p.op()}, {_launch_hash(p)})" for p in planned], checks)
     outcomes = [outcome(cfg, b, target, triton, p, pr if isinstance(pr, int) else None)
                 for p, cfg, b, pr in zip(planned, configs, builds, ans.predictions)]
-    tuned = _tuned_notes(cap.tuned, planned, [o.verdict for o in outcomes], target)
+    tuned = _tuned_notes(cap.tuned, planned, outcomes, target)
     in_tuned = {i for t in cap.tuned for i in t.planned}
     over = [i for i, o in enumerate(outcomes) if o.verdict is Verdict.SMEM_OVER_LIMIT and i not in in_tuned]
     answer_one = (lambda j: compile_job(j.compiled(), opts.cache_dir)) if answers.sizing(opts.policy) \
@@ -397,9 +384,11 @@ def run_audit(opts: AuditOptions) -> Audit:
                                   **prediction_columns(ans.predictions[i], builds[i])})
             rec.write(row)
             res.rows.append(row)
-            if o.verdict is not Verdict.FITS and i not in in_tuned:  # a dropped autotune config is not a crash
-                res.failures.append(f"{src.label()} {p.launch.kernel} ({p.op()}, set at {branch_line(p.launch)}): "
-                                    f"{o.reason.split(' (')[0]}")
+            # an autotune config the autotuner drops is not a crash; one whose compile error it does not catch is
+            if o.verdict is not Verdict.FITS and i not in in_tuned or i in tuned["crash"]:
+                (res.compile_errors if o.verdict is Verdict.COMPILE_ERROR else res.failures).append(
+                    f"{src.label()} {p.launch.kernel} ({p.op()}, set at {branch_line(p.launch)}): "
+                    f"{o.reason.split(' (')[0]}")
                 res.remedies.append(_remedy(p, target, variants.get(i)))
         for n in cap.not_selected:
             row = _not_selected_row(n, src, arch, target, columns, model)
@@ -411,7 +400,8 @@ def run_audit(opts: AuditOptions) -> Audit:
             res.failures.append(f"{src.label()} {t.kernel} ({p.op()}, autotuned at {t.call_site}): every config "
                                 f"the autotuner has is over {target.smem_optin} B")
             res.remedies.append(_remedy(p, target))
-        res.path = compiled.answer_path(src, target, model, opts, sel, cap, arch, columns, rec)
+        # --kernel asks for those Triton entries only; without it the whole forward pass is answered
+        res.path = [] if opts.kernels else compiled.answer_path(src, target, model, opts, sel, cap, arch, columns, rec)
         res.rows += [a.row for a in res.path]
         res.path_failures = compiled.failures(res.path)
         res.unanswered = compiled.unanswered(res.path)

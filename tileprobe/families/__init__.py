@@ -33,7 +33,10 @@ def family(name: str) -> Family:
 def report_spec(rows: list[dict]) -> ReportSpec:
     """The columns and words for these rows: their families' one ReportSpec; CUTLASS's when the rows' families
     disagree (a merged set) or none is known."""
-    specs = {id(FAMILIES[f].report): FAMILIES[f].report for f in {r.get("family") for r in rows} if f in FAMILIES}
+    names = {r.get("family") for r in rows}
+    if names == {triton_audit.NAME, compiled_audit.NAME}:  # an audit: its Triton table; the path has its own section
+        return triton_audit.REPORT
+    specs = {id(FAMILIES[f].report): FAMILIES[f].report for f in names if f in FAMILIES}
     return next(iter(specs.values())) if len(specs) == 1 else CUTLASS_REPORT
 
 

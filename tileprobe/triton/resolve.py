@@ -14,9 +14,10 @@ an over-limit entry replaced by the rule's nearest fitting config), written unde
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tileprobe.engines import moe_choice
 from tileprobe.engines import triton_configs as tc
 from tileprobe.engines import triton_lookup
 from tileprobe.errors import UsageError
@@ -156,7 +157,10 @@ def run(engine: str | None, wheel: str | None, workload: str | None, model: Path
                   device_names)
     written = export.run(None, engine, wheel, target_name, out, None, None, jobs, cache_dir, any_triton,
                          prepared=res.inputs, problem=res.problem, policy=policy or export.pred_mod.Policy())
-    return ([f"today: {t.line(res.src.label())}" for t in res.today]
+    target = profile(target_name)
+    chosen = moe_choice.note(res.src, replace(target, device_name=res.inputs.devs[0]), model_of(workload, model_path),
+                             res.inputs.resolved["quant"], res.env_var, cache_dir)
+    return (chosen + [f"today: {t.line(res.src.label())}" for t in res.today]
             + [f"{w.path}: {w.entries} entries, {w.substituted} substituted" for w in written]
             + [f"use: export {res.env_var}={Path(out).resolve()} (provenance: {out / export.PROVENANCE}; "
                f"{written[0].evidence if written else 'compiled, not timed'})"])
