@@ -24,7 +24,7 @@ from tileprobe.triton.predicted import Policy
 
 def audit(
     engine: Annotated[str, typer.Option("--engine", help="vllm or sglang: whose launchers run")],
-    model: Annotated[str, typer.Option("--model", help="a Hugging Face config.json (or its folder), or a preset: " + ", ".join(ATTENTION_PRESETS))],
+    model: Annotated[str, typer.Option("--model", help="a Hugging Face config.json (or its folder), a Hugging Face model id (org/name: its config.json through the Hub cache), or a preset: " + ", ".join(ATTENTION_PRESETS))],
     target: Annotated[Optional[str], typer.Option("--target", help="the GPU profile the launchers see (rtx-pro-6000, h200, ...)")] = None,
     tp: Annotated[int, typer.Option("--tp", help="tensor-parallel ranks the heads split over")] = 1,
     batch: Annotated[Optional[list[str]], typer.Option("--batch", help="sequences per batch (comma list)")] = None,

@@ -14,15 +14,21 @@ The fields and the names they go by in public configs:
 - `quantization_config` (optional): `quant_method` and, for fp8, `weight_block_size`.
 A multimodal config keeps its language model's fields under `text_config`; they are read from there when the top
 level has no experts field.
+
+The attention and SSM fields (read_attention) are read from the config as the engine's config object holds it
+(tileprobe.model_config.engine_view: transformers' config class for the file's model_type fills in the defaults a
+published file leaves out); the MoE fields as the file states them. `--model` may name a preset, a config.json, its
+folder, or a Hugging Face model id (tileprobe.model_config.config_file).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tileprobe.errors import UsageError
+from tileprobe.model_config import config_file, engine_view
 from tileprobe.workloads import PRESETS as MOE_PRESETS
 from tileprobe.workloads import MoEModel
 
@@ -134,8 +140,9 @@ def read_json(path: Path) -> dict:
     return doc
 
 def read_config(path: str | Path) -> ModelConfig:
-    """The MoE fields of a Hugging Face config.json (the module docstring's names)."""
-    p = Path(path)
+    """The MoE fields of a Hugging Face config.json (the module docstring's names); `path` may also be its folder or
+    a Hugging Face model id."""
+    p, hub_name = config_file(str(path), "--model", MOE_PRESETS, "--workload")
     doc = read_json(p)
     top, where = doc, ""
     if not any(k in doc for k in EXPERT_FIELDS) and isinstance(doc.get("text_config"), dict):
@@ -147,10 +154,11 @@ def read_config(path: str | Path) -> ModelConfig:
     if top_k > experts:
         raise UsageError(f"{s}: {where}num_experts_per_tok {top_k} > {experts_field} {experts}")
     model_type = doc.get("model_type")
-    folder = model_name(p)
+    folder = hub_name or model_name(p)
     return ModelConfig(s, folder or str(model_type or p.name), model_type if isinstance(model_type, str) else None,
                        _int(doc, "hidden_size", s, where), experts, experts_field, top_k, inter, inter_field,
-                       _int(doc, "n_shared_experts", s, where, optional=True) or 0, _quantization(*((top, s, "") if "quantization_config" in top else (doc, s, where))))
+                       _int(doc, "n_shared_experts", s, where, optional=True) or 0,
+                       _quantization(*((top, s, "") if "quantization_config" in top else (doc, s, where))))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -162,8 +170,11 @@ DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 @dataclass(frozen=True)
 class SSMDims:
-    """A Mamba-2 mixer's sizes (Nemotron-H: `mamba_num_heads`, `mamba_head_dim`, `ssm_state_size`, `n_groups`,
-    `chunk_size`, `conv_kernel`; layers: `hybrid_override_pattern`'s `M`)."""
+    """A Mamba-2 mixer's sizes, under each family's names (SSM_FIELDS): Nemotron-H (`mamba_num_heads`,
+    `mamba_head_dim`, `ssm_state_size`, `n_groups`, `chunk_size`, `conv_kernel`; layers: `hybrid_override_pattern`'s
+    `M`), Mamba2ForCausalLM (`num_heads`, `head_dim`, `state_size`, `n_groups`, `chunk_size`, `conv_kernel`; every
+    layer), Falcon-H1 (`mamba_n_heads`, `mamba_d_head`, `mamba_d_state`, `mamba_n_groups`, `mamba_chunk_size`,
+    `mamba_d_conv`; every layer, beside its attention)."""
 
     heads: int
     head_dim: int
@@ -199,11 +210,14 @@ class GatedDeltaDims:
 class AttentionConfig:
     """The attention fields of a config.json (or a preset): what the engines' attention launchers are sized by.
 
-    heads: `num_attention_heads`; kv_heads: `num_key_value_heads` (absent: = heads, MHA); head_dim: `head_dim`, else
-    hidden_size / heads; sliding_window: `sliding_window` (None: full attention); layer_types: `layer_types`
-    (e.g. sliding_attention / full_attention per layer; empty when absent); dtype: `torch_dtype` (or `dtype`) as
-    bf16/fp16/fp32, bf16 when absent; sinks: attention sinks (gpt-oss); MLA ranks (DeepSeek/Kimi) when present;
-    linear_attention: `attn_type_list` (MiniMax-Text-01 / M1) holds a 0, a lightning-attention layer."""
+    heads: `num_attention_heads` (0, with kv_heads and head_dim 0: no attention layers, a pure Mamba-2 model; the
+    attention entries do not serve it); kv_heads: `num_key_value_heads` (absent: = heads, MHA); head_dim: `head_dim`,
+    else hidden_size / heads; sliding_window: `sliding_window` (None: full attention); layer_types: `layer_types`
+    as the config class holds it (sliding_attention / full_attention per layer, derived for Gemma-3 from
+    sliding_window_pattern; hybrid for Falcon-H1; transformers' names of Nemotron-H's blocks; empty when absent);
+    dtype: `torch_dtype` (or `dtype`) as bf16/fp16/fp32, bf16 when absent; sinks: attention sinks (gpt-oss); MLA
+    ranks (DeepSeek/Kimi) when present; linear_attention: `attn_type_list` (MiniMax-Text-01 / M1) holds a 0, a
+    lightning-attention layer."""
 
     name: str
     heads: int
@@ -219,7 +233,7 @@ class AttentionConfig:
     qk_nope_head_dim: int | None = None
     v_head_dim: int | None = None
     linear_attention: bool = False  # some layers are linear attention (MiniMax attn_type_list: 0 = linear)
-    ssm: SSMDims | None = None  # Mamba-2 layers (hybrid_override_pattern has an M)
+    ssm: SSMDims | None = None  # Mamba-2 mixers (Nemotron-H's M layers, Mamba2ForCausalLM, Falcon-H1)
     gdn: GatedDeltaDims | None = None  # gated-delta-net layers (layer_types has linear_attention)
     vision: VisionDims | None = None  # the vision encoder's attention, when the config has a vision_config
     architecture: str | None = None  # config.json `architectures[0]` (the engines register their overrides by it)
@@ -276,27 +290,52 @@ def _str(doc: dict, key: str, path: str, where: str) -> str | None:
     return v
 
 
-def read_attention(path: str | Path) -> AttentionConfig:
-    """The attention fields of a Hugging Face config.json (AttentionConfig's names); a missing or wrong-typed field
-    is a UsageError naming it."""
+def _ssm(doc: dict, model_type: str | None, arch: str | None, path: str, where: str) -> SSMDims | None:
+    """The Mamba-2 mixer's sizes, by the family's names (SSM_FIELDS), when the model has Mamba-2 layers."""
+    pattern = _str(doc, "hybrid_override_pattern", path, where) or ""
+    if "M" in pattern:
+        family = "nemotron_h"
+    elif model_type == "mamba2" or arch == "Mamba2ForCausalLM":
+        family = "mamba2"
+    elif "mamba_n_heads" in doc or "mamba_d_state" in doc:
+        family = "falcon_h1"
+    else:
+        return None
+    return SSMDims(*(_int(doc, k, path, where) for k in SSM_FIELDS[family]))
+
+
+def read_attention(path: str | Path, name: str | None = None) -> AttentionConfig:
+    """The attention fields of a Hugging Face config.json (AttentionConfig's names), read as the engine's config
+    object holds them (tileprobe.model_config.engine_view); a missing or wrong-typed field is a UsageError naming
+    it. `name`: the model's name (default: model_name of the path)."""
     p = Path(path)
-    doc = read_json(p)
-    where = ""
+    raw = read_json(p)
+    top = engine_view(raw)
+    doc, where, raw_doc = top, "", raw
     if "num_attention_heads" not in doc and isinstance(doc.get("text_config"), dict):
-        doc, where = doc["text_config"], "text_config."
+        doc, where, raw_doc = doc["text_config"], "text_config.", raw["text_config"]
     s = str(path)
-    heads = _int(doc, "num_attention_heads", s, where)
-    kv_heads = _int(doc, "num_key_value_heads", s, where, optional=True) or heads
-    if heads % kv_heads:
-        raise UsageError(f"{s}: {where}num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
-    head_dim = _int(doc, "head_dim", s, where, optional=True)
-    if head_dim is None:
-        hidden = _int(doc, "hidden_size", s, where)
-        if hidden % heads:
-            raise UsageError(f"{s}: no {where}head_dim, and hidden_size {hidden} is not a multiple of "
-                             f"num_attention_heads {heads}")
-        head_dim = hidden // heads
-    raw_dtype = _str(doc, "torch_dtype", s, where) or _str(doc, "dtype", s, where) or "bfloat16"
+    model_type = _str(doc, "model_type", s, where)
+    arch = _architecture(top, doc, s)
+    ssm = _ssm(doc, model_type, arch, s, where)
+    if "num_attention_heads" not in doc and ssm is not None:
+        heads = kv_heads = head_dim = 0  # a pure Mamba-2 model: no attention layers
+    else:
+        heads = _int(doc, "num_attention_heads", s, where)
+        kv_heads = _int(doc, "num_key_value_heads", s, where, optional=True) or heads
+        if heads % kv_heads:
+            raise UsageError(f"{s}: {where}num_attention_heads {heads} is not a multiple of num_key_value_heads "
+                             f"{kv_heads}")
+        head_dim = _int(doc, "head_dim", s, where, optional=True)
+        if head_dim is None:
+            hidden = _int(doc, "hidden_size", s, where)
+            if hidden % heads:
+                raise UsageError(f"{s}: no {where}head_dim, and hidden_size {hidden} is not a multiple of "
+                                 f"num_attention_heads {heads}")
+            head_dim = hidden // heads
+    # the dtype as the file states it: text_config's, else the top level's (Gemma-3 states it only there)
+    raw_dtype = (_str(doc, "torch_dtype", s, where) or _str(doc, "dtype", s, where) or
+                 (_str(top, "torch_dtype", s, "") or _str(top, "dtype", s, "") if where else None) or "bfloat16")
     if raw_dtype not in DTYPES:
         raise UsageError(f"{s}: {where}torch_dtype {raw_dtype!r}: tileprobe audits {', '.join(DTYPES)}")
     layer_types = doc.get("layer_types") or ()
@@ -304,23 +343,24 @@ def read_attention(path: str | Path) -> AttentionConfig:
         raise UsageError(f"{s}: {where}layer_types is {layer_types!r}, not a list of strings")
     mla = {k: _int(doc, k, s, where, optional=True) for k in
            ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")}
-    model_type = _str(doc, "model_type", s, where)
     kinds = doc.get("attn_type_list") or ()
     if not (isinstance(kinds, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in kinds)):
         raise UsageError(f"{s}: {where}attn_type_list is {kinds!r}, not a list of whole numbers")
-    pattern = _str(doc, "hybrid_override_pattern", s, where) or ""
-    ssm = SSMDims(*(_int(doc, k, s, where) for k in SSM_FIELDS)) if "M" in pattern else None
+    # gated delta net: the file's own layer_types name linear_attention layers (a class's derived layer_types may
+    # call other mixers so: transformers' NemotronHConfig its Mamba layers, MiniMaxConfig its lightning ones)
+    stated = raw_doc.get("layer_types") if isinstance(raw_doc.get("layer_types"), list) else ()
     gdn = GatedDeltaDims(*(_int(doc, k, s, where) for k in GDN_FIELDS)) \
-        if "linear_attention" in layer_types or "linear_num_value_heads" in doc else None
-    top = read_json(p)
+        if "linear_attention" in stated or "linear_num_value_heads" in doc else None
     vision = _vision(top, s)
-    moe = read_config(p).moe() if any(k in doc for k in EXPERT_FIELDS) else None
-    q = _quantization(*((top, s, "") if "quantization_config" in top else (doc, s, where)))
-    return AttentionConfig(model_name(p) or str(model_type or p.name), heads, kv_heads, head_dim,
+    moe = read_config(p).moe() if any(k in raw_doc for k in EXPERT_FIELDS) else None
+    if moe is not None and name:
+        moe = replace(moe, name=name)
+    q = _quantization(*((raw, s, "") if "quantization_config" in raw else (raw_doc, s, where)))
+    return AttentionConfig(name or model_name(p) or str(model_type or p.name), heads, kv_heads, head_dim,
                            DTYPES[raw_dtype], _int(doc, "sliding_window", s, where, optional=True),
                            tuple(layer_types), model_type == "gpt_oss", model_type, **mla,
                            linear_attention=0 in kinds, ssm=ssm, gdn=gdn, moe=moe,
-                           quant=q, vision=vision, architecture=_architecture(top, doc, s),
+                           quant=q, vision=vision, architecture=arch,
                            index_topk=_int(doc, "index_topk", s, where, optional=True))
 
 
@@ -350,20 +390,24 @@ def _vision(top: dict, path: str) -> VisionDims | None:
     return VisionDims(heads, head_dim)
 
 
-# config.json keys, in SSMDims' / GatedDeltaDims' field order
-SSM_FIELDS = ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "chunk_size", "conv_kernel")
+# config.json keys, in SSMDims' / GatedDeltaDims' field order (SSM: each family's names)
+SSM_FIELDS = {
+    "nemotron_h": ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "chunk_size", "conv_kernel"),
+    "mamba2": ("num_heads", "head_dim", "state_size", "n_groups", "chunk_size", "conv_kernel"),
+    "falcon_h1": ("mamba_n_heads", "mamba_d_head", "mamba_d_state", "mamba_n_groups", "mamba_chunk_size",
+                  "mamba_d_conv"),
+}
 GDN_FIELDS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
               "linear_conv_kernel_dim")
 
 
 def attention_model(name_or_path: str) -> AttentionConfig:
-    """A preset's AttentionConfig, else the config.json at the path (a folder: its config.json)."""
+    """A preset's AttentionConfig, else the config.json at the path (a folder: its config.json), else a Hugging Face
+    model id's config.json (tileprobe.model_config.config_file: huggingface_hub's cache, offline or fetched)."""
     if name_or_path in ATTENTION_PRESETS:
         return ATTENTION_PRESETS[name_or_path]
-    p = Path(name_or_path)
-    if p.is_dir():
-        p = p / "config.json"
+    p, hub_name = config_file(name_or_path, "--model", ATTENTION_PRESETS, "--model")
     if not p.exists():
-        raise UsageError(f"--model {name_or_path}: neither a preset ({', '.join(ATTENTION_PRESETS)}) nor a "
-                         "config.json")
-    return read_attention(p)
+        raise UsageError(f"--model {name_or_path}: neither a preset ({', '.join(ATTENTION_PRESETS)}), a config.json "
+                         "or its folder, nor a Hugging Face model id (org/name)")
+    return read_attention(p, hub_name)

@@ -49,6 +49,9 @@ def test_config_missing_a_field_is_one_line_naming_it(tmp_path, rng, field):
     doc = _config(rng)
     doc.pop(field)
     doc.pop("head_dim")  # hidden_size is needed only where head_dim is absent
+    # a model_type transformers has no config class for: no class default fills the field (a llama config would get
+    # LlamaConfig's 32 heads / 4096 hidden, as vLLM itself would read it)
+    doc["model_type"] = rng.choice(["tileprobe_unknown", "my_private_arch"])
     (tmp_path / "config.json").write_text(json.dumps(doc))
     line = _one_line_exit_2(_cli("--engine", "sglang", "--model", tmp_path, "--target", "rtx-pro-6000"))
     assert field in line and "config.json" in line, line

@@ -100,4 +100,6 @@ def indptr(batch: int, each: int) -> torch.Tensor:
 
 
 def not_mla(model: AttentionConfig) -> str | None:
+    if not model.heads:  # tileprobe.models: heads 0 is a model without attention layers (pure Mamba-2)
+        return "no attention layers (config.json has no num_attention_heads: a pure Mamba-2 model)"
     return "an MLA model: SGLang runs its MLA attention through other kernels" if model.mla else None
