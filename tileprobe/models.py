@@ -240,6 +240,10 @@ class AttentionConfig:
     index_topk: int | None = None  # DeepSeek-V3.2 / GLM-5 sparse attention's indexer top-k (`index_topk`)
     moe: MoEModel | None = None  # the routed experts, when the config has them (read_config's fields)
     quant: Quantization | None = None  # quantization_config (fp8 [+ weight_block_size], mxfp4, modelopt_fp4, ...)
+    # the dense shapes (the forward pass's linears and norms; None where the file or preset does not say)
+    hidden_size: int | None = None
+    intermediate_size: int | None = None
+    vocab_size: int | None = None
 
     @property
     def mla(self) -> bool:
@@ -361,7 +365,10 @@ def read_attention(path: str | Path, name: str | None = None) -> AttentionConfig
                            tuple(layer_types), model_type == "gpt_oss", model_type, **mla,
                            linear_attention=0 in kinds, ssm=ssm, gdn=gdn, moe=moe,
                            quant=q, vision=vision, architecture=arch,
-                           index_topk=_int(doc, "index_topk", s, where, optional=True))
+                           index_topk=_int(doc, "index_topk", s, where, optional=True),
+                           hidden_size=_int(doc, "hidden_size", s, where, optional=True),
+                           intermediate_size=_int(doc, "intermediate_size", s, where, optional=True),
+                           vocab_size=_int(doc, "vocab_size", s, where, optional=True))
 
 
 def _architecture(top: dict, doc: dict, path: str) -> str | None:

@@ -70,10 +70,12 @@ def main() -> None:
         check = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 and p.stdout.strip() else None
         events = [json.loads(ln) for ln in log.read_text().splitlines()] if log.exists() else []
         launches = [e for e in events if e["event"] == "launch" and "flash" in e["name"]]
+        loaded = any(e["event"] == "shim-loaded" for e in events)
         sets = {e["name"]: e["value"] for e in events if e["event"] == "set_max_dynamic"}
         if p.returncode != 0 or not launches:
             failures += 1
-            rows.append({**env_rec, "case": case, "error": (p.stderr or p.stdout)[-3000:], "launches": len(launches)})
+            rows.append({**env_rec, "case": case, "error": (p.stderr + p.stdout)[-3000:], "launches": len(launches),
+                         "shim_loaded": loaded, "events": events[:5]})
             continue
         for e in launches:
             name = label(e["name"])

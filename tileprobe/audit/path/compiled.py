@@ -38,7 +38,7 @@ def _moe_choice(cap) -> tuple[str | None, str | None, bool]:
 def answer_path(src, target, model: AttentionConfig, opts, sel, cap, arch: str, columns: dict, rec) -> list:
     """Every compiled call on the path answered; each row written through `rec` as it is answered."""
     runs, line, triton_moe = _moe_choice(cap)
-    hidden = model.moe.hidden if model.moe is not None else None
+    hidden = model.hidden_size or (model.moe.hidden if model.moe is not None else None)
     calls = forward.calls(src.engine, src.label(), model, target, opts.tp, sel.backend if sel else None,
                           sel.line if sel else "", runs, line, triton_moe, hidden,
                           {"decode": opts.batches, "prefill": tuple(b * s for b in opts.batches for s in opts.seq_lens)})

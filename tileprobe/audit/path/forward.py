@@ -121,8 +121,9 @@ def moe_calls(engine: str, label: str, model: AttentionConfig, tp: int, moe_runs
     return out
 
 
-def linear(label: str, layer: str, model: AttentionConfig, n: int, k: int | None) -> KernelCall:
-    q = model.quant
+def linear(label: str, layer: str, model: AttentionConfig, n: int | None, k: int | None,
+           quantized: bool = True) -> KernelCall:
+    q = model.quant if quantized else None  # lm_head stays unquantized in the engines' fp8 checkpoints
     if q is not None and q.method == "fp8" and q.weight_block_size:
         return KernelCall(layer, "prefill+decode", "vllm-custom-op", "cutlass_scaled_mm (blockwise fp8)",
                           dict(kernel="cutlass_scaled_mm_blockwise", n=n, k=k, block=list(q.weight_block_size)),
@@ -173,7 +174,8 @@ def calls(engine: str, label: str, model: AttentionConfig, target: Target, tp: i
         out += moe_calls(engine, label, model, tp, moe_runs, moe_line, triton_moe,
                          tokens or {"prefill": (1024,), "decode": (1, 8)})
     elif has_attention:
-        out += dense_mlp(engine, label, model, tp, hidden, None, "mlp")
+        out += dense_mlp(engine, label, model, tp, hidden, model.intermediate_size, "mlp")
     out.append(_elementwise(engine, label, "final norm", "rms_norm", model, hidden))
-    out.append(linear(label, "lm_head", model, None, hidden))
+    out.append(linear(label, "lm_head", model, None if model.vocab_size is None else model.vocab_size // tp, hidden,
+                      quantized=False))
     return out
