@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -404,6 +405,7 @@ def inspect(
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="values for the expression's names, e.g. Dl=512,Dr=64")] = None,
     solve: Annotated[Optional[str], typer.Option("--solve", help="the name to solve for: its largest value that fits each target")] = None,
     jit: Annotated[bool, typer.Option("--jit/--no-jit", help="for a target only PTX runs on: compile that PTX here with ptxas, as the driver would at load")] = True,
+    jit_timeout: Annotated[float, typer.Option("--jit-timeout", metavar="SECONDS", help="the longest one PTX image's compile may take; past it the kernels' rows say so")] = 120.0,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
     nvcc: NvccOpt = None,
 ) -> None:
@@ -413,7 +415,11 @@ def inspect(
     if (set_ or solve) and not dynamic:
         raise UsageError("--set and --solve apply with --dynamic only")
     req = binary_inspect.Request(dynamic, binary_inspect.expr.parse_sets(set_), solve) if dynamic else None
-    report_ = binary_inspect.inspect(binary, kernel, _split_csv(target), req, find_jit(nvcc) if jit else None)
+    if jit_timeout <= 0:
+        raise UsageError(f"--jit-timeout {jit_timeout:g}: must be more than 0 seconds")
+    report_ = binary_inspect.inspect(binary, kernel, _split_csv(target), req,
+                                     find_jit(nvcc, jit_timeout) if jit else None,
+                                     binary_inspect.NO_PTXAS if jit else binary_inspect.NO_JIT)
     sys.stdout.write(json.dumps(report_, indent=1) + "\n" if as_json else binary_inspect.render(report_))
 
 
@@ -485,10 +491,49 @@ def schema(
 _CLICK_USAGE_ERROR = typer.BadParameter.__mro__[1]  # click's UsageError (typer vendors click in later releases)
 
 
+INTERRUPTED = ("tileprobe: interrupted (Ctrl-C); finished compiles stay in the cache, so the same command resumes "
+               "from them")
+
+
+def _on_sigint(signum, frame) -> None:
+    """Ctrl-C: Python's own KeyboardInterrupt (the work below stops: tileprobe.backends.triton.compile cancels what
+    is not started and kills its workers), remembered so main() says so in one line and exits 130 (typer turns the
+    KeyboardInterrupt into a bare exit 130). A second Ctrl-C while that stop runs is ignored (it would break the
+    stop off halfway); a third ends the process at once, with the same line."""
+    _SIGINT[0] += 1
+    if _SIGINT[0] == 1:
+        raise KeyboardInterrupt
+    if _SIGINT[0] >= 3:
+        sys.stderr.write(f"{INTERRUPTED}\n")
+        sys.stderr.flush()
+        os._exit(130)
+
+
+_SIGINT = [0]  # Ctrl-C presses so far
+
+
+def _interrupted() -> None:
+    try:  # the work has stopped: more Ctrl-C while Python exits change nothing (no second line, exit 130)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:
+        pass
+    sys.stderr.write(f"{INTERRUPTED}\n")
+    sys.stderr.flush()
+    sys.exit(130)
+
+
 def main() -> None:
-    """Every bad input, ours or the option parser's (`--seed x`, an unknown option), is one line on stderr, exit 2."""
+    """Every bad input, ours or the option parser's (`--seed x`, an unknown option), is one line on stderr, exit 2;
+    Ctrl-C is one line and exit 130 (_on_sigint)."""
+    try:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where SIGINT is ignored (nohup, &)
+            signal.signal(signal.SIGINT, _on_sigint)
+    except ValueError:  # not the main thread (an embedding caller): Python's own handling
+        pass
     try:
         code = app(standalone_mode=False)
+    except KeyboardInterrupt:
+        _interrupted()
     except UsageError as exc:
         sys.stderr.write(f"tileprobe: error: {exc}\n")
         if isinstance(exc, ToolchainError) and DOCTOR_HELP not in str(exc):  # nvcc, CUTLASS or Triton: the doctor
@@ -503,6 +548,10 @@ def main() -> None:
         sys.stderr.write(f"tileprobe: error: {' '.join(exc.format_message().split())}{where}\n")
         sys.exit(2)
     except typer.Abort:
+        if _SIGINT[0]:
+            _interrupted()
         sys.stderr.write("tileprobe: aborted\n")
         sys.exit(1)
+    if _SIGINT[0]:
+        _interrupted()
     sys.exit(code if isinstance(code, int) else 0)

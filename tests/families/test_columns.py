@@ -263,7 +263,7 @@ def test_an_audit_speaks_triton(tmp_path, rng, no_charts):
     assert rs.rows and all(r["family"] == "triton-audit" for r in rs.rows)
     _no_cutlass_words(p.stdout, "audit stdout")
     header = next(ln for ln in p.stdout.splitlines() if " op " in ln)
-    for h in (" op ", " kernel ", " set at ", " warps ", " shared B "):
+    for h in (" op ", " kernel ", " set at ", " point ", " w/s ", " shared B ", " verdict "):
         assert h in header, (h, header)
     for r in rs.rows:  # each launch's engine line (file:line) is in the terminal table
         assert str(r["config_source"]).rsplit("/", 1)[-1].split(":")[0][:12] in p.stdout, r["config_source"]

@@ -42,8 +42,10 @@ import hashlib
 import importlib
 import importlib.abc
 import importlib.util
+import os
 import re
 import sys
+import tempfile
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -260,12 +262,8 @@ class Session:
         path = self.folder / digest / rel
         if not path.is_file():
             for d, t in data.items():  # the data first: the module's file marks the folder complete
-                (self.folder / digest / d).parent.mkdir(parents=True, exist_ok=True)
-                (self.folder / digest / d).write_text(t)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(text)
-            tmp.replace(path)
+                write_whole(self.folder / digest / d, t)
+            write_whole(path, text)
         self._files[str(path)] = rel
         self._ifs[str(path)] = _if_blocks(text)
         self._data_beside(rel, path.parent)
@@ -286,10 +284,7 @@ class Session:
                 continue
             out = folder.joinpath(*parts)
             if not out.is_file():
-                out.parent.mkdir(parents=True, exist_ok=True)
-                tmp = out.with_name(out.name + ".tmp")
-                tmp.write_text(self.source.read_text(name))
-                tmp.replace(out)
+                write_whole(out, self.source.read_text(name))
 
     def module(self, name: str):
         """The engine module `name`, imported through the session's finder (the lines its import ran count for
@@ -384,6 +379,22 @@ def kernel_name(fn) -> str:
     if getattr(module, "__file__", None) == fn.fn.__code__.co_filename:
         return fn.fn.__name__
     return f"{fn.fn.__module__}.{fn.fn.__name__}"
+
+
+def write_whole(path: Path, text: str) -> None:
+    """`text` into `path` as one step: written to a temporary file of its own in the same folder, then renamed over
+    it, so processes serving the same engine files into one cache at once never read half a file nor take each
+    other's temporary file away (the last rename wins; every writer writes the same text)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def data_beside(source: EngineSource, rel: str) -> list[str]:

@@ -14,7 +14,7 @@ import hashlib
 
 from tileprobe.audit import capture
 from tileprobe.audit.kernels import KERNELS, AuditKernel
-from tileprobe.backends.triton.source import KernelSource
+from tileprobe.backends.triton.source import KernelSource, loading_cache
 from tileprobe.engines.triton_configs import EngineSource, find_engine
 from tileprobe.targets import Target, profile
 
@@ -24,7 +24,8 @@ def kernel(entry: str, target: str, wheel: str, function: str):
     `wheel` as `target` would see it."""
     k = KERNELS[entry]
     src = find_engine(k.engine, wheel)
-    with capture.engine_session(src, profile(target), k.allow, k.stand_ins) as session:
+    # the engine's files go into the cache the compile loading this stub uses (--cache-dir), else the default one
+    with capture.engine_session(src, profile(target), k.allow, k.stand_ins, loading_cache()) as session:
         launcher = session.module(k.module)
         found = k.kernel_of(session, function) if k.kernel_of else None
         if found is not None:  # a kernel the engine defines at run time (capture.kernel_name)

@@ -132,6 +132,12 @@ class Captured:
     planned: list[Planned]
     not_selected: list[NotSelected]
     tuned: list[Tuned]
+    failed: list[tuple[AuditKernel, str]] = field(default_factory=list)  # entries whose capture could not run here
+
+
+# What an entry's capture may raise when the engine's code is not what tileprobe's stand-ins serve (another release:
+# a module moved, a name renamed): the entry is then an `unanswered` row naming the error, never a crash
+CAPTURE_ERRORS = (ImportError, AttributeError, LookupError, TypeError, ValueError, NameError, UsageError)
 
 
 def capture_all(src: EngineSource, target: Target, model: AttentionConfig, entries: list[AuditKernel],
@@ -143,6 +149,7 @@ def capture_all(src: EngineSource, target: Target, model: AttentionConfig, entri
     plans: list[Planned] = []
     others: dict[tuple, NotSelected] = {}
     tuned: dict[tuple, Tuned] = {}
+    failed: list[tuple[AuditKernel, str]] = []
     for k in entries:
         windows = model.windows() if k.windowed else (None,)
         points = [Point(b, s, opts.tp, w) for w in windows for b in opts.batches for s in opts.seq_lens]
@@ -151,34 +158,42 @@ def capture_all(src: EngineSource, target: Target, model: AttentionConfig, entri
             others[(k.name, sel.backend)] = NotSelected(k, Elsewhere(f"the {sel.backend} attention backend",
                                                                      sel.line, how), points)
             continue
-        cut = jobs.kernel_source if k.compile_from == "extract" else \
-            (lambda s, launch, k=k: loader.module_source(k, s, target, launch.kernel))
-        with capture.engine_session(src, target, k.allow, k.stand_ins, opts.cache_dir,
-                                    {"moe_backend": opts.moe_backend}) as session:
-            launcher = getattr(session.module(k.module), k.launcher)
-            for pt in points:
-                other = k.chooses(session, model, pt) if k.chooses else None
-                if other is not None:
-                    others.setdefault((k.name, other), NotSelected(k, other)).points.append(pt)
-                    continue
-                args, kwargs = k.arguments(model, pt)
-                start = len(session.launches)
-                launcher(*args, **kwargs)
-                groups: dict[tuple, list[int]] = {}
-                for launch in session.launches[start:]:
-                    job = jobs.job_of(src, launch, cc, cut)
-                    key = (k.name, job, launch.call_site, launch.branches)
-                    if key not in planned:
-                        planned[key] = len(plans)
-                        plans.append(Planned(k, launch, job))
-                    i = planned[key]
-                    if pt not in plans[i].points:
-                        plans[i].points.append(pt)
-                    if launch.autotune is not None:
-                        groups.setdefault((launch.kernel, launch.call_site, launch.autotune[2]), []).append(i)
-                for (kernel, site, listed), idx in groups.items():
-                    tuned.setdefault((kernel, site, tuple(idx)), Tuned(kernel, site, listed, tuple(idx)))
-    return Captured(plans, list(others.values()), list(tuned.values()))
+        try:
+            _capture_entry(k, src, target, model, opts, cc, points, planned, plans, others, tuned)
+        except CAPTURE_ERRORS as exc:
+            failed.append((k, f"{type(exc).__name__}: {' '.join(str(exc).split())}"))
+    return Captured(plans, list(others.values()), list(tuned.values()), failed)
+
+
+def _capture_entry(k: AuditKernel, src: EngineSource, target: Target, model: AttentionConfig, opts: AuditOptions,
+                   cc: int, points: list, planned: dict, plans: list, others: dict, tuned: dict) -> None:
+    cut = jobs.kernel_source if k.compile_from == "extract" else \
+        (lambda s, launch, k=k: loader.module_source(k, s, target, launch.kernel))
+    with capture.engine_session(src, target, k.allow, k.stand_ins, opts.cache_dir,
+                                {"moe_backend": opts.moe_backend}) as session:
+        launcher = getattr(session.module(k.module), k.launcher)
+        for pt in points:
+            other = k.chooses(session, model, pt) if k.chooses else None
+            if other is not None:
+                others.setdefault((k.name, other), NotSelected(k, other)).points.append(pt)
+                continue
+            args, kwargs = k.arguments(model, pt)
+            start = len(session.launches)
+            launcher(*args, **kwargs)
+            groups: dict[tuple, list[int]] = {}
+            for launch in session.launches[start:]:
+                job = jobs.job_of(src, launch, cc, cut)
+                key = (k.name, job, launch.call_site, launch.branches)
+                if key not in planned:
+                    planned[key] = len(plans)
+                    plans.append(Planned(k, launch, job))
+                i = planned[key]
+                if pt not in plans[i].points:
+                    plans[i].points.append(pt)
+                if launch.autotune is not None:
+                    groups.setdefault((launch.kernel, launch.call_site, launch.autotune[2]), []).append(i)
+            for (kernel, site, listed), idx in groups.items():
+                tuned.setdefault((kernel, site, tuple(idx)), Tuned(kernel, site, listed, tuple(idx)))
 
 
 def _launch_hash(p: Planned) -> str:
@@ -395,6 +410,14 @@ def run_audit(opts: AuditOptions) -> Audit:
             rec.write(row)
             res.rows.append(row)
             res.notes.append(f"NOT RUN {n.kernel.name}: {row['reason']}")
+        for k, why in cap.failed:  # an entry whose capture could not run with this engine release: unanswered
+            n = NotSelected(k, Elsewhere("(capture failed)", k.module_file, why))
+            row = _not_selected_row(n, src, arch, target, columns, model)
+            row.update(verdict=str(Verdict.UNANSWERED), evidence="none",
+                       reason=f"tileprobe could not run {k.launcher} from {src.label()} here: {why}")
+            rec.write(row)
+            res.rows.append(row)
+            res.unanswered.append(f"{k.name} ({k.launcher}, {src.label()}): its capture failed: {why}"[:400])
         for t in tuned["empty"]:
             p = planned[t.planned[0]]
             res.failures.append(f"{src.label()} {t.kernel} ({p.op()}, autotuned at {t.call_site}): every config "
@@ -404,7 +427,7 @@ def run_audit(opts: AuditOptions) -> Audit:
         res.path = [] if opts.kernels else compiled.answer_path(src, target, model, opts, sel, cap, arch, columns, rec)
         res.rows += [a.row for a in res.path]
         res.path_failures = compiled.failures(res.path)
-        res.unanswered = compiled.unanswered(res.path)
+        res.unanswered += compiled.unanswered(res.path)
         res.parallel = parallel
         res.notes = [*head, *tuned["notes"], *res.notes]
         res.remedies = list(dict.fromkeys(res.remedies))

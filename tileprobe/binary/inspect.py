@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tileprobe import progress
 from tileprobe.binary import expr
 from tileprobe.binary.cubin import Kernel, demangle, kernels
 from tileprobe.binary.elf import Image, images_in
@@ -113,43 +114,91 @@ def _resources(a: Answer, k: Kernel, target: Target, req: Request | None) -> Ans
     return a
 
 
+NO_PTXAS = "no ptxas here to compile it"  # why a PTX-only kernel's bytes are unknown with the JIT asked, no ptxas
+NO_JIT = "not compiled (--no-jit)"  # ... and with it switched off
+
+
+def _ptx_for(name: str, ptx: list[Image], entries: dict[str, set[str]]) -> Image | None:
+    """The PTX image the driver would compile for kernel `name`: the newest of `ptx` that declares it (`.entry`)."""
+    return next((im for im in ptx if im.data and name in entries.get(im.origin, ())), None)
+
+
 def _from_ptx(name: str, ptx: list[Image], target: Target, req: Request | None, jit: Jit | None,
-              have: str) -> Answer:
-    """A kernel with no cubin for the target: what its PTX gives (compiled here when a ptxas is at hand)."""
+              have: str, entries: dict[str, set[str]], jit_why: str = NO_PTXAS) -> Answer:
+    """A kernel with no cubin for the target: what its PTX gives (compiled here when a ptxas is at hand: only the
+    image that declares it). `jit_why`: why nothing is compiled when `jit` is None."""
     demangled = demangle(name)
     if not ptx:
         return Answer(demangled, False, f"no code for compute capability {target.cc}: " + (
             f"cubins {have} do not run there and " if have else "") + "no PTX can be compiled for it")
-    if jit is not None:
-        for im in (im for im in ptx if im.data):
-            found, what = jit.kernels_for(im, target.cc_int)
-            k = next((k for k in found if k.name == name), None)
-            if k is not None:
-                return _resources(Answer(demangled, True, what), k, target, req)
-    return Answer(demangled, True, f"PTX {ptx[0].arch} only: compiled for {target.arch[:-1]} at load; its static "
-                                   "bytes are not in the binary" + (f" (cubins: {have})" if have else "")
-                  + ("" if jit else "; no ptxas here to compile it"))
+    image = _ptx_for(name, ptx, entries)
+    if image is None and all(im.data for im in ptx):  # every PTX that runs there is read: none declares it
+        return Answer(demangled, False, f"no code for compute capability {target.cc}: " + (
+            f"cubins {have} do not run there and " if have else "") + "no PTX of it is in the binary (the PTX "
+            f"that runs there, {', '.join(sorted({im.arch for im in ptx}))}, declares other kernels)")
+    head = (f"PTX {(image or ptx[0]).arch} only: compiled for {target.arch[:-1]} at load; its static bytes are not "
+            "in the binary" + (f" (cubins: {have})" if have else ""))
+    if image is None:  # some PTX could not be read: it may be there
+        return Answer(demangled, True, f"{head}; not compiled: its PTX is not among the images tileprobe can read")
+    if jit is None:
+        return Answer(demangled, True, f"{head}; {jit_why}")
+    found, what = jit.kernels_for(image, target.cc_int)
+    k = next((k for k in found if k.name == name), None)
+    if k is not None:
+        return _resources(Answer(demangled, True, what), k, target, req)
+    return Answer(demangled, True, f"{head}; {what}")
+
+
+def _runnable_ptx(images: list[Image], cc: int) -> list[Image]:
+    """The PTX images that run at compute capability `cc`, newest first (the driver compiles the newest)."""
+    return sorted((im for im in images if im.kind == "ptx" and runs_on("ptx", im.sm, im.suffix, cc)),
+                  key=lambda im: -im.sm)
+
+
+def _by_name(images: list[Image], found: list[Kernel]) -> dict[str, list[tuple[Image, Kernel]]]:
+    by_origin = {im.origin: im for im in images}
+    out: dict[str, list[tuple[Image, Kernel]]] = {}
+    for k in found:
+        out.setdefault(k.name, []).append((by_origin[k.origin], k))
+    return out
+
+
+def entries_by_image(images: list[Image]) -> dict[str, set[str]]:
+    """Per PTX image (by origin), the kernel names it declares."""
+    return {im.origin: ptx_entries([im]) for im in images if im.kind == "ptx"}
 
 
 def answer(images: list[Image], found: list[Kernel], target: Target, req: Request | None,
-           ptx_only: list[str] | None = None, jit: Jit | None = None) -> list[Answer]:
+           ptx_only: list[str] | None = None, jit: Jit | None = None, entries: dict[str, set[str]] | None = None,
+           jit_why: str = NO_PTXAS) -> list[Answer]:
     """Per kernel: its answer on `target`. `ptx_only`: kernels that have PTX but no cubin in the binary; `jit`
-    compiles PTX for a target no cubin runs on."""
-    by_name: dict[str, list[tuple[Image, Kernel]]] = {}
-    by_origin = {im.origin: im for im in images}
-    for k in found:
-        by_name.setdefault(k.name, []).append((by_origin[k.origin], k))
-    ptx = sorted((im for im in images if im.kind == "ptx" and runs_on("ptx", im.sm, im.suffix, target.cc_int)),
-                 key=lambda im: -im.sm)  # the driver compiles the newest PTX that runs there
-    out = [_from_ptx(name, ptx, target, req, jit, "") for name in ptx_only or []]
-    for name, cands in by_name.items():
+    compiles PTX for a target no cubin runs on (`jit_why`: why not, when None); `entries`: entries_by_image."""
+    entries = entries_by_image(images) if entries is None else entries
+    ptx = _runnable_ptx(images, target.cc_int)
+    out = [_from_ptx(name, ptx, target, req, jit, "", entries, jit_why) for name in ptx_only or []]
+    for name, cands in _by_name(images, found).items():
         chosen = _pick(cands, target.cc_int)
         if chosen is None:
-            out.append(_from_ptx(name, ptx, target, req, jit, ", ".join(sorted({im.arch for im, _ in cands}))))
+            out.append(_from_ptx(name, ptx, target, req, jit, ", ".join(sorted({im.arch for im, _ in cands})),
+                                 entries, jit_why))
             continue
         im, k = chosen
         out.append(_resources(Answer(k.demangled, True, f"{im.arch} cubin ({im.origin})"), k, target, req))
     return out
+
+
+def jit_plan(images: list[Image], found: list[Kernel], targets: list[Target], ptx_only: list[str],
+             entries: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """The PTX compiles `answer` will ask of the JIT over these targets: (image origin, arch), each once."""
+    plan: dict[tuple[str, str], None] = {}
+    names = _by_name(images, found)
+    for t in targets:
+        ptx = _runnable_ptx(images, t.cc_int)
+        for name in [*ptx_only, *(n for n, c in names.items() if _pick(c, t.cc_int) is None)]:
+            im = _ptx_for(name, ptx, entries)
+            if im is not None:
+                plan[(im.origin, f"sm_{t.cc_int}{im.suffix}")] = None
+    return list(plan)
 
 
 def _select(found: list[Kernel], pattern: str | None) -> list[Kernel]:
@@ -167,8 +216,10 @@ def _select(found: list[Kernel], pattern: str | None) -> list[Kernel]:
 
 
 def inspect(path: Path, kernel: str | None = None, target_names: list[str] | None = None,
-            req: Request | None = None, jit: Jit | None = None) -> dict:
-    """The whole report as data (what `--json` prints)."""
+            req: Request | None = None, jit: Jit | None = None, jit_why: str = NO_PTXAS) -> dict:
+    """The whole report as data (what `--json` prints). `jit_why`: what a PTX-only row says when `jit` is None
+    (NO_PTXAS, or NO_JIT for --no-jit). The PTX compiles show progress on stderr (tileprobe.progress): one unit
+    each, each bounded by the Jit's timeout."""
     images = images_in(path)
     per_image = {im.origin: kernels(im) for im in images}
     found = [k for im in images for k in per_image[im.origin]]
@@ -185,6 +236,12 @@ def inspect(path: Path, kernel: str | None = None, target_names: list[str] | Non
         ptx_only = [n for n in ptx_only if rx.search(n) or rx.search(demangle(n))]
     found = _select(found, kernel) if found and not (kernel and ptx_only) else found
     targets = targets_for(target_names)
+    entries = entries_by_image(images)
+    plan = jit_plan(images, found, targets, ptx_only, entries) if jit is not None else []
+    with progress.track(len(plan), f"inspect: ptxas on {len(plan)} PTX image(s) no cubin covers") as bar:
+        if jit is not None:
+            jit.progress = bar
+        answers = {t.name: answer(images, found, t, req, ptx_only, jit, entries, jit_why) for t in targets}
     return {
         "file": str(path),
         "images": [{"arch": im.arch, "kind": im.kind, "origin": im.origin, "note": im.note,
@@ -194,7 +251,7 @@ def inspect(path: Path, kernel: str | None = None, target_names: list[str] | Non
         "targets": [{"target": t.name, "device_name": t.device_name, "cc": t.cc, "smem_optin": t.smem_optin,
                      "limit_source": "device query" if t.is_device else f"offline profile ({t.source})",
                      "evidence": "compiled",  # ptxas's bytes, read from the binary; nothing launched
-                     "kernels": [a.as_dict() for a in answer(images, found, t, req, ptx_only, jit)]} for t in targets],
+                     "kernels": [a.as_dict() for a in answers[t.name]]} for t in targets],
     }
 
 

@@ -110,6 +110,7 @@ class ReportSpec:
     order: Callable[[dict], tuple] | None = None  # the static rows' order in tables (None: as written)
     terminal_split: str | None = None  # the terminal: one table per value of this row field, where it varies
     terminal_caption: Callable[[list[dict]], str | None] | None = None  # the terminal: a line under each table
+    terminal_title: str = "static probe"  # the terminal's static table's title
     verdict_after: str = ""  # report.md: what follows the verdict section's evidence sentence
     not_launched: str = "; not launched"  # after the evidence words where nothing was launched
     smem: str = "SharedStorage"  # what the shared bytes are called
@@ -356,8 +357,11 @@ def _blocks(r: dict, c: Cells) -> str:
 
 
 def _triton_label(r: dict, c: Cells) -> str:
-    blocks = "x".join(str(r.get(k)) if r.get(k) is not None else "?" for k in ("block_m", "block_n", "block_k"))
-    return f"BLOCK {blocks} G{c.fmt(r.get('group_size_m'))} w{c.fmt(r.get('num_warps'))} s{c.fmt(r.get('stages'))}"
+    """BLOCK 128x256x64 G8 w8 s3: the BLOCK sizes the kernel takes (an audited kernel may take one or two, or
+    none), GROUP_SIZE_M where it has one, num_warps, num_stages."""
+    blocks = "x".join(str(r[k]) for k in ("block_m", "block_n", "block_k") if r.get(k) is not None)
+    group = f"G{r['group_size_m']} " if r.get("group_size_m") is not None else ""
+    return (f"BLOCK {blocks} " if blocks else "") + f"{group}w{c.fmt(r.get('num_warps'))} s{c.fmt(r.get('stages'))}"
 
 
 def _order(r: dict) -> tuple:

@@ -8,6 +8,7 @@ is typed here; rows reuse the Triton report's columns (families.columns.TRITON_R
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from tileprobe.errors import UsageError
@@ -45,6 +46,28 @@ def _expand(arch: str, tiles, epilogues, swap_ab, dtypes=None) -> list[Config]:
 
 _BLOCKS = Column("block", "BLOCK_M/N/D", lambda r, c: "/".join(c.fmt(r.get(k)) for k in ("block_m", "block_n",
                                                                                        "block_k")))
+_POINT = re.compile(r"batch (\d+) seq (\d+) tp (\d+)(?: window (\d+))?")
+
+
+def points(row: dict) -> str:
+    """The points (batch, sequence length, tp, window) that make this launch, short: 'b1,8 s1024' (batch 1 and 8,
+    sequence 1024), ' tp2' / ' w128' where not 1 / none; from the row's problem text, '(batch 1 seq 1024 tp 1; ...)'
+    (tileprobe.audit.entry.Point.label)."""
+    found = _POINT.findall(str(row.get("problem") or "").rsplit("(", 1)[-1])
+    groups: dict[tuple, list[str]] = {}
+    for b, s, tp, w in found:
+        groups.setdefault((s, tp, w), [])
+        if b not in groups[(s, tp, w)]:
+            groups[(s, tp, w)].append(b)
+    return "; ".join(f"b{','.join(bs)} s{s}" + (f" tp{tp}" if tp != "1" else "") + (f" w{w}" if w else "")
+                     for (s, tp, w), bs in groups.items()) or "-"
+
+
+def _caption(rows: list[dict]) -> str | None:
+    return "point: b = batch sizes, s = sequence length (tp, w: tensor-parallel ranks, window where set); " \
+           "`autotuner drops`: an autotune config Triton's autotuner skips (no failure)" \
+        if any(r.get("autotune_dropped") for r in rows) else \
+        "point: b = batch sizes, s = sequence length (tp, w: tensor-parallel ranks, window where set)"
 REPORT = replace(
     TRITON_REPORT,
     terminal=(
@@ -53,13 +76,14 @@ REPORT = replace(
         # the engine file's name and line (the whole path and the launch's shapes: report.md and the CSV)
         Column("config_source", "set at", lambda r, c: c.fmt(r.get("config_source") and
                                                              str(r["config_source"]).rsplit("/", 1)[-1]),
-               wrap=True, min_width=16),
+               wrap=True, min_width=13),
+        Column("point", "point", lambda r, c: points(r), wrap=True, min_width=8),
         _BLOCKS,
-        Column("num_warps", "warps", field_of("num_warps")),
-        Column("stages", "stages", field_of("stages")),
+        Column("num_warps", "w/s", lambda r, c: f"{c.fmt(r.get('num_warps'))}/{c.fmt(r.get('stages'))}"),
         Column("smem_bytes", "shared B", field_of("smem_bytes")),
-        Column("headroom_bytes", "headroom B", field_of("headroom_bytes")),
-        Column("verdict", "verdict", lambda r, c: r.get("verdict") or ""),
+        Column("headroom_bytes", "headroom", field_of("headroom_bytes")),
+        # never cut: the longest verdict word, smem-over-limit, is 15 characters
+        Column("verdict", "verdict", lambda r, c: r.get("verdict") or "", min_width=15),
     ),
     table=(
         Column("kernel", "kernel", field_of("kernel")),
@@ -77,13 +101,15 @@ REPORT = replace(
         Column("headroom_bytes", "headroom B", field_of("headroom_bytes")),
         Column("regs_per_thread", "regs", field_of("regs_per_thread")),
         Column("spill_bytes", "spills B", field_of("spill_bytes")),
+        Column("autotune_dropped", "autotune dropped", field_of("autotune_dropped"), show="present"),
         Column("verdict", "verdict", field_of("verdict")),
         Column("evidence", "evidence", field_of("evidence")),
         Column("reason", "reason", field_of("reason")),
     ),
     order=lambda r: (str(r.get("kernel_file") or ""), str(r.get("gemm") or ""), str(r.get("config") or "")),
     terminal_split=None,
-    terminal_caption=None,
+    terminal_caption=_caption,
+    terminal_title="audit: the Triton launches the engine makes (not launched)",
     fill=None,
     verdict_after=". One row per distinct launch the engine's own launcher made for the model; `set at`: the engine "
                   "line whose device branch set its parameters.",

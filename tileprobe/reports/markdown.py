@@ -13,6 +13,7 @@ from tileprobe.families.columns import Column, ReportSpec, evidence_text, visibl
 from tileprobe.reports import plots
 from tileprobe.lazy import LazyModule
 from tileprobe.reports.tactics_report import tactics_section
+from tileprobe.reports.terminal import OTHER_WORDS, autotune_dropped
 from tileprobe.results.resultset import (ResultSet, best_by_point, evidence_statement, evidence_words, label, load,
                                 stages_text)
 
@@ -188,9 +189,13 @@ def verdict_section(rs: ResultSet, target: str | None) -> list[str]:
     if runtime:
         for rec, r in zip(recs, rows):
             rec["runtime"] = runtime.get((r.get("target"), r.get("config")), "–")
+    dropped = [r for r in rows if autotune_dropped(r)]  # an autotune config the autotuner skips: no failure
     fits = [r for r in rows if r.get("verdict") in ("fits", "ok")]
-    over = [r for r in rows if r.get("verdict") == "smem-over-limit"]
-    other = len(rows) - len(fits) - len(over)
+    over = [r for r in rows if r.get("verdict") == "smem-over-limit" and not autotune_dropped(r)]
+    other: dict[str, int] = {}
+    for r in rows:
+        if r.get("verdict") not in ("fits", "ok", "smem-over-limit") and not autotune_dropped(r):
+            other[str(r.get("verdict"))] = other.get(str(r.get("verdict")), 0) + 1
     heads = [int(r["headroom_bytes"]) for r in fits if r.get("headroom_bytes") is not None]
     summary = f"{len(rows)} configs: {len(fits)} fit"
     if heads:
@@ -199,7 +204,10 @@ def verdict_section(rs: ResultSet, target: str | None) -> list[str]:
     if over:
         worst = max(over, key=lambda r: -(r.get("headroom_bytes") or 0))
         summary += f" (worst: {spec.label(worst, CELLS)}, {worst.get('reason')})"
-    summary += f", {other} other (compile error, unsupported)." if other else "."
+    if dropped:
+        summary += (f", {len(dropped)} dropped by the autotuner (autotune configs over the limit or failing with an "
+                    "error it catches; it runs a config that fits, column `autotune dropped`)")
+    summary += "".join(f", {n} {OTHER_WORDS.get(v, v)}" for v, n in other.items()) + "."
     limit = rows[0].get("smem_limit_bytes")
     return [f"## Verdicts{f' on {target}' if target else ''} (opt-in limit {limit} B)", "",
             f"{summary} Evidence of `fits`/`smem-over-limit`: "

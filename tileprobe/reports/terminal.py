@@ -10,6 +10,10 @@ from tileprobe.families.columns import ReportSpec, visible
 from tileprobe.results.resultset import best_by_point, kind_of, label, stages_text
 
 WIDTH = 120
+# A static verdict other than fits / smem-over-limit, in the summaries' words
+OTHER_WORDS = {"compile-error": "failed to compile", "unsupported": "were not sized (unsupported)",
+               "not-selected": "not selected (the engine runs another kernel there)",
+               "not-runnable-here": "not runnable here (another arch)"}
 VERDICT_STYLE = {"fits": "green", "ok": "bold green", "smem-over-limit": "red", "compile-error": "magenta",
                  "unsupported": "dim", "launch-error": "red", "incorrect": "bold red", "timeout": "yellow",
                  "crashed": "bold red", "not-run": "yellow", "unchecked": "yellow", "not-runnable-here": "cyan",
@@ -24,8 +28,15 @@ def _fmt(v, nd=1):
     return str(v)
 
 
+def autotune_dropped(r: dict) -> bool:
+    """A config of an @triton.autotune launch that Triton's autotuner drops (over the limit, or a compile error it
+    catches): the launch runs another config, so it is no failure (tileprobe.audit.tuned)."""
+    return bool(r.get("autotune_dropped")) and r.get("verdict") not in ("fits", "ok")
+
+
 def _verdict(r: dict) -> str:
-    return f"[{VERDICT_STYLE.get(r['verdict'], '')}]{r['verdict']}[/]"
+    text = f"[{VERDICT_STYLE.get(r['verdict'], '')}]{r['verdict']}[/]"
+    return f"{text}\n[dim]autotuner drops[/]" if autotune_dropped(r) else text
 
 
 class TerminalCells:
@@ -57,8 +68,9 @@ def _table(title: str, columns, rows: list[dict], cells: TerminalCells, **kw) ->
     return t
 
 
-def static_table(rows: list[dict], wide: bool = False, title: str = "static probe") -> Table:
+def static_table(rows: list[dict], wide: bool = False, title: str | None = None) -> Table:
     spec = report_spec(rows)
+    title = spec.terminal_title if title is None else title
     rows = [spec.complete(r) for r in rows]
     if spec.order:
         rows = sorted(rows, key=spec.order)
@@ -69,11 +81,13 @@ def static_table(rows: list[dict], wide: bool = False, title: str = "static prob
 def static_tables(rows: list[dict], wide: bool = False) -> list[Table]:
     """The static table; one per value of the family's terminal_split field where the rows hold several (a Triton
     sweep answers per GPU name the engine keys its files by)."""
-    split = report_spec(rows).terminal_split
+    spec = report_spec(rows)
+    split = spec.terminal_split
     values = list(dict.fromkeys(r.get(split) for r in rows)) if split else []
     if len(values) < 2:
         return [static_table(rows, wide)]
-    return [static_table([r for r in rows if r.get(split) == v], wide, f"static probe: {v}") for v in values]
+    return [static_table([r for r in rows if r.get(split) == v], wide, f"{spec.terminal_title}: {v}")
+            for v in values]
 
 
 def runtime_table(rows: list[dict], wide: bool = False) -> Table:
@@ -99,12 +113,19 @@ def summary(rows: list[dict]) -> str:
     runtime = [r for r in rows if kind_of(r) == "runtime" and r.get("gemm")]
     parts = []
     if static:
-        fits = [r for r in static if r["verdict"] == "fits"]
-        over = [r for r in static if r["verdict"] == "smem-over-limit"]
-        parts.append(f"{len(fits)} of {len(static)} configs fit the {static[0]['smem_limit_bytes']} B opt-in limit"
+        dropped = [r for r in static if autotune_dropped(r)]
+        judged = [r for r in static if not autotune_dropped(r)]
+        fits = [r for r in judged if r["verdict"] == "fits"]
+        over = [r for r in judged if r["verdict"] == "smem-over-limit"]
+        rest: dict[str, int] = {}
+        for r in judged:
+            if r["verdict"] not in ("fits", "smem-over-limit"):
+                rest[r["verdict"]] = rest.get(r["verdict"], 0) + 1
+        parts.append(f"{len(fits)} of {len(judged)} configs fit the {static[0]['smem_limit_bytes']} B opt-in limit"
                      f" on {static[0]['target']}, {len(over)} do not"
-                     + (f", {len(static) - len(fits) - len(over)} were not sized (unsupported or failed)"
-                        if len(static) > len(fits) + len(over) else "") + ".")
+                     + "".join(f", {n} {OTHER_WORDS.get(v, v)}" for v, n in rest.items())
+                     + (f"; {len(dropped)} more autotune configs are dropped by the autotuner (over the limit, or "
+                        "a compile error it catches): the launch runs a config that fits" if dropped else "") + ".")
         if fits:
             tight = min(fits, key=lambda r: r["headroom_bytes"])
             parts.append(f"Tightest fit: {name(tight)} with {tight['headroom_bytes']} B to "

@@ -30,6 +30,7 @@ import multiprocessing
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -430,12 +431,42 @@ def _worker(args) -> TritonBuild | TritonCompileError:
 
 
 def _set_env(env: dict) -> None:
-    """A worker's environment: each name set to its value, or removed where the value is None."""
+    """A worker's environment: each name set to its value, or removed where the value is None. The worker leads a
+    process group of its own and ignores SIGINT: a terminal's Ctrl-C reaches the parent alone, which cancels what is
+    not started and kills each worker's group (the worker and its ptxas) at once (`_stop`); the worker never prints
+    a traceback of its own."""
     for k, v in env.items():
         if v is None:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+    if hasattr(os, "setpgrp"):
+        try:
+            os.setpgrp()
+        except OSError:
+            pass
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Ctrl-C (or any error) while the pool compiles: the jobs not started are cancelled and the workers killed with
+    the compilers they run, now, not after their queue. A finished job's result is already in the cache (an entry
+    is renamed into place whole), so the same command resumes from it; a killed one left only a temporary folder."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)  # the worker's own group (_set_env): it and its ptxas
+        except (OSError, AttributeError):
+            try:
+                p.kill()
+            except (OSError, ValueError):
+                pass
+    for p in procs:
+        try:
+            p.join(timeout=5)
+        except (OSError, ValueError, AssertionError):
+            pass
 
 
 def compile_many(jobs: list[KernelJob], n_jobs: int = 1, cache_dir: str | os.PathLike | None = None,
@@ -470,12 +501,17 @@ def compile_many(jobs: list[KernelJob], n_jobs: int = 1, cache_dir: str | os.Pat
         for k, w in zip(todo, work):
             tell(k, _worker(w))
     elif work:
-        with ProcessPoolExecutor(max_workers=max(1, min(n_jobs, len(work))),
-                                 mp_context=multiprocessing.get_context("spawn"), initializer=_set_env,
-                                 initargs=(worker_env or {},)) as pool:
+        pool = ProcessPoolExecutor(max_workers=max(1, min(n_jobs, len(work))),
+                                   mp_context=multiprocessing.get_context("spawn"), initializer=_set_env,
+                                   initargs=(worker_env or {},))
+        try:
             futures = {pool.submit(_worker, w): k for k, w in zip(todo, work)}
             for fut in as_completed(futures):
                 tell(futures[fut], fut.result())
+        except BaseException:  # Ctrl-C (KeyboardInterrupt) or an error: stop now, keep what finished (_stop)
+            _stop(pool)
+            raise
+        pool.shutdown(wait=True)
     results = [done[k] for k in todo]
     same = {r.line for r in results if isinstance(r, TritonCompileError) and r.transient}
     if len(same) == 1 and sum(isinstance(r, TritonCompileError) and r.transient for r in results) >= 2:

@@ -83,6 +83,14 @@ def _is_triton(fn: ast.FunctionDef) -> bool:
 
 
 _LOADED: dict[str, object] = {}
+_LOADING: list[Path] = []  # the cache of each module `load` is running now (innermost last)
+
+
+def loading_cache() -> Path | None:
+    """The cache folder of the kernel module `load` is running now (None outside one): a module that serves more
+    files of its own (tileprobe.audit.loader's stub, which imports the engine's module from the wheel) writes them
+    into the cache the compile uses (--cache-dir), not the default one."""
+    return _LOADING[-1] if _LOADING else None
 
 
 def load(source: KernelSource, cache: Path):
@@ -102,11 +110,14 @@ def load(source: KernelSource, cache: Path):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    _LOADING.append(Path(cache))
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # the kernel's own module-level code failed: say where, not a traceback
         sys.modules.pop(name, None)
         raise UsageError(f"{source.origin}: the kernel module does not load ({type(exc).__name__}: {exc})") from None
+    finally:
+        _LOADING.pop()
     kernel = getattr(module, source.function)
     _LOADED[key] = kernel
     return kernel
