@@ -522,6 +522,27 @@ def _interrupted() -> None:
     sys.exit(130)
 
 
+INTERNAL_ERROR = 4  # an unhandled error inside tileprobe (README: exit codes)
+
+
+def _crash_log(exc: BaseException) -> str:
+    """The full traceback: printed with TILEPROBE_DEBUG=1, else written to a log file whose path is returned."""
+    import tempfile
+    import traceback
+
+    text = "".join(traceback.format_exception(exc))
+    if os.environ.get("TILEPROBE_DEBUG") == "1":
+        sys.stderr.write(text)
+        return "traceback above"
+    try:
+        fd, path = tempfile.mkstemp(prefix="tileprobe-crash-", suffix=".log")
+        with os.fdopen(fd, "w") as f:
+            f.write(" ".join(sys.argv) + "\n" + text)
+        return f"traceback: {path}; TILEPROBE_DEBUG=1 prints it"
+    except OSError:
+        return "TILEPROBE_DEBUG=1 prints the traceback"
+
+
 def main() -> None:
     """Every bad input, ours or the option parser's (`--seed x`, an unknown option), is one line on stderr, exit 2;
     Ctrl-C is one line and exit 130 (_on_sigint)."""
@@ -551,7 +572,11 @@ def main() -> None:
         if _SIGINT[0]:
             _interrupted()
         sys.stderr.write("tileprobe: aborted\n")
-        sys.exit(1)
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - a bug in tileprobe: one line and its own code, never 1 ("does not fit")
+        sys.stderr.write(f"tileprobe: internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:300]} "
+                         f"({_crash_log(exc)})\n")
+        sys.exit(INTERNAL_ERROR)
     if _SIGINT[0]:
         _interrupted()
     sys.exit(code if isinstance(code, int) else 0)

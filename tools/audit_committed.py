@@ -34,6 +34,12 @@ SET = [
     ("rtx-pro-6000", "vllm", "gemma2-fp32-like"), ("rtx-pro-6000", "sglang", "gqa-h128-fp32"),
     ("h200", "sglang", "gqa-h128-fp32"), ("h200", "vllm", "gpt-oss-120b"),
     ("rtx-pro-6000", "vllm", "gpt-oss-120b", "--moe-backend", "triton"),  # vLLM's opt-in TRITON MXFP4 MoE on sm_120
+    # the models users run, from their published config.json (results/audit/models/SOURCES.md), at each engine's
+    # defaults, on an RTX PRO 6000 and a DGX Spark GB10 (sm_121: arch answered apart)
+    *[(t, e, m) for t in ("rtx-pro-6000", "dgx-spark-gb10") for e in ("vllm", "sglang")
+      for m in ("glm-4.5-air", "qwen3-235b-a22b", "llama-3.1-8b", "gemma-3-27b-it", "deepseek-v3.2")],
+    *[("dgx-spark-gb10", e, m) for e in ("vllm", "sglang") for m in ("gpt-oss-120b", "qwen3-next-80b-a3b")],
+    ("dgx-spark-gb10", "vllm", "nemotron-h-8b"),
 ]
 
 
@@ -72,7 +78,8 @@ def _rows(out: Path) -> list[dict]:
 
 def table() -> str:
     lines = ["| target | engine | model (flags) | attention backend (engine line) | launches | over the limit (kernel: bytes) "
-             "| autotune configs dropped | not run here |", "|---|---|---|---|---|---|---|---|"]
+             "| autotune configs dropped | not run here | compiled kernels on the path: answered (fit / fail) / "
+             "unanswered |", "|---|---|---|---|---|---|---|---|---|"]
     for target, engine, model, *flags in SET:
         out = folder(target, engine, model, *flags)
         if not (out / "run.json").is_file():
@@ -81,7 +88,15 @@ def table() -> str:
         rows = _rows(out)
         sel = meta.get("attention_backend")
         backend = f"{sel['backend']} (`{sel['line']}`)" if sel else "-"
+        path = [r for r in rows if r["family"] == "compiled-audit"]
+        rows = [r for r in rows if r["family"] != "compiled-audit"]
         launched = [r for r in rows if r["verdict"] != "not-selected"]
+        fails = [r for r in path if r["verdict"] in ("smem-over-limit", "no-code", "refused", "compile-error")]
+        unans = [r for r in path if r["verdict"] == "unanswered"]
+        fit = [r for r in path if r["verdict"] == "fits"]
+        path_cell = (f"{len(fit) + len(fails)} ({len(fit)} / {len(fails)}"
+                     + (": " + "; ".join(sorted({f"{r['layer']} {r['library']} {r['verdict']}" for r in fails}))
+                        if fails else "") + f") / {len(unans)}") if path else "not run (committed before the path)"
         over = sorted({f"{r['kernel']}: {r['smem_bytes']}" for r in launched if r["verdict"] == "smem-over-limit"
                        and not r.get("autotune_dropped")})
         tuned = sorted({f"{r['kernel']} {r['autotune_dropped'].split(' (')[0]}" for r in launched
@@ -91,7 +106,7 @@ def table() -> str:
         label = f"{model} ({' '.join(flags)})" if flags else model
         lines.append(f"| {target} | {meta['toolchain']['engine']} | {label} | {backend} | {len(launched)} | "
                      f"{'; '.join(over) or 'none'} | {'; '.join(tuned) or 'none'} | "
-                     f"{', '.join(elsewhere) or 'none'} |")
+                     f"{', '.join(elsewhere) or 'none'} | {path_cell} |")
     return "\n".join(lines) + "\n"
 
 
@@ -136,7 +151,7 @@ def coverage() -> dict:
     for target, engine, model, *flags in SET:
         out = folder(target, engine, model, *flags)
         for r in _rows(out) if (out / "results.jsonl").is_file() else []:
-            if r["verdict"] != "not-selected":
+            if r["verdict"] != "not-selected" and r["family"] == "triton-audit":
                 seen.setdefault((target, r["config"]), r)
     per: dict[str, list[int]] = {}
     for r in seen.values():

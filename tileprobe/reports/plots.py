@@ -22,7 +22,7 @@ mticker = LazyModule("matplotlib.ticker", before=lambda: matplotlib.load())
 VERDICT_COLOR = {"fits": "#2e8b57", "ok": "#1a7f37", "smem-over-limit": "#c62828", "compile-error": "#8e24aa",
                  "unsupported": "#9e9e9e", "launch-error": "#e65100", "incorrect": "#b71c1c", "timeout": "#f9a825",
                  "crashed": "#6d1b1b", "not-runnable-here": "#00838f",
-                 "not-selected": "#9e9e9e"}
+                 "not-selected": "#9e9e9e", "no-code": "#b71c1c", "refused": "#b71c1c", "unanswered": "#f9a825"}
 
 
 def matplotlib_missing() -> str | None:

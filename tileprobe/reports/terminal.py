@@ -3,6 +3,7 @@ the CSV), and a one-paragraph summary: how many fit, the tightest fit, the faste
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
 from tileprobe.families import report_spec
@@ -17,7 +18,7 @@ OTHER_WORDS = {"compile-error": "failed to compile", "unsupported": "were not si
 VERDICT_STYLE = {"fits": "green", "ok": "bold green", "smem-over-limit": "red", "compile-error": "magenta",
                  "unsupported": "dim", "launch-error": "red", "incorrect": "bold red", "timeout": "yellow",
                  "crashed": "bold red", "not-run": "yellow", "unchecked": "yellow", "not-runnable-here": "cyan",
-                 "not-selected": "dim"}
+                 "not-selected": "dim", "no-code": "bold red", "refused": "bold red", "unanswered": "yellow"}
 
 
 def _fmt(v, nd=1):
@@ -35,7 +36,8 @@ def autotune_dropped(r: dict) -> bool:
 
 
 def _verdict(r: dict) -> str:
-    text = f"[{VERDICT_STYLE.get(r['verdict'], '')}]{r['verdict']}[/]"
+    style = VERDICT_STYLE.get(r["verdict"])
+    text = f"[{style}]{r['verdict']}[/]" if style else escape(str(r["verdict"]))
     return f"{text}\n[dim]autotuner drops[/]" if autotune_dropped(r) else text
 
 

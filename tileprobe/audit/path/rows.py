@@ -95,13 +95,14 @@ def unanswered(answered: list[Answered]) -> list[str]:
 
 def terminal_table(answered: list[Answered], target: Target):
     from rich.table import Table
+    from rich.text import Text
     t = Table(title=f"compiled kernels on the path ({target.name}, {target.smem_optin} B opt-in)", expand=False)
     for name in ("layer", "phase", "library / kernel", "arch", "gate", "shared B", "verdict"):
         t.add_column(name, overflow="fold", no_wrap=name == "verdict")
     for a in answered:
-        t.add_row(a.call.layer, a.call.phase, f"{a.library}: {a.answer.kernel}", _short(a.answer.arch),
-                  _short(a.answer.gate), "-" if a.answer.smem_bytes is None else str(a.answer.smem_bytes),
-                  str(a.verdict))
+        t.add_row(*map(Text, (a.call.layer, a.call.phase, f"{a.library}: {a.answer.kernel}", _short(a.answer.arch),
+                              _short(a.answer.gate), "-" if a.answer.smem_bytes is None else str(a.answer.smem_bytes),
+                              str(a.verdict))))
     return t
 
 
