@@ -257,7 +257,8 @@ def test_an_audit_speaks_triton(tmp_path, rng, no_charts):
     out = tmp_path / "out"
     p = _cli("audit", "--engine", "sglang", "--model", "qwen3-30b-a3b", "--target", target, "--batch",
              str(rng.choice([1, 2, 4])), "--seq-len", str(rng.choice([512, 1024])), "--out", out, "--jobs", "2",
-             "--attention-backend", "triton")  # SGLang's own choice there is flashinfer: nothing Triton to show
+             "--attention-backend", "triton",  # SGLang's own choice there is flashinfer: nothing Triton to show
+             "--kernel", "sglang-extend-attention,sglang-decode-attention")  # the Triton launches only (no path)
     assert p.returncode in (0, 1), p.stderr
     rs = load(out)
     assert rs.rows and all(r["family"] == "triton-audit" for r in rs.rows)

@@ -157,6 +157,9 @@ CUTLASS_TIE_RULE = ("two tiles tie when their medians differ by no more than the
 # Row columns only Triton families fill: the CUTLASS CSV leaves them out (it stays what it was before they existed).
 TRITON_FIELDS = ("kernel", "kernel_file", "block_m", "block_n", "block_k", "batch_range", "config_origin",
                  "config_file", "config_key", "config_rule", "autotune_dropped")
+# the compiled kernels on a model's path (tileprobe audit): only the audit's CSV carries them
+PATH_FIELDS = ("layer", "phase", "library", "arch_answer", "arch_evidence", "gate_answer", "gate_evidence",
+               "bytes_evidence")
 
 
 def _swap(r: dict, c: Cells) -> str:
@@ -269,7 +272,7 @@ CUTLASS_REPORT = ReportSpec(
                      "the target's datasheet bandwidth, % copy against a measured device-to-device copy (read + "
                      "write).",
     tie_rule=CUTLASS_TIE_RULE,
-    csv_drop=TRITON_FIELDS,
+    csv_drop=TRITON_FIELDS + PATH_FIELDS,
 )
 
 
@@ -469,7 +472,7 @@ TRITON_REPORT = ReportSpec(
                "config_file", "config_key", "config_rule", "config_source", "block_m", "block_n", "block_k",
                "group_size_m", "num_warps", "stages", "smem_bytes", "smem_limit_bytes", "headroom_bytes",
                "regs_per_thread", "spill_bytes", "verdict", "evidence", "reason"),
-    csv_drop=TRITON_CUTLASS_ONLY,
+    csv_drop=TRITON_CUTLASS_ONLY + PATH_FIELDS,
 )
 
 _SOURCE = re.compile(r"^(?:(?P<origin>[a-z]+):)?(?P<file>.+)#(?P<key>\d+)$")

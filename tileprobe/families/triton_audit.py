@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from tileprobe.errors import UsageError
 from tileprobe.families.base import TRITON_OPTIONS, Config, Family, Tile
-from tileprobe.families.columns import TRITON_REPORT, Column, field_of
+from tileprobe.families.columns import TRITON_CUTLASS_ONLY, TRITON_REPORT, Column, field_of
 
 NAME = "triton-audit"
 ARCHS = ("sm_120a", "sm_121a", "sm_100a", "sm_90a", "sm_89", "sm_86", "sm_80")
@@ -70,6 +70,7 @@ def _caption(rows: list[dict]) -> str | None:
         "point: b = batch sizes, s = sequence length (tp, w: tensor-parallel ranks, window where set)"
 REPORT = replace(
     TRITON_REPORT,
+    csv_drop=TRITON_CUTLASS_ONLY,  # an audit's CSV keeps the path's columns (its compiled-audit rows fill them)
     terminal=(
         Column("gemm", "op", field_of("gemm"), wrap=True, min_width=12),
         Column("kernel", "kernel", field_of("kernel"), wrap=True, min_width=12),
