@@ -47,8 +47,10 @@ KV_DT = {"auto": 0, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 2}  # vllm::Fp8KVCacheD
 class Op:
     pattern: str  # regex over the demangled (or mangled) kernel name; {T}/{C}/{KV}/{N} filled per call
     launch: str  # what the launch passes as dynamic shared memory
-    gate: str  # what the op checks, quoted
+    gate: str  # what the op checks, quoted ("" for one tileprobe has not read: unanswered)
     gemm: bool = False
+    so: str = SO  # the library the kernel ships in
+    read_launch: bool = True  # False: the launch's dynamic bytes were not read (the static bytes are still said)
 
 
 ELEMENTWISE_GATE = "no device or arch check: only {checks} ({src})"
@@ -83,6 +85,12 @@ OPS = {
                             "sizeof(GemmKernel::SharedStorage)", "", gemm=True),
     "cutlass_scaled_mm_blockwise": Op(r"{BLOCKWISE}", "the CUTLASS 3.x device_kernel<GemmKernel> launch: dynamic "
                                       "shared memory = sizeof(GemmKernel::SharedStorage)", "", gemm=True),
+    "concat_and_cache_mla": Op(r"^void vllm::concat_and_cache_mla_kernel<{C}, {KV}, \(vllm::Fp8KVCacheDataType\){N}",
+                               "vllm::concat_and_cache_mla_kernel<...> (vllm-project/vllm csrc/cache_kernels.cu; the "
+                               "launch was not read here)", "", read_launch=False),
+    "topk_softmax": Op(r"^void vllm::moe::(topkGating|moeSoftmax)<", "vllm::moe::topkGating / moeSoftmax "
+                       "(csrc/moe/topk_softmax_kernels.cu; the launch was not read here)", "", read_launch=False,
+                       so="vllm/_moe_C_stable_libtorch.abi3.so"),
 }
 ALIASES = {"fused_add_rmsnorm": "fused_add_rms_norm", "rmsnorm": "rms_norm", "rope": "rotary_embedding",
            "silu_and_mul_kernel": "silu_and_mul", "scaled_mm": "cutlass_scaled_mm",
@@ -95,11 +103,11 @@ SCALED = {12: r"enable_sm120_family.*31MainloopSm120TmaWarpSpecializedI",
 BLOCKWISE = r"device_kernel<vllm::cutlass_3x_gemm_fp8_blockwise<"
 
 
-def library(ctx: Context):
-    key = ("lib", ctx.engine_source.origin, SO)
+def library(ctx: Context, so: str = SO):
+    key = ("lib", ctx.engine_source.origin, so)
     if key not in ctx.memo:
         try:
-            path = binaries.member(ctx.engine_source.origin, ctx.engine_source.kind, SO, ctx.cache_dir)
+            path = binaries.member(ctx.engine_source.origin, ctx.engine_source.kind, so, ctx.cache_dir)
             ctx.memo[key] = (path, binaries.library(path))
         except (TileprobeError, OSError) as exc:
             ctx.memo[key] = (None, str(exc))
@@ -170,17 +178,18 @@ def _answer(call: KernelCall, ctx: Context) -> CompiledAnswer:
         return CompiledAnswer(str(call.param("kernel")), unanswered(why), unanswered(why), unanswered(why))
     spec = OPS[op]
     pattern = pattern_for(op, call, target.cc_int)
-    path, lib = library(ctx)
+    path, lib = library(ctx, spec.so)
     if path is None or pattern is None:
-        why = (f"{SO} could not be read: {lib}" if path is None else
+        why = (f"{spec.so} could not be read: {lib}" if path is None else
                f"no kernel pattern for {op} with dtype={call.param('dtype')!r}, "
                f"kv_cache_dtype={call.param('kv_cache_dtype', 'auto')!r} on cc {target.cc}")
         return CompiledAnswer(op, unanswered(why), unanswered(why), unanswered(why))
-    arch = binaries.arch_part(lib, target, pattern, SO)
+    arch = binaries.arch_part(lib, target, pattern, spec.so)
     runs = running(lib, pattern, target.cc_int)
     n = len({k.name for _, k in runs}) or len(arch.matched)
     label = f"{op}: {n} vLLM kernel instantiation(s) for dtype {call.param('dtype', 'bf16')}"
-    gate = _gemm_gate(op, target.cc_int) if spec.gemm else Part(spec.gate, True, "quoted")
+    gate = _gemm_gate(op, target.cc_int) if spec.gemm else Part(spec.gate, True, "quoted") if spec.gate else \
+        unanswered(f"{op}'s own checks were not read by tileprobe")
     if arch.part.ok is False:
         return CompiledAnswer(label, arch.part, gate, unanswered("no code runs there"))
     static = max((k.static_smem for _, k in runs), default=None)
@@ -191,13 +200,17 @@ def _answer(call: KernelCall, ctx: Context) -> CompiledAnswer:
                + (f"{stages}, not the epilogue's storage" if stages else "no stage count or tile tileprobe can read")
                + f"; static {static} B, registers up to {regs} read from the cubin")
         return CompiledAnswer(label, arch.part, gate, unanswered(why), static_smem=static, registers=regs)
+    if not spec.read_launch:
+        return CompiledAnswer(label, arch.part, gate, unanswered(
+            f"{spec.launch}; static {static} B, registers up to {regs} read from the cubin"),
+            static_smem=static, registers=regs)
     if not runs:
         text = (f"no cubin for {target.arch[:-1]}: the driver JIT-compiles the PTX, whose static bytes are not in "
                 f"the binary; the launch asks no dynamic bytes: {spec.launch}")
         return CompiledAnswer(label, arch.part, gate, unanswered(text))
     worst = max(runs, key=lambda c: (c[1].static_smem, c[1].registers))
     text = (f"dynamic 0 B: {spec.launch}; static {static} B (largest of {n}; {worst[0].arch} cubin, "
-            f"registers up to {regs}) read from {SO}")
+            f"registers up to {regs}) read from {spec.so}")
     return CompiledAnswer(label, arch.part, gate, Part(text, static <= target.smem_optin, "read"),
                           smem_bytes=static, static_smem=static, registers=regs)
 
