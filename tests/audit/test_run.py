@@ -148,7 +148,8 @@ def test_the_engines_own_attention_backend_decides_which_attention_kernels_run(r
     p = _cli("--engine", engine, "--model", preset, "--target", rng.choice(["rtx-pro-6000", "h200"]), "--batch", 2,
              "--seq-len", rng.randint(64, 2048), "--out", out, "--jobs", 1, "--kernel",
              ",".join(k.name for k in kernels_for(engine) if k.backend))
-    assert p.returncode in (0, 1) and "Traceback" not in p.stderr, (p.returncode, p.stdout[-2000:], p.stderr)
+    # 3 when the engine runs none of these Triton launchers (0 launches answered never passes)
+    assert p.returncode in (0, 1, 3) and "Traceback" not in p.stderr, (p.returncode, p.stdout[-2000:], p.stderr)
     sel = json.loads((out / "run.json").read_text())["attention_backend"]
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
     file, line = sel["line"].rsplit(":", 1)
