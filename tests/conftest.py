@@ -26,6 +26,9 @@ def pytest_configure(config):
     os.environ.setdefault("TILEPROBE_CACHE_DIR", os.environ["TILEPROBE_TEST_CACHE"])
     session_seed()  # the session's draws (tests/_session_draw.py): drawn here, before the xdist workers start
     _session_bytecode()
+    config.addinivalue_line("markers", "engine_wheels(flashinfer=False): reads the pinned vLLM / SGLang wheels (and, "
+                                       "with flashinfer=True, the flashinfer releases they pin): fetched into the "
+                                       "wheel cache when such a test is selected and not skipped")
 
 
 _OWN_CACHE = [None]  # the session cache this process made (removed at the end); a caller's is left alone
@@ -58,24 +61,44 @@ def _has_gpu() -> bool:
         return False
 
 
+def _mark_engine_wheels(items) -> None:
+    """The tests that read the engines' wheels get the engine_wheels marker (a test may also carry it itself): the
+    triton-moe tests read vLLM's and SGLang's kernels and config trees from their wheels, and test_blocklist_engines
+    also loads the flashinfer releases those engines pin from theirs (never installed)."""
+    for item in items:
+        if item.get_closest_marker("engine_wheels") is None:
+            if "test_blocklist_engines" in item.nodeid:
+                item.add_marker(pytest.mark.engine_wheels(flashinfer=True))
+            elif "triton" in item.nodeid:
+                item.add_marker(pytest.mark.engine_wheels)
+
+
+def _wheels_wanted(items) -> tuple[bool, bool]:
+    """(engines, flashinfer): whether a test that will run (selected, not skipped by a mark: a `gpu` test on a
+    machine without one is) reads the engine wheels, and the flashinfer pins."""
+    marks = [m for item in items if item.get_closest_marker("skip") is None
+             for m in [item.get_closest_marker("engine_wheels")] if m is not None]
+    return bool(marks), any(m.kwargs.get("flashinfer") for m in marks)
+
+
 def _fetch_engine_wheels(items) -> None:
-    """The triton-moe tests read vLLM's and SGLang's kernels and config trees from their wheels, and
-    test_blocklist_engines loads the flashinfer releases those engines pin from theirs (never installed): on a fresh
-    machine, fetch the pinned wheels into tileprobe's wheel cache once (tileprobe.engines.fetch, the same code as
-    `tileprobe engines fetch`), so those tests run instead of skipping. A failed download is said here; the tests
-    then skip, naming why."""
+    """On a fresh machine, fetch the pinned wheels the selected tests read (engine_wheels) into tileprobe's wheel
+    cache once (tileprobe.engines.fetch, the same code as `tileprobe engines fetch`), so those tests run instead of
+    skipping; nothing when no selected test reads them (a `-m gpu` run of other tests never reaches for the network).
+    A failed download is said here; the tests then skip, naming why."""
+    engines, flashinfer = _wheels_wanted(items)
+    if not engines:
+        return
     from tileprobe.engines import fetch, triton_configs
     from tileprobe.errors import UsageError
 
-    ids = [item.nodeid for item in items]
     wanted = []
-    if any("triton" in i or "test_blocklist_engines" in i for i in ids):
-        for engine, version in triton_configs.PINNED.items():
-            try:
-                triton_configs.find_engine(engine)
-            except UsageError:
-                wanted.append((engine, version))
-    if any("test_blocklist_engines" in i for i in ids) and not os.environ.get("TILEPROBE_WHEELS"):
+    for engine, version in triton_configs.PINNED.items():
+        try:
+            triton_configs.find_engine(engine)
+        except UsageError:
+            wanted.append((engine, version))
+    if flashinfer and not os.environ.get("TILEPROBE_WHEELS"):
         wanted += [(w.dist, w.version) for w in fetch.plan() if w.pinned_by and w.version]  # the engines' pins
     for dist, version in wanted:
         try:
@@ -99,13 +122,19 @@ def compilers_first(items) -> None:
 
 def pytest_collection_modifyitems(config, items):
     compilers_first(items)
-    _fetch_engine_wheels(items)
+    _mark_engine_wheels(items)
     if _has_gpu():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU and driver")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_collection_finish(session):
+    """After -m / -k deselection (pytest_collection_modifyitems sees every collected test): the wheels the tests that
+    will run need."""
+    _fetch_engine_wheels(session.items)
 
 
 @pytest.fixture(scope="session")

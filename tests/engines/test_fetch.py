@@ -94,3 +94,80 @@ def test_the_download_is_pip_download_no_deps_of_one_release(tmp_path, rng):
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     assert sum(line.startswith("flashinfer-python ") and "pinned by" in line for line in lines) == 2, p.stdout
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Progress while downloading, and what a partly failed fetch leaves
+# ---------------------------------------------------------------------------------------------------------------
+
+FAKE_PIP = r'''
+import sys, time, zipfile, pathlib
+into, dist, version, log, pin, fail = sys.argv[1:7]
+# the line announcing this download is out before the download ends (said as it starts, not after)
+if f"{dist} {version}" not in pathlib.Path(log).read_text():
+    sys.exit(f"ERROR: no line announced {dist} {version}")
+if dist == fail:
+    sys.exit(f"ERROR: No matching distribution found for {dist}=={version}")
+time.sleep(0.4)
+stem = dist.replace("-", "_")
+with zipfile.ZipFile(pathlib.Path(into) / f"{stem}-{version}-py3-none-any.whl", "w") as z:
+    z.writestr(f"{stem}-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
+               + (f"Requires-Dist: flashinfer-python=={pin}\n" if dist != "flashinfer-python" else ""))
+    z.writestr("pad.bin", b"\0" * 2_500_000)
+'''
+
+
+def _fake_pip(monkeypatch, tmp_path, log, pin, fail=""):
+    script = tmp_path / "fake_pip.py"
+    script.write_text(FAKE_PIP)
+    monkeypatch.setattr(fetch, "pip_command", lambda dist, version, into: [
+        sys.executable, str(script), str(into), dist, version, str(log), pin, fail])
+
+
+def test_fetch_says_each_wheel_as_it_starts_while_it_downloads_and_its_size_when_done(tmp_path, monkeypatch, rng):
+    v, pin = f"9.{rng.randrange(99)}.0", f"0.{rng.randrange(8, 99)}.{rng.randrange(9)}"
+    log = tmp_path / "stderr.log"
+    _fake_pip(monkeypatch, tmp_path, log, pin)
+    monkeypatch.setattr(fetch, "HEARTBEAT_S", 0.1, raising=False)
+    with open(log, "w", buffering=1) as err:
+        monkeypatch.setattr(sys, "stderr", err)
+        got = fetch.fetch([f"vllm=={v}"], tmp_path / "dest")
+    assert [(w.dist, w.version) for w, _ in got] == [("vllm", v), ("flashinfer-python", pin)]
+    lines = log.read_text().splitlines()
+    starts = [i for i, ln in enumerate(lines) if ln.startswith("fetching ")]
+    dones = [i for i, ln in enumerate(lines) if ln.startswith("fetched ")]
+    assert len(starts) == len(dones) == 2 and starts[0] < dones[0] < starts[1] < dones[1], lines
+    assert f"vllm {v}" in lines[starts[0]] and f"flashinfer-python {pin}" in lines[starts[1]], lines
+    assert all("2.5 MB" in lines[i] for i in dones), lines  # each wheel's size when it is done
+    assert any("still downloading" in ln for ln in lines[starts[0]:dones[0]]), lines  # a long one says so
+
+
+def test_a_fetch_whose_pinned_flashinfer_fails_says_the_engine_wheel_was_cached_and_what_it_serves(
+        tmp_path, monkeypatch, capsys, rng):
+    """`tileprobe engines fetch vllm==0.34.0`: the engine's wheel arrives, the flashinfer release it pins does not
+    (no such wheel on the index): exit 2, saying the engine wheel is cached, where, and what tileprobe does with it."""
+    import signal
+
+    from tileprobe import cli
+
+    v, pin = f"9.{rng.randrange(99)}.0", f"0.{rng.randrange(8, 99)}.{rng.randrange(9)}"
+    dest = tmp_path / "dest"
+    _fake_pip(monkeypatch, tmp_path, tmp_path / "stderr.log", pin, fail="flashinfer-python")
+    (tmp_path / "stderr.log").write_text(f"vllm {v} flashinfer-python {pin}\n")  # the fake's start-line check
+    monkeypatch.setattr(sys, "argv", ["tileprobe", "engines", "fetch", f"vllm=={v}", "--dest", str(dest)])
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            cli.main()
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    (error,) = [ln for ln in err.splitlines() if ln.startswith("tileprobe: error: ")]
+    wheel = dest / f"vllm-{v}-py3-none-any.whl"
+    assert wheel.is_file()
+    assert f"No matching distribution found for flashinfer-python=={pin}" in error, err
+    assert f"vllm {v} is cached: {wheel}" in error, err
+    helps = [ln for ln in err.splitlines() if ln.startswith("help: ")]
+    assert any(f"--engine-wheel {wheel}" in ln and "tileprobe audit" in ln and "0.33.0" in ln for ln in helps), err
+    assert any(f"tileprobe engines fetch vllm=={v} --no-flashinfer" in ln for ln in helps), err

@@ -31,8 +31,12 @@ rms (0.09 at 128 keys), a dropped sink or a wrong KV head by O(1), all far outsi
 elements are caught, and an output left unwritten (the NaN poison) fails.
 
 Rows go through tileprobe's results writer (results.jsonl, results.csv, run.json): verdict ok (evidence verified)
-or incorrect, launch-error when the kernel does not build or run here (the reason says why).
-Run: PYTHONPATH=. python3 -m tileprobe.audit.runtime --out DIR [--wheels DIR] [--case NAME ...] [--slim DIR]
+or incorrect, launch-error when the kernel does not build or run here (the reason says why); a printed line carries
+numbers only where they were measured (a dry run's or a failed launch's says "not measured").
+Run: PYTHONPATH=. python3 -m tileprobe.audit.runtime --out DIR [--wheels DIR] [--case NAME ...] [--model M]
+[--slim DIR]. Exit codes (EXIT_CODES): 0 every case verified and every corruption control caught; 1 a case
+incorrect or launch-error, or a control NOT CAUGHT; 2 bad input (one line); 3 not run: no GPU here (nothing is
+written), or --dry-run (captured, nothing checked).
 """
 
 from __future__ import annotations
@@ -52,7 +56,8 @@ from tileprobe.audit import capture, runtime_cases
 from tileprobe.audit.run import BLOCK_NAMES, branch_line
 from tileprobe.backends.triton.toolchain import cache_root
 from tileprobe.engines.triton_configs import EngineSource, find_engine
-from tileprobe.errors import UsageError
+from tileprobe.errors import TileprobeError, UsageError
+from tileprobe.models import attention_model
 from tileprobe.families import arch_for, family
 from tileprobe.families import triton_audit as fam
 from tileprobe.families.base import Accumulation
@@ -144,11 +149,27 @@ def _launch_text(launches) -> str:
                      f"stages {l.arg('num_stages') or 'default'} BLOCK {'/'.join(map(str, _blocks(l)))}" for l in launches)
 
 
-def device_target() -> Target:
+EXIT_CODES = ("exit codes: 0 every case verified and every corruption control caught; 1 a case incorrect or "
+              "launch-error, or a control NOT CAUGHT; 2 bad input (one line); 3 not run: no GPU here (nothing is "
+              "written), or --dry-run (captured, nothing checked)")
+NOT_RUN = 3
+
+
+class NotRun(TileprobeError):
+    """The check cannot run here (no GPU): said in one line, exit NOT_RUN, nothing written."""
+
+
+def gpu_target() -> Target | None:
+    """The first GPU here, or None."""
     try:
         return query_devices()[0]
     except (NoDevice, IndexError, UsageError):
-        return profile("h200")  # no GPU: a dry run (capture and reference only)
+        return None
+
+
+def device_target() -> Target:
+    """The first GPU, else the h200 profile (a dry run's: capture and reference only, nothing launched)."""
+    return gpu_target() or profile("h200")
 
 
 def nvcc_version() -> str | None:
@@ -232,29 +253,57 @@ def slim(out: Path, cases) -> list[Path]:
     return made
 
 
+def _num(v, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def line_of(name: str, outcome: Outcome, row: dict) -> str:
+    """A case's printed line: its numbers only where they were measured."""
+    head = f"{name:34s} {outcome.verdict.value:13s}"
+    if row.get("checked_elements") is None:  # a dry run, or a launch that failed: nothing was measured
+        return f"{head} not measured  {outcome.reason[:100]}"
+    return (f"{head} worst/bound {_num(row['worst_ratio'], '7.4f')} rel_err {_num(row['rel_err'], '.2e')} median "
+            f"{_num(row['us_median'], '8.2f')} us graph {_num(row['us_graph_median'], '8.2f')} us  "
+            f"{outcome.reason[:60]}")
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tileprobe.audit.runtime", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tileprobe.audit.runtime", description=__doc__.split("\n")[0],
+                                 epilog=EXIT_CODES)
     ap.add_argument("--out", type=Path, help="results folder (results.jsonl, results.csv, run.json)")
     ap.add_argument("--wheels", help="a folder of engine wheels (default: TILEPROBE_ENGINE_WHEELS or the cache)")
     ap.add_argument("--case", action="append", help="run only these cases (repeatable)")
+    ap.add_argument("--model", help="a preset of tileprobe.models (qwen3-30b-a3b, gpt-oss-120b, kimi-k2, ...) or a "
+                                    "config.json: the cases that apply to it, with its dimensions (default: each "
+                                    "case's preset)")
     ap.add_argument("--seed", type=int, help="the random inputs' seed (default: a fresh one)")
     ap.add_argument("--reps", default="25,200", help="do_bench warmup,rep in milliseconds")
     ap.add_argument("--corrupt", type=int, default=8, help="elements flipped in each verified output's control check")
-    ap.add_argument("--dry-run", action="store_true", help="no launch: build inputs on the CPU, capture, reference")
+    ap.add_argument("--dry-run", action="store_true", help="no launch: build inputs on the CPU, capture, reference "
+                                                           "(exit 3: nothing checked)")
     ap.add_argument("--slim", type=Path, help="write small engine wheels for the cases into this folder and stop")
     a = ap.parse_args(argv)
-    target = device_target()
-    every = runtime_cases.cases(target.sms)
+    gpu = gpu_target()
+    target = gpu or profile("h200")  # no GPU: inputs on the CPU, the launches captured for an H200 (--dry-run)
+    model = attention_model(a.model) if a.model else None
+    every = runtime_cases.cases(target.sms, model)
+    if model is not None and not every:
+        raise UsageError(f"--model {a.model}: none of the cases applies to {model.name} (no attention layer)")
     chosen = [c for c in every if not a.case or c.name in a.case]
     if a.case and len(chosen) != len(set(a.case)):
-        raise UsageError(f"--case: known cases are {', '.join(c.name for c in every)}")
+        known = f"the cases for {model.name} are" if model else "known cases are"
+        raise UsageError(f"--case {', '.join(n for n in a.case if n not in {c.name for c in every})}: {known} "
+                         f"{', '.join(c.name for c in every)}")
     if a.slim:
         for p in slim(a.slim, chosen):
             print(f"{p} {p.stat().st_size} B")
         return 0
     if a.out is None:
         raise UsageError("--out DIR is required")
-    launch = not a.dry_run and target.is_device
+    if gpu is None and not a.dry_run:
+        raise NotRun("not run: no GPU (no CUDA device visible); nothing was launched, checked or written "
+                     "(--dry-run captures the launches without one)")
+    launch = not a.dry_run
     seed = a.seed if a.seed is not None else int.from_bytes(os.urandom(4), "little")
     reps = tuple(int(x) for x in a.reps.split(","))
     arch = arch_for(family(fam.NAME), target.cc)
@@ -262,7 +311,7 @@ def main(argv=None) -> int:
     sources = {e: find_engine(e, a.wheels) for e in sorted({c.engine for c in chosen})}
     meta = {"family": fam.NAME, "target": target.as_dict(), "toolchain": columns | {"torch": torch.__version__},
             "engines": {e: [s.label(), Path(s.origin).name] for e, s in sources.items()}, "launched": launch,
-            "controls": [], "configs": len(chosen)}
+            "controls": [], "configs": len(chosen), **({"model": model.name} if model else {})}
     failed = 0
     with recording(a.out, meta, "verified" if launch else "none", " ".join(sys.argv), seed=seed) as rec:
         for case in chosen:
@@ -273,17 +322,17 @@ def main(argv=None) -> int:
                            extra={"engine": src.label(), "engine_hash": digest[:16], "driver": target.driver})
             rec.write(row)
             failed += outcome.verdict is not Verdict.OK
-            line = (f"{case.name:34s} {outcome.verdict.value:13s} worst/bound {row['worst_ratio'] or 0:7.4f} "
-                    f"rel_err {row['rel_err'] or 0:.2e} median {row['us_median'] or 0:8.2f} us graph "
-                    f"{row['us_graph_median'] or 0:8.2f} us  {outcome.reason[:60]}")
-            print(line, flush=True)
+            print(line_of(case.name, outcome, row), flush=True)
             if flipped is not None:
                 control = {"case": case.name, "flipped": a.corrupt, "bad_elements": flipped["bad_elements"],
                            "worst_ratio": flipped["worst_ratio"], "caught": flipped["bad_elements"] > 0}
                 rec.meta["controls"].append(control)
+                failed += not control["caught"]  # a check that misses flipped elements verifies nothing
                 print(f"{'':34s} corrupted control: {a.corrupt} flipped -> {flipped['bad_elements']} outside the "
                       f"bound ({'caught' if control['caught'] else 'NOT CAUGHT'})", flush=True)
-    return 1 if launch and failed else 0
+    if not launch:
+        return NOT_RUN
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
@@ -292,3 +341,6 @@ if __name__ == "__main__":
     except UsageError as exc:  # bad input (a missing engine wheel, an unknown --case): one line, exit 2, as the CLI's
         sys.stderr.write(f"python -m tileprobe.audit.runtime: error: {exc}\n")
         sys.exit(2)
+    except NotRun as exc:  # no GPU: one line, exit 3, nothing written
+        sys.stderr.write(f"python -m tileprobe.audit.runtime: {exc}\n")
+        sys.exit(NOT_RUN)

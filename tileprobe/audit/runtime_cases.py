@@ -95,7 +95,7 @@ class Case:
     launcher: str
     allow: tuple[str, ...]
     stand_ins: dict
-    model: str  # a preset of tileprobe.models
+    model: AttentionConfig  # a preset of tileprobe.models, or --model's
     what: str
     build: Callable  # (AttentionConfig, torch.Generator, device) -> Built
     reads: tuple[str, ...] = field(default=())
@@ -281,48 +281,77 @@ def _u(name, engine, module, launcher, allow, stand_ins, model, what, build, rea
     return Case(name, engine, module, launcher, allow, stand_ins, model, what, build, reads)
 
 
-def cases(sms: int) -> list[Case]:
+def window_of(model: AttentionConfig) -> int | None:
+    """The model's sliding window (HF `sliding_window`) when any of its layers slides, else None."""
+    return next((w for w in model.windows() if w), None)
+
+
+# What a case needs of a model (with --model: the cases run are those it has): "mla" (MLA's latent cache; every other
+# case needs a model without it), "full" (a full-attention layer), "window" (a sliding layer), "sinks", "presets"
+# (a second size of a case the presets already run: not repeated for one --model)
+NEEDS = {"sglang-extend-gqa": {"full"}, "sglang-extend-window-sinks": {"window"}, "sglang-extend-full-sinks":
+         {"full", "sinks"}, "sglang-prefill-gqa": {"full"}, "sglang-prefill-gqa-d64": {"presets"},
+         "sglang-decode-gqa": {"full"}, "sglang-decode-window-sinks": {"window"}, "vllm-unified-prefill-gqa": {"full"},
+         "vllm-unified-prefill-window-sinks": {"window"}, "vllm-unified-decode-gqa": {"full"},
+         "vllm-unified-decode-window-sinks": {"window"}, "vllm-mla-decode": {"mla"}}
+
+
+def applies(name: str, model: AttentionConfig) -> bool:
+    need = NEEDS[name]
+    if "presets" in need or ("mla" in need) != model.mla or model.heads == 0:
+        return False
+    return (("full" not in need or None in model.windows()) and ("window" not in need or window_of(model) is not None)
+            and ("sinks" not in need or model.sinks))
+
+
+def cases(sms: int, model: AttentionConfig | None = None) -> list[Case]:
     """Every case, small enough to run in seconds: GQA (qwen3-30b-a3b, 32/4 heads of 128), sliding window 128 and
-    sinks (gpt-oss-120b, 64/8 heads of 64), MLA (kimi-k2: 64 heads, rank 512 + rope 64)."""
+    sinks (gpt-oss-120b, 64/8 heads of 64), MLA (kimi-k2: 64 heads, rank 512 + rope 64). With `model` (--model: a
+    preset or a config.json), the cases that apply to it (NEEDS) with its dimensions, dtype and sinks, a window case
+    at its own window W (the sequences' lengths set from W as the presets' are from 128: keys beyond the window)."""
     sx, sd, vu = "sglang.kernels.ops.attention.", "vllm.v1.attention.ops.", VLLM_UNIFIED
     vs = vllm_stand_ins.STAND_INS
-    return [
+    gqa, oss, mla = (model,) * 3 if model else (ATTENTION_PRESETS[n] for n in ("qwen3-30b-a3b", "gpt-oss-120b",
+                                                                                 "kimi-k2"))
+    w = window_of(oss) or 128  # the window cases' W (unused where the model has no sliding layer: not run)
+    sk = ", sinks" if oss.sinks else ""
+    every = [
         _u("sglang-extend-gqa", "sglang", sx + "extend_attention", "extend_attention_fwd", SGLANG_EXTEND,
-           SGLANG_STAND_INS, "qwen3-30b-a3b", "causal, prefix 96/0 + extend 160/77", sglang_extend([96, 0], [160, 77])),
+           SGLANG_STAND_INS, gqa, "causal, prefix 96/0 + extend 160/77", sglang_extend([96, 0], [160, 77])),
         _u("sglang-extend-window-sinks", "sglang", sx + "extend_attention", "extend_attention_fwd", SGLANG_EXTEND,
-           SGLANG_STAND_INS, "gpt-oss-120b", "causal, window 128, sinks, prefix 200/33 + extend 190/130",
-           sglang_extend([200, 33], [190, 130], window=128)),
+           SGLANG_STAND_INS, oss, f"causal, window {w}{sk}, prefix {w + 72}/33 + extend 190/130",
+           sglang_extend([w + 72, 33], [190, 130], window=w)),
         _u("sglang-extend-full-sinks", "sglang", sx + "extend_attention", "extend_attention_fwd", SGLANG_EXTEND,
-           SGLANG_STAND_INS, "gpt-oss-120b", "causal, full layer, sinks, prefix 64 + extend 200",
-           sglang_extend([64], [200])),
+           SGLANG_STAND_INS, oss, f"causal, full layer{sk}, prefix 64 + extend 200", sglang_extend([64], [200])),
         _u("sglang-prefill-gqa", "sglang", sx + "prefill_attention", "context_attention_fwd", SGLANG_PREFILL,
-           SGLANG_STAND_INS, "qwen3-30b-a3b", "causal, 2 sequences of 300/129", sglang_context([300, 129])),
+           SGLANG_STAND_INS, gqa, "causal, 2 sequences of 300/129", sglang_context([300, 129])),
         _u("sglang-prefill-gqa-d64", "sglang", sx + "prefill_attention", "context_attention_fwd", SGLANG_PREFILL,
-           SGLANG_STAND_INS, "gpt-oss-120b", "causal, 2 sequences of 257/64 (no window, no sinks: not taken)",
+           SGLANG_STAND_INS, oss, "causal, 2 sequences of 257/64 (no window, no sinks: not taken)",
            sglang_context([257, 64])),
         _u("sglang-decode-gqa", "sglang", sx + "decode_attention", "decode_attention_fwd", SGLANG_DECODE,
-           SGLANG_STAND_INS, "qwen3-30b-a3b", "decode, 4 sequences of 300/1000/37/513, 8 kv splits",
+           SGLANG_STAND_INS, gqa, "decode, 4 sequences of 300/1000/37/513, 8 kv splits",
            sglang_decode([300, 1000, 37, 513])),
         _u("sglang-decode-window-sinks", "sglang", sx + "decode_attention", "decode_attention_fwd", SGLANG_DECODE,
-           SGLANG_STAND_INS, "gpt-oss-120b", "decode, window 128 (via kv_indices), sinks, 4 sequences of "
-           "300/1000/37/129", sglang_decode([300, 1000, 37, 129], window=128)),
+           SGLANG_STAND_INS, oss, f"decode, window {w} (via kv_indices){sk}, 4 sequences of "
+           f"{w + 172}/{w + 872}/37/{w + 1}", sglang_decode([w + 172, w + 872, 37, w + 1], window=w)),
         _u("vllm-unified-prefill-gqa", "vllm", sd + "triton_unified_attention", "unified_attention", vu, vs,
-           "qwen3-30b-a3b", "2D launch, causal, context 64/0 + query 200/45", vllm_unified([64, 0], [200, 45]),
+           gqa, "2D launch, causal, context 64/0 + query 200/45", vllm_unified([64, 0], [200, 45]),
            VLLM_READ),
         _u("vllm-unified-prefill-window-sinks", "vllm", sd + "triton_unified_attention", "unified_attention", vu,
-           vs, "gpt-oss-120b", "2D launch, causal, window 128, sinks, context 150/0 + query 180/90",
-           vllm_unified([150, 0], [180, 90], window=128), VLLM_READ),
+           vs, oss, f"2D launch, causal, window {w}{sk}, context {w + 22}/0 + query 180/90",
+           vllm_unified([w + 22, 0], [180, 90], window=w), VLLM_READ),
         _u("vllm-unified-decode-gqa", "vllm", sd + "triton_unified_attention", "unified_attention", vu, vs,
-           "qwen3-30b-a3b", "3D split-K launch, decode, 4 sequences of 300/1000/37/513",
+           gqa, "3D split-K launch, decode, 4 sequences of 300/1000/37/513",
            vllm_unified([299, 999, 36, 512], [1, 1, 1, 1]), VLLM_READ),
         _u("vllm-unified-decode-window-sinks", "vllm", sd + "triton_unified_attention", "unified_attention", vu,
-           vs, "gpt-oss-120b", "3D split-K launch, decode, window 128, sinks, 4 sequences of 300/1000/37/129",
-           vllm_unified([299, 999, 36, 128], [1, 1, 1, 1], window=128), VLLM_READ),
+           vs, oss, f"3D split-K launch, decode, window {w}{sk}, 4 sequences of {w + 172}/{w + 872}/37/{w + 1}",
+           vllm_unified([w + 171, w + 871, 36, w], [1, 1, 1, 1], window=w), VLLM_READ),
         _u("vllm-mla-decode", "vllm", sd + "triton_decode_attention", "decode_attention_fwd", VLLM_MLA, vs,
-           "kimi-k2", "MLA decode (TritonMLAImpl), 4 sequences of 700/1500/33/1024",
+           mla, "MLA decode (TritonMLAImpl), 4 sequences of 700/1500/33/1024",
            vllm_mla([700, 1500, 33, 1024], sms), VLLM_READ),
     ]
+    return every if model is None else [c for c in every if applies(c.name, model)]
 
 
 def model_of(case: Case) -> AttentionConfig:
-    return ATTENTION_PRESETS[case.model]
+    return case.model

@@ -7,6 +7,9 @@ here, else from locate.FLASHINFER_PINS; a spec may also name flashinfer itself (
 `fetch(specs)` runs `pip download --no-deps` for each (an argument list, a timeout) into `<user cache>/wheels` (or a
 folder given); after an engine's wheel arrives its own pin is read again and is the one fetched. Nothing is
 installed. The wheels are the projects' published files, read as zips at run time; they are never committed.
+Progress goes to stderr (`say`): a line as each download starts, one every HEARTBEAT_S while it runs (an engine
+wheel is hundreds of MB), and one with the wheel's size when it is done. A fetch that fails after some wheels arrived
+says which are cached and what tileprobe reads them for (`usable`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +28,7 @@ from tileprobe.engines import locate, packages
 from tileprobe.errors import UsageError
 
 DEFAULT_TIMEOUT_S = 900
+HEARTBEAT_S = 30.0  # a "still downloading" line this often
 FLASHINFER_NAMES = ("flashinfer", "flashinfer-python")
 
 
@@ -96,9 +101,37 @@ def pip_command(dist: str, version: str, into: Path) -> list[str]:
             f"{dist}=={version}"]
 
 
+def _stderr(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def _mb(path: Path) -> str:
+    return f"{path.stat().st_size / 1e6:.1f} MB"
+
+
+def usable(dist: str, version: str, path: Path) -> str:
+    """A help line: what tileprobe reads a cached engine wheel for (its launchers are reproduced for the PINNED
+    release only; the audit reads any release), and how to fetch it without its flashinfer pin."""
+    if dist not in locate.PINNED:
+        return f"help: {dist} {version} is cached ({path})"
+    nearest = "its FlashInfer kernels from the nearest flashinfer release here"
+    if version == locate.PINNED[dist]:
+        what = (f"help: triton-moe sweeps, check-configs, `tileprobe export triton-configs` and `tileprobe audit "
+                f"--engine {dist}` read {dist} {version} (the audit {nearest}); `tileprobe export flashinfer-blocklist`"
+                " needs the flashinfer release it pins")
+    else:
+        what = (f"help: `tileprobe audit --engine {dist} --engine-wheel {path} --model M --target T` reads {dist} "
+                f"{version} ({nearest}); triton-moe sweeps, check-configs and `tileprobe export triton-configs` "
+                f"reproduce {dist} {locate.PINNED[dist]}'s launcher only; `tileprobe export flashinfer-blocklist` "
+                "needs the flashinfer release it pins")
+    return f"{what}; `tileprobe engines fetch {locate.spec(dist, version)} --no-flashinfer` fetches it alone"
+
+
 def fetch(specs: list[str] | None = None, dest: Path | None = None, flashinfer: bool = True,
-          timeout_s: float = DEFAULT_TIMEOUT_S) -> list[tuple[Want, Path]]:
-    """Every wheel of plan(specs), downloaded unless already there; an engine's pin is re-read from its wheel."""
+          timeout_s: float = DEFAULT_TIMEOUT_S, say=None) -> list[tuple[Want, Path]]:
+    """Every wheel of plan(specs), downloaded unless already there; an engine's pin is re-read from its wheel. A
+    download that fails after others arrived is a UsageError saying which wheels are cached and what they serve."""
     got: list[tuple[Want, Path]] = []
     done: set = set()
     for w in plan(specs, dest, flashinfer):
@@ -110,14 +143,25 @@ def fetch(specs: list[str] | None = None, dest: Path | None = None, flashinfer: 
         if (w.dist, w.version) in done:
             continue
         done.add((w.dist, w.version))
-        got.append((w, download(w.dist, w.version, dest, timeout_s)))
+        try:
+            got.append((w, download(w.dist, w.version, dest, timeout_s, say)))
+        except UsageError as exc:
+            if not got:
+                raise
+            cached = "; ".join(f"{g.dist} {g.version} is cached: {p}" for g, p in got)
+            why = f" (pinned by {w.pinned_by})" if w.pinned_by else ""
+            helps = [usable(g.dist, g.version, p) for g, p in got if g.dist in locate.PINNED]
+            raise UsageError("\n".join([f"{exc}{why}; {cached}", *helps])) from None
     return got
 
 
-def download(dist: str, version: str, dest: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Path:
+def download(dist: str, version: str, dest: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+             say=None) -> Path:
     """The wheel of distribution `dist` at `version` in `dest` (default: the wheel cache), downloaded if missing.
     Check, lock, check: two processes asking at once (parallel test workers) download it once; pip writes into a
-    temporary folder beside it and the wheel is renamed into place whole, so nobody reads a partial file."""
+    temporary folder beside it and the wheel is renamed into place whole, so nobody reads a partial file. `say`
+    (default: stderr) gets a line as the download starts, every HEARTBEAT_S while it runs, and when it is done."""
+    say = say or _stderr
     dest = Path(dest) if dest else cache_dir()
     stem = dist.replace("-", "_")
 
@@ -132,14 +176,26 @@ def download(dist: str, version: str, dest: Path | None = None, timeout_s: float
         if have():
             return have()
         with tempfile.TemporaryDirectory(prefix=".download-", dir=dest) as tmp:
-            try:
-                p = subprocess.run(pip_command(dist, version, Path(tmp)), capture_output=True, text=True,
-                                   timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                raise UsageError(f"pip download {dist}=={version} did not finish in {timeout_s:.0f} s") from None
+            say(f"fetching {dist} {version} (pip download --no-deps into {dest}) ...")
+            start = time.monotonic()
+            p = subprocess.Popen(pip_command(dist, version, Path(tmp)), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+            while True:
+                try:
+                    _, stderr = p.communicate(timeout=HEARTBEAT_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() - start > timeout_s:
+                        p.kill()
+                        p.communicate()
+                        raise UsageError(f"pip download {dist}=={version} did not finish in {timeout_s:.0f} s") \
+                            from None
+                    say(f"  {dist} {version}: still downloading ({time.monotonic() - start:.0f} s)")
             got = sorted(Path(tmp).glob(f"{stem}-{version}-*.whl"))
             if p.returncode or not got:
-                last = (p.stderr.strip().splitlines() or ["no wheel was written"])[-1]
+                last = (stderr.strip().splitlines() or ["no wheel was written"])[-1]
                 raise UsageError(f"pip download {dist}=={version} failed: {last}")
             os.replace(got[0], dest / got[0].name)
+            say(f"fetched {dist} {version}: {got[0].name} ({_mb(dest / got[0].name)}) in "
+                f"{time.monotonic() - start:.0f} s")
     return have()

@@ -262,6 +262,8 @@ def prepare(opts) -> Prepared:
         raise UsageError(f"--jobs {opts.jobs}: must be at least 1")
     target, devices = resolve_target(opts.target, opts.gpus)
     devices = [] if opts.static_only or opts.predict_only else devices  # --predict-only launches nothing
+    if devices:
+        rt.fault_from_env()  # a malformed TILEPROBE_FAULT stops the sweep here, before anything is compiled or written
     arch = arch_for(family(tm.NAME), target.cc)
     if arch is None:
         raise UsageError(f"triton-moe compiles for {', '.join(tm.ARCHS)}; not sm_{target.cc_int} ({target.name})")
@@ -348,6 +350,7 @@ def runtime_rows(s: Prepared, seed: int, console) -> Iterator[dict]:
     unaffected."""
     device, shape = s.devices[0], s.shape
     cache = cache_root(s.opts.cache_dir)
+    fault = rt.fault_from_env()  # TILEPROBE_FAULT corrupt:POINT:GROUP (runtime's docstring); POINT: i below
     model = shape.model
     candidates: dict[str, dict[str, object]] = {}
     for p in s.every:
@@ -361,8 +364,13 @@ def runtime_rows(s: Prepared, seed: int, console) -> Iterator[dict]:
         prob = rt.Problem(tm.engine_of(next(iter(candidates[gemm].values()))), str(
             next(iter(candidates[gemm].values())).get("quant")), gemm, model.experts, n, k, m, model.top_k)
         cfgs = list(candidates[gemm].values())
+        group = fault.group_at(i) if fault else None
+        if group is not None:
+            console.print(f"[yellow]TILEPROBE_FAULT corrupt: point {i} ({gemm} M={m}) group {group}: each config's "
+                          "output corrupted after its launch, before the check[/]")
         results = isolated.run_configs(s.source, cache, prob, seed + i, [tm.job_of(cfg, s.source, m) for cfg in cfgs],
-                                       [tolerance.for_config(cfg, k, device.cc_int) for cfg in cfgs], device.l2_bytes)
+                                       [tolerance.for_config(cfg, k, device.cc_int) for cfg in cfgs], device.l2_bytes,
+                                       corrupt_group=group)
         for cfg, res in zip(cfgs, results):
             got = {key: v for key, v in res.data.items() if key not in ("point", "launch_status", "launch_reason")}
             verdict, reason, status = res.verdict, res.reason, res.data.get("launch_status") or res.verdict.value
@@ -371,7 +379,8 @@ def runtime_rows(s: Prepared, seed: int, console) -> Iterator[dict]:
             ident = f"{device.device_name}|{gemm}|{m}|{seed + i}"
             point = {"workload": model.name, "gemm": gemm, "batch": m, "routing": "uniform",
                      "experts_active": None, "problem": f"M={m} E={model.experts} N={n} K={k} top_k={model.top_k}",
-                     "problems_hash": hashlib.sha256(ident.encode()).hexdigest()[:12], "seed": seed + i}
+                     "problems_hash": hashlib.sha256(ident.encode()).hexdigest()[:12], "seed": seed + i,
+                     "point_id": i}
             runtime = {**got, "gpu_index": device.gpu_index, "launch_status": status, "launch_reason": reason}
             yield make_row(cfg, device, s.columns, o, runtime, point)
         console.print(f"  {gemm} M={m}: {len(candidates[gemm])} config(s) launched on {device.device_name}")

@@ -36,9 +36,11 @@ EXIT_AFTER_ERROR = 3
 
 def run_configs(source: KernelSource, cache: Path, p: rt.Problem, seed: int, jobs: list[KernelJob],
                 bounds: list[tolerance.Bound], l2_bytes: int = 0, timeout_s: float = DEFAULT_TIMEOUT_S,
-                device: str = "cuda", dtype=None, timed: bool = True) -> list[ProbeResult]:
+                device: str = "cuda", dtype=None, timed: bool = True,
+                corrupt_group: int | None = None) -> list[ProbeResult]:
     """One ProbeResult per job (in order): the check's verdict (classify: ok / incorrect), or launch-error, crashed,
-    timeout. Nothing raised for a config's own failure."""
+    timeout. Nothing raised for a config's own failure. `corrupt_group` (TILEPROBE_FAULT corrupt at this point): each
+    config's output has that group's block corrupted before its check (runtime.corrupt)."""
     results: dict[int, ProbeResult] = {}
     left = list(range(len(jobs)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
@@ -49,7 +51,7 @@ def run_configs(source: KernelSource, cache: Path, p: rt.Problem, seed: int, job
             work = Path(tmp) / "work.pkl"
             work.write_bytes(pickle.dumps({
                 "source": source, "cache": str(cache), "problem": p, "seed": seed, "device": device, "dtype": dtype,
-                "l2_bytes": l2_bytes, "timed": timed,
+                "l2_bytes": l2_bytes, "timed": timed, "corrupt_group": corrupt_group,
                 "jobs": [(i, jobs[i], bool(dict(jobs[i].kwargs).get("naive_block_assignment", False)), bounds[i])
                          for i in left]}))
             cmd = [sys.executable, "-m", "tileprobe.backends.triton.isolated", str(work)]
@@ -85,7 +87,7 @@ def main(argv: list[str]) -> int:
         _say({"event": "start", "point": i})
         try:
             got = rt.run_point(kernel, job, p, w["seed"], w["device"], bound, w["l2_bytes"], naive, w["dtype"],
-                               w["timed"], prepared)
+                               w["timed"], prepared, w.get("corrupt_group"))
         except Exception as exc:  # the launch's own error: that config's row; the rest go to a fresh process
             _say({"point": i, "launch_status": "error", "launch_reason": one_line(exc)})
             return EXIT_AFTER_ERROR

@@ -9,12 +9,21 @@ position of the engine's call (POINTERS); a None stays None (vLLM passes no rout
 Data: A and B uniform in [-1, 1) (never zeros), fresh per run from the seed; routing per token: top_k distinct
 experts drawn as the other families' `uniform` routing; router weights uniform in (0, 1]. fp8 w8a8 per-tensor: one
 scale for A, one per expert for B; fp8 block [128, 128]: a scale per (token, 128 of K) and per (128 of N, 128 of K),
-each amax / 448, values rounded to e4m3 by torch. B is made and quantized one expert at a time (no fp32 copy of all
+each amax / 448, values rounded to e4m3 by torch. Each scale's values get a random magnitude of their own in
+[0.1, 1) (each expert's B for fp8, each block for fp8 block), so that no two scales are alike: with uniform values
+alone every amax is ~1 and every scale ~1/448, and a kernel applying another expert's or block's scale passes. B is made and quantized one expert at a time (no fp32 copy of all
 of B: deepseek-v3's gate_up would be 30 GB). The reference computes every (token, expert) product in fp64 from the
 same (dequantized) values the kernel reads, so it shares no code with the kernel: one fp64 GEMM per active expert
 (only those experts' weights are dequantized, one at a time), once per problem and seed (`prepare`), reused by every
 config launched on those inputs. The check is tileprobe.results.tolerance.check with the bound the caller derives
 from the kernel's contract (tolerance.for_config): groups are experts (rms over an expert's slots).
+
+Fault switch (TILEPROBE_FAULT, the CUTLASS harness's, cutlass_harness/PROTOCOL.md): `corrupt:POINT:GROUP` makes
+the sweep's point POINT (the index of its (GEMM, M) in the sweep's order: the rows' point_id) corrupt, after each
+config's checked launch and before the check, the block the harness corrupts: up to 64 output rows (token slots) of
+GROUP, columns 0..127, each element v becoming -(v + 8 sign(v)). GROUP counts the point's groups as the check does:
+its active experts in ascending id (the row's worst_group is the expert's id); one beyond them fails the launch as
+launch-error. `sticky` and `hang` are the harness's only: refused here.
 
 Timing: R routings, the experts of each shifted by a different offset, so the expert weights R consecutive launches
 read span at least 4x the L2 (or every expert once); a CUDA graph of those R launches is replayed, and its median
@@ -24,11 +33,14 @@ per launch is `us_graph_median`; `us_median` times the same launches one by one.
 from __future__ import annotations
 
 import math
+import os
 import random
+import re
 import statistics
 from dataclasses import dataclass
 
 from tileprobe.backends.triton.compile import KernelJob
+from tileprobe.errors import UsageError
 from tileprobe.lazy import LazyModule
 from tileprobe.results import tolerance
 
@@ -37,6 +49,8 @@ torch = LazyModule("torch")
 FP8_MAX = 448.0
 BLOCK = 128
 L2_SPAN = 4
+FAULT_ENV = "TILEPROBE_FAULT"
+CORRUPT_ROWS, CORRUPT_COLS = 64, 128  # the block the harness corrupts (faults.cuh kCorruptRows, kCorruptCols)
 
 
 @dataclass(frozen=True)
@@ -157,6 +171,7 @@ def make_tensors(p: Problem, seed: int, device: str, dtype=None) -> Tensors:
         if p.quant == "bf16":
             b[e] = w_e
         elif p.quant == "fp8":
+            w_e = w_e * (torch.rand((), generator=g, device=device) * 0.9 + 0.1)  # this expert's own scale
             b_scale[e] = w_e.abs().amax() / FP8_MAX
             b[e] = (w_e / b_scale[e]).to(torch.float8_e4m3fn)
         else:
@@ -256,6 +271,57 @@ def check(p: Problem, t: Tensors, bound: tolerance.Bound, ref=None) -> dict:
     return tolerance.check(t.c.reshape(p.m * p.top_k, p.n), ref.reshape(p.m * p.top_k, p.n), t.topk_ids, bound)
 
 
+@dataclass(frozen=True)
+class Fault:
+    """TILEPROBE_FAULT=corrupt:POINT:GROUP (module docstring)."""
+    point: int
+    group: int
+
+    def group_at(self, point_id: int) -> int | None:
+        """The group to corrupt at this point, or None."""
+        return self.group if point_id == self.point else None
+
+
+class FaultError(RuntimeError):
+    """The fault names a group the point does not have: that launch's row is launch-error, saying so."""
+
+
+def parse_fault(text: str | None) -> Fault | None:
+    """Unset or empty: no fault; `corrupt:POINT:GROUP` (non-negative decimal integers); anything else is a
+    UsageError (one line), `sticky` and `hang` included: the CUTLASS harness makes those, the Triton path does not."""
+    if not text:
+        return None
+    m = re.fullmatch(r"corrupt:([0-9]+):([0-9]+)", text)
+    if m:
+        return Fault(int(m.group(1)), int(m.group(2)))
+    usage = "usage: TILEPROBE_FAULT=corrupt:POINT:GROUP (POINT: a point_id, GROUP: a group index; non-negative " \
+            "decimal integers)"
+    if re.fullmatch(r"(sticky|hang):[0-9]+", text):
+        raise UsageError(f"TILEPROBE_FAULT {text!r}: sticky and hang are the CUTLASS harness's faults; the Triton "
+                         f"path (triton-moe) takes corrupt only; {usage}")
+    raise UsageError(f"bad TILEPROBE_FAULT {text!r}; {usage}")
+
+
+def fault_from_env() -> Fault | None:
+    return parse_fault(os.environ.get(FAULT_ENV))
+
+
+def corrupt(p: Problem, t: Tensors, group: int) -> int:
+    """TILEPROBE_FAULT corrupt on C as the kernel left it: the harness's block of the point's group `group` (module
+    docstring). Returns the expert's id."""
+    ids = t.topk_ids.reshape(-1)
+    experts = sorted(set(ids.tolist()))
+    if group >= len(experts):
+        raise FaultError(f"TILEPROBE_FAULT corrupt: group {group} out of range (the point has {len(experts)} groups: "
+                         f"its active experts)")
+    expert = experts[group]
+    rows = (ids == experts[group]).nonzero().flatten()[:CORRUPT_ROWS].to(t.c.device)
+    c = t.c.view(p.m * p.top_k, p.n)
+    block = c[rows, :CORRUPT_COLS]
+    c[rows, :CORRUPT_COLS] = -(block + 8 * block.sign())
+    return expert
+
+
 def time_launches(launches: list, reps: int = 7, per_rep_ms: float = 10.0) -> dict:
     """Median and spread of one launch's time: back to back, and replayed from a CUDA graph of the launches."""
     for f in launches * 2:
@@ -315,10 +381,11 @@ def rotations(p: Problem, active: int, l2_bytes: int) -> int:
 
 def run_point(kernel, job: KernelJob, p: Problem, seed: int, device: str, bound: tolerance.Bound,
               l2_bytes: int = 0, naive: bool = False, dtype=None, timed: bool = True,
-              prepared: Prepared | None = None) -> dict:
+              prepared: Prepared | None = None, corrupt_group: int | None = None) -> dict:
     """Launch once on fresh inputs (or `prepared`'s, made for this problem and seed) and check every output element
     under `bound`; then (timed, on a GPU) time the launch over rotated routings. Returns the runtime columns, with
-    `verified` True when every element is within the bound."""
+    `verified` True when every element is within the bound. `corrupt_group` (TILEPROBE_FAULT): that group's block of
+    the output is corrupted after the launch, before the check."""
     if prepared is None or (prepared.problem, prepared.seed) != (p, seed):
         prepared = prepare(p, seed, device, dtype)
     t = prepared.tensors
@@ -328,6 +395,8 @@ def run_point(kernel, job: KernelJob, p: Problem, seed: int, device: str, bound:
     first()
     if device != "cpu":
         torch.cuda.synchronize()
+    if corrupt_group is not None:
+        corrupt(p, t, corrupt_group)
     out = check(p, t, bound, prepared.ref)
     out["verified"] = out["bad_elements"] == 0 and out["nonfinite"] == 0
     if not timed:
