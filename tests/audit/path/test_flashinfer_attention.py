@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from _path_ctx import flashinfer_ctx
 from tileprobe.audit.path.call import Context, KernelCall
 from tileprobe.audit.path.families import _flashinfer
 from tileprobe.audit.path.families import flashinfer_attention as fa
@@ -18,12 +19,7 @@ from tileprobe.targets import PROFILES
 from tileprobe.verdict import Verdict
 
 
-def _ctx(engine_src, target: str) -> Context:
-    ctx = Context(PROFILES[target], engine_src, cache_root())
-    rel = _flashinfer.release(ctx)
-    if isinstance(rel, str):
-        pytest.skip(f"the FlashInfer release {engine_src.label()} pins is not here: {rel}")
-    return ctx
+_ctx = flashinfer_ctx
 
 
 def _call(phase: str, head_dim: int, heads: int = 32, kv_heads: int = 8, **extra) -> KernelCall:

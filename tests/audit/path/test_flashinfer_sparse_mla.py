@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from _path_ctx import flashinfer_ctx
 from tileprobe.audit.path.call import Context, KernelCall
 from tileprobe.audit.path.families import _flashinfer
 from tileprobe.audit.path.families import flashinfer_sparse_mla as sm
@@ -17,12 +18,7 @@ from tileprobe.verdict import Verdict
 SM12X = ["rtx-pro-6000", "dgx-spark-gb10"]
 
 
-def _ctx(engine_src, target: str) -> Context:
-    ctx = Context(PROFILES[target], engine_src, cache_root())
-    rel = _flashinfer.release(ctx)
-    if isinstance(rel, str):
-        pytest.skip(f"the FlashInfer release {engine_src.label()} pins is not here: {rel}")
-    return ctx
+_ctx = flashinfer_ctx
 
 
 def _call(phase: str, heads: int, topk: int, **extra) -> KernelCall:

@@ -26,13 +26,8 @@ TARGETS = ["rtx-pro-6000", "dgx-spark-gb10", "h100"]
 
 
 @pytest.fixture(scope="module")
-def engine(request):
-    wheels = sorted(p for d in locate.wheel_dirs() if d.is_dir() for p in Path(d).glob("vllm-*.whl"))
-    if not wheels:
-        pytest.skip("no cached vLLM wheel (tileprobe engines fetch vllm)")
-    pick = session_rng("marlin wheel").choice(wheels)  # one wheel a run: a second .so would double the file's time
-    print(f"vLLM wheel {pick.name}")
-    return find_engine("vllm", pick)
+def engine(vllm_wheel):
+    return vllm_wheel  # one wheel a run: a second .so would double the file's time
 
 
 def _call(**params) -> KernelCall:

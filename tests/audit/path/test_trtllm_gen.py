@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from _path_ctx import flashinfer_ctx
 from tileprobe.audit.path.call import Context, KernelCall
 from tileprobe.audit.path.families import _flashinfer, trtllm_gen
 from tileprobe.backends.cutlass.build import cache_root
@@ -18,12 +19,7 @@ LAYERS = {"attention (MLA)": "fmhaRunner.cuh", "attention (full)": "fmhaRunner.c
           "moe experts": "trtllm_batched_gemm_runner.cu"}
 
 
-def _ctx(engine_src, target: str) -> Context:
-    ctx = Context(PROFILES[target], engine_src, cache_root())
-    rel = _flashinfer.release(ctx)
-    if isinstance(rel, str):
-        pytest.skip(f"the FlashInfer release {engine_src.label()} pins is not here: {rel}")
-    return ctx
+_ctx = flashinfer_ctx
 
 
 def _call(layer: str, engine_src) -> KernelCall:

@@ -67,6 +67,17 @@ def unanswered(why: str) -> Part:
     return Part(why, None, "none")
 
 
+def guarded(name: str, answer, call, ctx) -> "CompiledAnswer":
+    """A family's answer where any failure to read the engine's files becomes an unanswered row, never a traceback."""
+    from tileprobe.errors import TileprobeError
+
+    try:
+        return answer(call, ctx)
+    except (TileprobeError, OSError, ValueError, KeyError, IndexError, SyntaxError) as exc:
+        why = f"{name}: the engine's files are not in the structure tileprobe reads ({type(exc).__name__}: {exc})"
+        return CompiledAnswer(call.op, unanswered(why), unanswered(why), unanswered(why))
+
+
 @dataclass(frozen=True)
 class CompiledAnswer:
     kernel: str  # the kernel the library launches, in its own terms (template traits, module name, tactic)

@@ -35,7 +35,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tileprobe.audit.path.call import CompiledAnswer, Context, KernelCall, Part, unanswered
+from tileprobe.audit.path.call import CompiledAnswer, Context, KernelCall, Part, guarded, unanswered
 from tileprobe.errors import TileprobeError
 
 NAME = "flashinfer-cutlass-moe"
@@ -502,11 +502,7 @@ def _answer(call: KernelCall, ctx: Context) -> CompiledAnswer:
 
 def answer(call: KernelCall, ctx: Context) -> CompiledAnswer:
     """The call's answer; anything unreadable becomes an unanswered row, never a traceback."""
-    try:
-        return _answer(call, ctx)
-    except (TileprobeError, OSError, ValueError, KeyError, IndexError, SyntaxError) as exc:
-        why = f"{NAME}: the engine's files are not in the structure tileprobe reads ({type(exc).__name__}: {exc})"
-        return CompiledAnswer(call.op, unanswered(why), unanswered(why), unanswered(why))
+    return guarded(NAME, _answer, call, ctx)
 
 
 __all__ = ["NAME", "LIBRARY", "ampere_tactics", "answer", "compiled_sizes", "flashinfer_tree", "fused_gate_bytes",
