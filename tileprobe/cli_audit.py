@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from tileprobe import sweep as sw
 from tileprobe.audit import run as audit_run
@@ -40,6 +41,7 @@ def audit(
     compile_all: CompileAllOpt = False,
     verify: VerifyOpt = 0,
     verify_seed: VerifySeedOpt = None,
+    rules_off: Annotated[bool, typer.Option("--rules-off", help="audit an engine release (or a modified copy) that tileprobe's manifest does not match, with every stated rule off: each launch compiled; a banner says so")] = False,
 ) -> None:
     """Will the model run on the target with this engine? Every Triton launch the engine would make for it (its own
     backend choices and launchers, from its wheel, under a stand-in device; each launch's bytes by a stated rule, by
@@ -50,14 +52,19 @@ def audit(
                                   tuple(ints(seq_len, "--seq-len") or (1024,)), out, jobs,
                                   cache_dir, engine_wheel, sw.command_line(),
                                   tuple(split_csv(kernel) or ()), attention_backend,
-                                  moe_backend, gpu_name, Policy(compile_all, verify, verify_seed))
+                                  moe_backend, gpu_name, Policy(compile_all, verify, verify_seed), rules_off)
     res = audit_run.run_audit(opts)
     console = Console(width=WIDTH)
+    if res.banner:
+        console.print(f"[bold yellow]{escape(res.banner)}[/]")
     print_rows([r for r in res.rows if r.get("family") != compiled_audit.NAME], console)
     if res.path:
         console.print(path_rows.terminal_table(res.path, res.target))
     try:
         write_reports(res.out, console)
+        if res.banner:
+            report = res.out / "report.md"
+            report.write_text(f"> **{res.banner}**\n\n" + report.read_text())
         if res.path and len(res.path) < len(res.launches):  # with Triton rows the report's table is theirs
             with open(res.out / "report.md", "a") as f:
                 f.write("\n" + path_rows.markdown(res.path, res.target))

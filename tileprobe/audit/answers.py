@@ -41,11 +41,12 @@ def sizing(policy: Policy) -> str | None:
     return "--compile-all" if policy.compile_all else allocate.unavailable()
 
 
-def plan(planned: list, policy: Policy, triton_version: str) -> Answers:
-    """Answer each planned launch (planned[i].job) as the policy says."""
+def plan(planned: list, policy: Policy, triton_version: str, rules_off: str = "") -> Answers:
+    """Answer each planned launch (planned[i].job) as the policy says; `rules_off` (the manifest's banner): no rule is
+    asked, every launch is compiled and its row says why."""
     why = allocate.unavailable()
-    ans = plan_answers([predict(p, triton_version) for p in planned], [p.job for p in planned], policy,
-                       size=why is None)
+    preds = [CannotPredict(f"rules off: {rules_off}") if rules_off else predict(p, triton_version) for p in planned]
+    ans = plan_answers(preds, [p.job for p in planned], policy, size=why is None)
     ans.predictor = RULES + (f" (not here: {why})" if why else "")
     return ans
 

@@ -27,6 +27,7 @@ from tileprobe.audit.path import compiled
 from tileprobe.audit.nearest import Variant, nearest
 from tileprobe.backends.triton.compile import KernelJob, compile_job, compile_many
 from tileprobe.backends.triton.toolchain import TritonInstall, require_triton
+from tileprobe.engines import manifest
 from tileprobe.engines.triton_configs import EngineSource, find_engine
 from tileprobe.errors import UsageError
 from tileprobe.families import arch_for, family
@@ -61,6 +62,7 @@ class AuditOptions:
     moe_backend: str | None = None  # --moe-backend: vLLM's own flag (its MXFP4 MoE oracle's explicit branch)
     gpu_name: str | None = None  # --gpu-name: the name the stand-in device reports (default: the target's first SKU)
     policy: Policy = Policy()  # predictor first (rule, else Triton's allocation), --compile-all, --verify N
+    rules_off: bool = False  # --rules-off: a release (or a copy) the manifest does not match, every stated rule off
 
 
 @dataclass
@@ -261,6 +263,7 @@ class Audit:
     compile_errors: list[str] = field(default_factory=list)  # launches whose compile error the engine raises (exit 1)
     path_failures: list[str] = field(default_factory=list)  # compiled kernels that fail there: no code, refused, over
     parallel: list[str] = field(default_factory=list)  # the engine's tensor-parallel rule lines checked
+    banner: str = ""  # --rules-off: why every stated rule is off (the table, report.md and run.json say it)
 
     def counts(self) -> dict:
         """Every kernel on the path by verdict: the Triton launches (autotune configs the autotuner drops apart) and
@@ -351,6 +354,9 @@ def run_audit(opts: AuditOptions) -> Audit:
                          "installed: pip install 'tileprobe[audit]' (or use the Python your engine runs in)")
     preflight.check_triton(triton, target.cc_int, opts.cache_dir)
     src = find_engine(opts.engine, opts.engine_wheel)
+    banner = manifest.check(src, opts.rules_off).text  # a release or copy the manifest does not match: exit 2
+    if banner:
+        opts = replace(opts, policy=Policy(compile_all=True))
     parallel = compiled.check_parallel(src, model, opts.tp)
     t0 = time.perf_counter()
     sel = attention_backend(src, target, model, opts.attention_backend) \
@@ -359,7 +365,7 @@ def run_audit(opts: AuditOptions) -> Audit:
     planned = cap.planned
     t1 = time.perf_counter()
     configs = [config_of(p, src, arch) for p in planned]
-    ans = answers.plan(planned, opts.policy, triton.version)
+    ans = answers.plan(planned, opts.policy, triton.version, banner)
     builds, checks = _build(planned, configs, ans, opts, target, triton)
     t2 = time.perf_counter()
     mismatches = ans.mismatches(builds, [f"{p.launch.kernel} ({p.op()}, {_launch_hash(p)})" for p in planned], checks)
@@ -390,6 +396,10 @@ def run_audit(opts: AuditOptions) -> Audit:
                          f" ({'forced; ' if sel.forced else ''}{sel.line}"
                          f"{'; a Triton backend' if sel.triton else '; not a Triton backend: no attention kernel of it is audited'})"]
     meta["answers"] = ans.record()
+    if banner:
+        meta["rules_off"] = banner
+        head.insert(0, banner)
+        res.banner = banner
     with recording(out, meta, ans.mode(), opts.command) as rec:
         for i, (p, cfg, o) in enumerate(zip(planned, configs, outcomes)):
             row = make_row(cfg, target, columns, o, point={"problem": f"{model.name}: {_shape(p)}"},
