@@ -1,6 +1,9 @@
 // LD_PRELOAD shim: records what a library asks the CUDA runtime for at each kernel launch (the kernel's name, the
 // dynamic shared memory of the launch, the MaxDynamicSharedMemorySize it sets) into $TILEPROBE_LAUNCH_LOG, one JSON
 // line each, then calls the real function. Nothing is changed: every call goes on to libcudart unaltered.
+// Launch paths seen: __cudaLaunchKernel (nvcc 12.4+ stubs, <<<>>>), cudaLaunchKernel (a stub pointer: FlashInfer's
+// FA2/FA3 dispatchers without PDL), cudaLaunchKernelExC (cudaLaunchKernelEx: FlashInfer with PDL, whose
+// cudaLaunchConfig_t carries dynamicSmemBytes). Each launch line says which API ("api").
 #include <cuda_runtime.h>
 #include <cxxabi.h>
 #include <dlfcn.h>
@@ -43,7 +46,7 @@ static void log_kernel(const void* kernel, long long smem, int blocks) {
   }
   int status = 0;
   char* dem = abi::__cxa_demangle(name, nullptr, nullptr, &status);
-  std::string out = "{\"event\": \"launch\", \"value\": " + std::to_string(smem) + ", \"extra\": " +
+  std::string out = "{\"event\": \"launch\", \"api\": \"__cudaLaunchKernel\", \"value\": " + std::to_string(smem) + ", \"extra\": " +
                     std::to_string(blocks) + ", \"static_smem\": " + std::to_string(stat) +
                     ", \"max_dynamic\": " + std::to_string(maxdyn) + ", \"name\": \"";
   for (const char* p = (status == 0 && dem) ? dem : name; *p; ++p) {
@@ -71,14 +74,27 @@ extern "C" cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 grid, d
   return real(kernel, grid, block, args, smem, stream);
 }
 
-static void log_line(const char* what, const void* func, long long value, int extra) {
+// A libcudart function, from the process's global scope, else from the libcudart already loaded (by its own handle:
+// a library loaded RTLD_LOCAL, as Python extensions are, is not in the global scope).
+static void* cudart_sym(const char* name) {
+  void* p = dlsym(RTLD_DEFAULT, name);
+  if (p) return p;
+  for (const char* so : {"libcudart.so.13", "libcudart.so.12", "libcudart.so"}) {
+    void* h = dlopen(so, RTLD_NOW | RTLD_NOLOAD);
+    if (h && (p = dlsym(h, name))) return p;
+  }
+  return nullptr;
+}
+
+static void log_line(const char* what, const void* func, long long value, int extra, const char* api = nullptr,
+                     int attrs = -1) {
   const char* path = getenv("TILEPROBE_LAUNCH_LOG");
   if (!path) return;
   // resolved from the libcudart the process already loaded (the shim links none of its own)
   using name_t = cudaError_t (*)(const char**, const void*);
   using attr_t = cudaError_t (*)(cudaFuncAttributes*, const void*);
-  static name_t get_name = (name_t)dlsym(RTLD_DEFAULT, "cudaFuncGetName");
-  static attr_t get_attr = (attr_t)dlsym(RTLD_DEFAULT, "cudaFuncGetAttributes");
+  static name_t get_name = (name_t)cudart_sym("cudaFuncGetName");
+  static attr_t get_attr = (attr_t)cudart_sym("cudaFuncGetAttributes");
   const char* name = nullptr;
   if (!get_name || get_name(&name, func) != cudaSuccess || !name) name = "?";
   int status = 0;
@@ -88,8 +104,10 @@ static void log_line(const char* what, const void* func, long long value, int ex
   std::lock_guard<std::mutex> g(mu);
   FILE* f = fopen(path, "a");
   if (f) {
-    fprintf(f, "{\"event\": \"%s\", \"value\": %lld, \"extra\": %d, \"static_smem\": %zu, \"max_dynamic\": %d, "
-               "\"attr_ok\": %d, \"name\": \"", what, value, extra, e == cudaSuccess ? attr.sharedSizeBytes : 0,
+    fprintf(f, "{\"event\": \"%s\", ", what);
+    if (api) fprintf(f, "\"api\": \"%s\", \"launch_attrs\": %d, ", api, attrs);
+    fprintf(f, "\"value\": %lld, \"extra\": %d, \"static_smem\": %zu, \"max_dynamic\": %d, "
+               "\"attr_ok\": %d, \"name\": \"", value, extra, e == cudaSuccess ? attr.sharedSizeBytes : 0,
             e == cudaSuccess ? attr.maxDynamicSharedSizeBytes : -1, e == cudaSuccess);
     for (const char* p = (status == 0 && dem) ? dem : name; *p; ++p) {
       if (*p == '"' || *p == '\\') fputc('\\', f);
@@ -105,8 +123,30 @@ extern "C" cudaError_t cudaLaunchKernel(const void* func, dim3 grid, dim3 block,
                                         cudaStream_t stream) {
   using fn_t = cudaError_t (*)(const void*, dim3, dim3, void**, size_t, cudaStream_t);
   static fn_t real = (fn_t)dlsym(RTLD_NEXT, "cudaLaunchKernel");
-  log_line("launch", func, (long long)smem, (int)(grid.x * grid.y * grid.z));
+  log_line("launch", func, (long long)smem, (int)(grid.x * grid.y * grid.z), "cudaLaunchKernel");
   return real(func, grid, block, args, smem, stream);
+}
+
+// cudaLaunchKernelEx (the C++ template in cuda_runtime.h) calls this: the dynamic shared memory is the config's
+// dynamicSmemBytes, the launch attributes (PDL's programmatic stream serialization, say) are counted.
+extern "C" cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* config, const void* func, void** args) {
+  using fn_t = cudaError_t (*)(const cudaLaunchConfig_t*, const void*, void**);
+  static fn_t real = (fn_t)dlsym(RTLD_NEXT, "cudaLaunchKernelExC");
+  if (config)
+    log_line("launch", func, (long long)config->dynamicSmemBytes,
+             (int)(config->gridDim.x * config->gridDim.y * config->gridDim.z), "cudaLaunchKernelExC",
+             (int)config->numAttrs);
+  return real(config, func, args);
+}
+
+extern "C" cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t* config, const void* func, void** args) {
+  using fn_t = cudaError_t (*)(const cudaLaunchConfig_t*, const void*, void**);
+  static fn_t real = (fn_t)dlsym(RTLD_NEXT, "cudaLaunchKernelExC_ptsz");
+  if (config)
+    log_line("launch", func, (long long)config->dynamicSmemBytes,
+             (int)(config->gridDim.x * config->gridDim.y * config->gridDim.z), "cudaLaunchKernelExC_ptsz",
+             (int)config->numAttrs);
+  return real(config, func, args);
 }
 
 extern "C" cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
