@@ -19,11 +19,12 @@ from tileprobe.engines.triton_configs import EngineSource, find_engine
 from tileprobe.targets import Target, profile
 
 
-def kernel(entry: str, target: str, wheel: str, function: str):
+def kernel(entry: str, target: str, wheel: str, function: str, installed: str | None = None):
     """The @triton.jit `function` of `entry`'s module (else of another module the entry serves), imported from
-    `wheel` as `target` would see it."""
+    `wheel` as `target` would see it; `installed`: the release of an installed engine, whose package folder `wheel`
+    then is (never read as a folder of wheels)."""
     k = KERNELS[entry]
-    src = find_engine(k.engine, wheel)
+    src = EngineSource(k.engine, installed, wheel, "installed") if installed else find_engine(k.engine, wheel)
     # the engine's files go into the cache the compile loading this stub uses (--cache-dir), else the default one
     with capture.engine_session(src, profile(target), k.allow, k.stand_ins, loading_cache()) as session:
         launcher = session.module(k.module)
@@ -47,5 +48,6 @@ def module_source(entry: AuditKernel, src: EngineSource, target: Target, functio
         f'"""{entry.name}: {function} from {src.label()}, imported from the wheel under the {target.name} stand-in."""',
         f"# engine: {src.label()} ({src.origin})", *shas,
         "from tileprobe.audit import loader",
-        f"{name} = loader.kernel({entry.name!r}, {target.name!r}, {src.origin!r}, {function!r})", ""])
+        f"{name} = loader.kernel({entry.name!r}, {target.name!r}, {src.origin!r}, {function!r}"
+        + (f", installed={src.version!r})" if src.kind == "installed" else ")"), ""])
     return KernelSource(text, name, f"{src.label()} {entry.module_file}::{function}")
