@@ -79,7 +79,8 @@ def audit(
     sys.stdout.writelines(f"UNANSWERED {line}\n" for line in res.unanswered)
     a, n = res.answers, res.counts()
     total = sum(n.values())
-    sys.stdout.write(f"{total} kernels on the path on {res.target.name} ({res.target.smem_optin} B opt-in): "
+    sys.stdout.write(f"{total} kernels on the path on {res.target.name} ({res.target.smem_optin} B opt-in; batch "
+                     f"{','.join(map(str, opts.batches))}, seq-len {','.join(map(str, opts.seq_lens))}, tp {opts.tp}): "
                      + ", ".join(f"{n.get(v, 0)} {w}" for v, w in EXIT_WORDS)
                      + f" (Triton: capture {res.seconds['capture_s']} s, answers {res.seconds['compile_s']} s; "
                      f"{a.get('predicted', 0)} predicted, {a.get('sized', 0)} sized, {a.get('compiled', 0)} compiled"

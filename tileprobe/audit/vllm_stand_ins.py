@@ -29,19 +29,40 @@ _triton = LazyModule("triton")
 _tl = LazyModule("triton.language")
 
 
+_SEEN: set = set()  # the *_once messages already logged in this process (vLLM's own once-per-process semantics)
+
+
 class _Logger(logging.LoggerAdapter):
+    def _once(self, level: int, msg, args) -> None:
+        key = (level, str(msg), tuple(map(str, args)))
+        if key not in _SEEN:
+            _SEEN.add(key)
+            self.log(level, msg, *args)
+
     def debug_once(self, msg, *args, **kwargs):
-        self.debug(msg, *args)
+        self._once(logging.DEBUG, msg, args)
 
     def info_once(self, msg, *args, **kwargs):
-        self.info(msg, *args)
+        self._once(logging.INFO, msg, args)
 
     def warning_once(self, msg, *args, **kwargs):
-        self.warning(msg, *args)
+        self._once(logging.WARNING, msg, args)
+
+
+def _engine_log(prefix: str) -> None:
+    """The engine's own log lines, said as the engine's (once each, on stderr): not tileprobe's errors."""
+    log = logging.getLogger(prefix)
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("engine log (the engine's own %(levelname)s, not tileprobe's): "
+                                               "%(message)s"))
+        log.addHandler(handler)
+        log.propagate = False
 
 
 def init_logger(prefix: str):
     """vllm.logger.init_logger, its loggers under `prefix`."""
+    _engine_log(prefix)
     return lambda name: _Logger(logging.getLogger(f"{prefix}.{name}"), {})
 
 
