@@ -45,6 +45,11 @@ def test_the_committed_audits_table_is_what_the_rows_say():
             assert r["triton_version"] and r["engine"] == meta["toolchain"]["engine"], r
             if r["verdict"] == "not-selected":
                 assert re.search(r"\.py:\d+", r["config_source"] or ""), r
+            elif r["family"] == "compiled-audit":  # the path's compiled kernels: three answers, each with its word
+                assert r["arch_evidence"] and r["gate_evidence"] and r["bytes_evidence"] and r["layer"], r
+                assert (r["verdict"] == "unanswered") == ("none" in (r["arch_evidence"], r["gate_evidence"],
+                                                                    r["bytes_evidence"]) and r["verdict"] not in
+                                                          ("no-code", "refused", "smem-over-limit")), r
             else:
                 assert r["evidence"] == "compiled" and r["smem_limit_bytes"] == meta["target"]["smem_optin"], r
                 # every compiled row carries what the stated rules said of it (tileprobe.audit.answers)

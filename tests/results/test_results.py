@@ -5,7 +5,7 @@ import json
 import pytest
 
 from tileprobe.errors import UsageError
-from tileprobe.families.columns import TRITON_FIELDS
+from tileprobe.families.columns import PATH_FIELDS, TRITON_FIELDS
 from tileprobe.results.writer import COLUMNS, ResultsWriter, check_csv, csv_columns, csv_row, load_rows, row_key
 
 
@@ -37,7 +37,7 @@ def test_rows_are_flushed_one_by_one_and_resume_skips_them(tmp_path, rng):
     with open(tmp_path / "results.csv") as f:
         table = list(csv.DictReader(f))
     # a CUTLASS family's CSV: every row column as before Triton's own existed
-    assert len(table) == len(got) and list(table[0].keys()) == [c for c in COLUMNS if c not in TRITON_FIELDS]
+    assert len(table) == len(got) and list(table[0].keys()) == [c for c in COLUMNS if c not in TRITON_FIELDS + PATH_FIELDS]
     assert list(table[0].keys()) == csv_columns(got)
     assert table[-1]["config"] == "cfg100" and table[0]["reason"] == rows[0]["reason"]
 

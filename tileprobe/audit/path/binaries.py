@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import functools
 import os
+import pickle
 import re
 import tempfile
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tileprobe.audit.path.call import Part
@@ -58,22 +59,53 @@ def member(origin: str, kind: str, rel: str, cache: Path) -> Path:
 @dataclass(frozen=True)
 class Library:
     path: Path
-    images: tuple[Image, ...]
+    images: tuple[Image, ...]  # without their bytes (what was read of them is in kernels and ptx_names)
     kernels: tuple[tuple[Image, Kernel], ...]
     ptx_names: frozenset[str]
+    notes: tuple[str, ...] = ()  # why some images could not be read (zstd missing, ...)
 
     def archs(self) -> list[str]:
         return sorted({im.arch for im in self.images}, key=lambda a: (a.startswith("compute"), a))
 
     def unreadable(self) -> list[str]:
-        return sorted({im.note for im in self.images if im.data is None and im.note})
+        return list(self.notes)
+
+
+INDEX_VERSION = 1  # bump when Library, Image or Kernel change shape
+
+
+def _read(path: Path) -> Library:
+    images = images_in(path)
+    notes = tuple(sorted({im.note for im in images if im.data is None and im.note}))
+    bare = {im.origin: replace(im, data=None) for im in images}
+    found = tuple((bare[im.origin], k) for im in images for k in kernels(im))
+    return Library(Path(path), tuple(bare.values()), found, frozenset(ptx_entries(images)), notes)
 
 
 @functools.lru_cache(maxsize=16)
 def library(path: Path) -> Library:
-    images = images_in(path)
-    found = tuple((im, k) for im in images for k in kernels(im))
-    return Library(Path(path), tuple(images), found, frozenset(ptx_entries(images)))
+    """The binary's device code, read once: a binary extracted into tileprobe's cache (content-keyed name) keeps its
+    index beside it (pickled, written whole then renamed), so the next audit reads that instead of every fatbin."""
+    path = Path(path)
+    index = path.with_name(path.name + f".index{INDEX_VERSION}.pickle")
+    if path.parent.name == "binaries" and index.is_file():
+        try:
+            lib = pickle.loads(index.read_bytes())
+            if isinstance(lib, Library):
+                return replace(lib, path=path)
+        except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError):
+            pass  # a broken index is read again from the binary
+    lib = _read(path)
+    if path.parent.name == "binaries":
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=index.name, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump(lib, f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, index)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    return lib
 
 
 @dataclass(frozen=True)
