@@ -23,7 +23,8 @@ from tileprobe.errors import UsageError
 from tileprobe.targets import DEVICE_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
-LINE = re.compile(r"^\[(\d+)/(\d+)\] (.+?)(?:: (\S+)(?: \((\d+) B\))?)? (\S+) elapsed, ~(\S+) left$")
+LINE = re.compile(r"^\[(\d+)/(\d+)\] (.+?)(?:: (\S+)(?: \((\d+) B\))?)? (\S+) elapsed, "
+                  r"(?:~(\S+) left|time left unknown \(so far answered from the cache\))$")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 SM120_TILES = ["128x128x128", "128x256x128", "256x128x128", "128x64x128", "256x256x256", "128x128x64", "128x256x64"]
 
@@ -254,3 +255,20 @@ def test_a_triton_moe_sweep_reports_each_launch_compiled(tmp_path, rng):
     assert sorted((re.search(r"M=\d+ \w+", x[3])[0], x[4], int(x[5])) for x in got) == sorted(
         (f"M={r['batch']} {r['gemm']}", r["verdict"], r["smem_bytes"]) for r in rows), p.stderr
     assert [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")] == rows
+
+
+def test_units_answered_from_a_cache_give_no_time_left_and_slow_ones_do(monkeypatch, rng):
+    """A run whose first units came from the cache in no time says the time left is unknown (it used to say ~0.0s
+    left at item 36 of 80, with minutes of compiles to come); once units take time, it estimates again."""
+    now = [1000.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: now[0])
+    total = rng.randint(6, 40)
+    cached = rng.randint(2, total - 3)
+    buf = io.StringIO()
+    with progress.track(total, "x", console=Console(file=buf, width=200)) as bar:
+        for i in range(total - 1):
+            now[0] += 0.001 if i < cached else rng.uniform(5, 60)
+            bar.done(f"unit{i}", "fits")
+    lines = buf.getvalue().splitlines()
+    assert all("time left unknown" in ln for ln in lines[:cached]), lines
+    assert all("time left unknown" not in ln and re.search(r"~\S+ left$", ln) for ln in lines[cached + 1:]), lines

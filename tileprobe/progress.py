@@ -153,8 +153,11 @@ class Tracker:
                 return
             elapsed = time.perf_counter() - self.start
             left = elapsed / self.count * (self.total - self.count) if self.count < self.total else 0.0
+            # units answered from a cache take no time: their pace says nothing of the ones still to build
+            eta = ("time left unknown (so far answered from the cache)" if self.count < self.total and
+                   elapsed / self.count < INSTANT_S else f"~{clock(left)} left")
             self.console.print(f"[{self.count}/{self.total}] {name}{': ' + text if text else ''} "
-                               f"{clock(elapsed)} elapsed, ~{clock(left)} left", markup=False, highlight=False,
+                               f"{clock(elapsed)} elapsed, {eta}", markup=False, highlight=False,
                                soft_wrap=True)
 
     def each(self, names, verdict=None):
@@ -168,6 +171,9 @@ class Tracker:
             if then is not None:
                 then(o)
         return on_outcome
+
+
+INSTANT_S = 0.05  # a unit this fast was answered from a cache
 
 
 def track(total: int, label: str, console: Console | None = None, bar: bool = True) -> Tracker:
