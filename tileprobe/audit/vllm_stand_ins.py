@@ -20,6 +20,7 @@ import ast
 import enum
 import importlib
 import logging
+import sys
 
 from tileprobe.engines.triton_configs import EngineSource
 from tileprobe.lazy import LazyModule
@@ -49,11 +50,23 @@ class _Logger(logging.LoggerAdapter):
         self._once(logging.WARNING, msg, args)
 
 
+class _Stderr(logging.StreamHandler):
+    """A handler that writes to whatever sys.stderr is when a line is logged (not the stream of its creation)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 def _engine_log(prefix: str) -> None:
     """The engine's own log lines, said as the engine's (once each, on stderr): not tileprobe's errors."""
     log = logging.getLogger(prefix)
     if not log.handlers:
-        handler = logging.StreamHandler()
+        handler = _Stderr()
         handler.setFormatter(logging.Formatter("engine log (the engine's own %(levelname)s, not tileprobe's): "
                                                "%(message)s"))
         log.addHandler(handler)
