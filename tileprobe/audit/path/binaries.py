@@ -44,16 +44,26 @@ def member(origin: str, kind: str, rel: str, cache: Path) -> Path:
         if out.is_file() and out.stat().st_size == info.file_size:
             return out
         out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=out.name, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f, z.open(info) as src:
-                while chunk := src.read(1 << 22):
-                    f.write(chunk)
-            os.replace(tmp, out)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        with z.open(info) as src:
+            _write_whole(out, lambda f: _copy(src, f))
     return out
+
+
+def _copy(src, dst) -> None:
+    while chunk := src.read(1 << 22):
+        dst.write(chunk)
+
+
+def _write_whole(out: Path, write) -> None:
+    """`write(file)` into a unique temporary file beside `out`, renamed to `out` only once it is whole."""
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=out.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 @dataclass(frozen=True)
@@ -97,15 +107,22 @@ def library(path: Path) -> Library:
             pass  # a broken index is read again from the binary
     lib = _read(path)
     if path.parent.name == "binaries":
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=index.name, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                pickle.dump(lib, f, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, index)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        _write_whole(index, lambda f: pickle.dump(lib, f, protocol=pickle.HIGHEST_PROTOCOL))
     return lib
+
+
+def engine_library(ctx, rel: str):
+    """(path, Library) of the engine's binary `rel` for this audit (read once: ctx.memo), or (None, why)."""
+    from tileprobe.errors import TileprobeError
+
+    key = ("lib", ctx.engine_source.origin, rel)
+    if key not in ctx.memo:
+        try:
+            path = member(ctx.engine_source.origin, ctx.engine_source.kind, rel, ctx.cache_dir)
+            ctx.memo[key] = (path, library(path))
+        except (TileprobeError, OSError) as exc:
+            ctx.memo[key] = (None, str(exc))
+    return ctx.memo[key]
 
 
 @dataclass(frozen=True)

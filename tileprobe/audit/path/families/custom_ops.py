@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from tileprobe.audit.path import binaries
 from tileprobe.audit.path.call import CompiledAnswer, Context, KernelCall, Part, guarded, unanswered
 from tileprobe.binary.inspect import runs_on
-from tileprobe.errors import TileprobeError
 
 NAME = "vllm-custom-op"
 LIBRARY = "vLLM custom ops (vllm/_C_stable_libtorch.abi3.so)"
@@ -104,14 +103,7 @@ BLOCKWISE = r"device_kernel<vllm::cutlass_3x_gemm_fp8_blockwise<"
 
 
 def library(ctx: Context, so: str = SO):
-    key = ("lib", ctx.engine_source.origin, so)
-    if key not in ctx.memo:
-        try:
-            path = binaries.member(ctx.engine_source.origin, ctx.engine_source.kind, so, ctx.cache_dir)
-            ctx.memo[key] = (path, binaries.library(path))
-        except (TileprobeError, OSError) as exc:
-            ctx.memo[key] = (None, str(exc))
-    return ctx.memo[key]
+    return binaries.engine_library(ctx, so)
 
 
 def pattern_for(op: str, call: KernelCall, cc: int) -> str | None:

@@ -88,14 +88,7 @@ def scalar_ids(ctx: Context) -> tuple[dict[str, int], str]:
 
 
 def library(ctx: Context, rel: str):
-    key = ("lib", ctx.engine_source.origin, rel)
-    if key not in ctx.memo:
-        try:
-            path = binaries.member(ctx.engine_source.origin, ctx.engine_source.kind, rel, ctx.cache_dir)
-            ctx.memo[key] = (path, binaries.library(path))
-        except (TileprobeError, OSError) as exc:
-            ctx.memo[key] = (None, str(exc))
-    return ctx.memo[key]
+    return binaries.engine_library(ctx, rel)
 
 
 def config_tables(path, namespace: str = "marlin_moe_wna16") -> dict[str, list[tuple[int, int, int]]]:
