@@ -2,27 +2,48 @@
 
     python tools/engine_manifest.py write vllm ~/.cache/tileprobe/wheels/vllm-0.34.0-...whl
     python tools/engine_manifest.py check vllm WHEEL
+    python tools/engine_manifest.py walk vllm WHEEL     (print each entry's files from Triton's walk)
+
+`write` imports each audit entry's served modules from the wheel (tileprobe.audit.dependencies: nothing compiled or
+launched), walks Triton's own dependency finder from every @triton.jit function they define, and writes, per entry,
+the sha256 of the union of those files and the modules the launcher runs, saying which came from the walk. Review
+the diff of tileprobe/engines/manifests/<engine>-<version>.json before committing it: that file is what makes the
+release one tileprobe answers for.
 """
 
 from __future__ import annotations
 
 import sys
 
+from tileprobe.audit import dependencies
 from tileprobe.audit.kernels import kernels_for
 from tileprobe.engines import manifest
 from tileprobe.engines.triton_configs import find_engine
+from tileprobe.errors import UsageError
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3 or argv[0] not in ("write", "check"):
+    if len(argv) != 3 or argv[0] not in ("write", "check", "walk"):
         sys.stderr.write(__doc__)
         return 2
     verb, engine, wheel = argv
-    src = find_engine(engine, wheel)
+    try:
+        src = find_engine(engine, wheel)
+        if verb == "check":
+            print(manifest.check(src).text or f"{src.label()}: every file matches its manifest")
+            return 0
+        entries = kernels_for(engine)
+        walked = dependencies.walk(src, entries)
+    except UsageError as exc:
+        sys.stderr.write(f"engine_manifest: {exc}\n")
+        return 2
+    for name, files in walked.items():
+        if isinstance(files, str):
+            sys.stderr.write(f"engine_manifest: {src.label()} {name}: not walked ({files})\n")
+        elif verb == "walk":
+            print(f"{name}: {', '.join(files)}")
     if verb == "write":
-        print(manifest.write(src, kernels_for(engine)))
-        return 0
-    print(manifest.check(src).text or f"{src.label()}: every file matches its manifest")
+        print(manifest.write(src, entries, walked))
     return 0
 
 

@@ -1,17 +1,23 @@
 """Engine manifests: per engine release, the sha256 of every engine file each audit entry depends on, checked at the
-start of every audit, so that an answer tileprobe states for one release is never given for other code.
+start of every command that reads an engine (audit, check-configs, export, engines fetch, doctor), so that an answer
+tileprobe states for one release is never given for other code.
 
-An entry depends on every module its capture serves from the wheel (AuditKernel.allow, the launcher's own module
-among them): the kernel's file, the @triton.jit helpers it imports from other modules (Mamba-2's SSD kernels import
-`softplus` from mamba_ssm.py; the launchers' triton_helpers), and the Python the launcher runs. The files are those
-modules as the wheel holds them (`a/b/c.py`, or `a/b/c/__init__.py`). Written by `python tools/engine_manifest.py
-write ENGINE WHEEL` into tileprobe/engines/manifests/<engine>-<version>.json: adding a release is one reviewed diff of
-one file there.
+An entry depends on two sets of files, both listed (the union, each file with its sha256):
+- the Python the launcher runs: every module its capture serves from the wheel (AuditKernel.allow, the launcher's
+  own module among them);
+- `walk`: the files of every @triton.jit function its served modules define and of every @triton.jit helper those
+  reach, in any module, as Triton's own dependency walk finds them (tileprobe.audit.dependencies: the callables
+  `DependenciesFinder` hashes into each kernel's cache_key; Mamba-2's SSD kernels reach `softplus` in mamba_ssm.py,
+  gpt-oss's MoE reaches triton_kernels' modules). The manifest says which files came from the walk.
+The files are paths inside the wheel (`a/b/c.py`, or `a/b/c/__init__.py`). Written by `python
+tools/engine_manifest.py write ENGINE WHEEL` into tileprobe/engines/manifests/<engine>-<version>.json: adding a
+release is one reviewed diff of one file there, and the releases those files name are the releases tileprobe
+answers for (`releases`, `entry_releases`).
 
 `check(source, rules_off)`: the release's manifest is read and every listed file hashed in the given wheel (or
 install). A release with no manifest, or a file whose hash differs, is one UsageError line naming the release or the
-files (exit 2), unless `rules_off` (`--rules-off`): then the audit runs with every stated rule off (each launch
-compiled, `--compile-all`) and the returned Banner says so on the table, report.md and run.json.
+files and the entries that use them (exit 2), unless `rules_off` (`--rules-off`): then every stated rule is off and
+the returned Banner says so on what the command writes.
 """
 
 from __future__ import annotations
@@ -19,8 +25,10 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
+from tileprobe.engines.locate import version_key
 from tileprobe.errors import UsageError
 
 HERE = Path(__file__).resolve().parent / "manifests"
@@ -53,8 +61,11 @@ def _sha(source, rel: str) -> str | None:
         return None
 
 
-def build(source, entries) -> dict:
-    """The manifest of `source` for these audit entries (tileprobe.audit.kernels.kernels_for(engine))."""
+def build(source, entries, walked: dict) -> dict:
+    """The manifest of `source` for these audit entries (tileprobe.audit.kernels.kernels_for(engine)); `walked`: per
+    entry name, the files Triton's dependency walk found (tileprobe.audit.dependencies.walk), or why the entry's
+    modules could not be walked in this release (then `walk` is null, `not_walked` says why, its served files are
+    still listed, and the entry is not one the release answers for: entry_releases)."""
     out: dict = {"engine": source.engine, "version": source.version, "entries": {}}
     for k in entries:
         files = {}
@@ -62,37 +73,76 @@ def build(source, entries) -> dict:
             rel = module_file(source, module)
             if rel is not None:
                 files[rel] = _sha(source, rel)
-        out["entries"][k.name] = files
+        got = walked[k.name]
+        if isinstance(got, str):
+            out["entries"][k.name] = {"files": dict(sorted(files.items())), "walk": None, "not_walked": got}
+            continue
+        walk = sorted(got)
+        for rel in walk:
+            files[rel] = _sha(source, rel)
+        out["entries"][k.name] = {"files": dict(sorted(files.items())), "walk": walk}
     return out
 
 
-def write(source, entries) -> Path:
+def write(source, entries, walked: dict) -> Path:
     p = path_for(source.engine, source.version)
-    p.write_text(json.dumps(build(source, entries), indent=1, sort_keys=True) + "\n")
+    p.write_text(json.dumps(build(source, entries, walked), indent=1, sort_keys=True) + "\n")
+    _read.cache_clear()
     return p
 
 
+@lru_cache(maxsize=None)
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def read(engine: str, version: str) -> dict | None:
+    """The manifest of `engine` `version`, or None when tileprobe has none."""
+    p = path_for(engine, version)
+    return _read(p) if p.is_file() else None
+
+
+def releases(engine: str) -> list[str]:
+    """The releases of `engine` tileprobe has a manifest for (the releases it answers for), oldest first."""
+    found = [p.stem.removeprefix(f"{engine}-") for p in HERE.glob(f"{engine}-*.json")]
+    return sorted(found, key=version_key)
+
+
+def entry_releases(engine: str, entry: str) -> str:
+    """The releases whose manifest lists the audit entry `entry` as walked, comma-separated ('' when none does)."""
+    return ", ".join(v for v in releases(engine)
+                     if (read(engine, v)["entries"].get(entry) or {}).get("walk") is not None)
+
+
+def supported(engine: str, version: str) -> bool:
+    return path_for(engine, version).is_file()
+
+
+RULES_OFF = "--rules-off"
+WHAT_OFF = "every stated rule off (each launch sized or compiled by Triton)"
+
+
 def check(source, rules_off: bool = False) -> Banner:
+    """Banner('') when `source` is a release tileprobe has a manifest for and every file it lists matches; else one
+    UsageError line (or, with `rules_off`, a banner saying what differs and that every stated rule is off)."""
     p = path_for(source.engine, source.version)
-    flag = "--rules-off audits it with every stated rule off (each launch compiled)"
+    flag = f"{RULES_OFF} reads it with {WHAT_OFF}"
     if not p.is_file():
-        known = sorted(f.stem for f in HERE.glob(f"{source.engine}-*.json"))
+        known = ", ".join(f"{source.engine} {v}" for v in releases(source.engine)) or "none"
         if rules_off:
-            return Banner(f"RULES OFF: {source.label()} has no tileprobe manifest (known: {', '.join(known)}); every "
-                          "stated rule is off and every launch compiled")
+            return Banner(f"RULES OFF: {source.label()} has no tileprobe manifest (known: {known}); read with {WHAT_OFF}")
         raise UsageError(f"{source.label()} ({source.origin}): tileprobe has no manifest for this release (known: "
-                         f"{', '.join(known)}); {flag}")
-    want = json.loads(p.read_text())
+                         f"{known}); {flag}")
+    want = _read(p)
     differ: dict[str, list[str]] = {}
-    for entry, files in want["entries"].items():
-        for rel, sha in files.items():
+    for entry, listed in want["entries"].items():
+        for rel, sha in listed["files"].items():
             if _sha(source, rel) != sha:
                 differ.setdefault(rel, []).append(entry)
     if not differ:
         return Banner("")
     said = "; ".join(f"{rel} ({', '.join(v)})" for rel, v in sorted(differ.items()))
     if rules_off:
-        return Banner(f"RULES OFF: {source.label()} differs from tileprobe's manifest in {said}; every stated rule is "
-                      "off and every launch compiled")
+        return Banner(f"RULES OFF: {source.label()} differs from tileprobe's manifest in {said}; read with {WHAT_OFF}")
     raise UsageError(f"{source.label()} ({source.origin}) differs from tileprobe's manifest "
                      f"({p.name}) in {len(differ)} file(s): {said}; {flag}")
