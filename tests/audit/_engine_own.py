@@ -33,7 +33,11 @@ def answered(job: KernelJob, **kwargs) -> int:
 
 
 def call_launcher(session, entry, model, point) -> None:
-    """The entry's launcher, imported in `session`, called with the entry's arguments for `model` at `point`."""
+    """The entry's launcher, imported in `session`, called with the entry's arguments for `model` at `point` (or the
+    engine's own call site the entry drives)."""
+    if entry.drive is not None:
+        entry.drive(session, model, point)
+        return
     args, kwargs = entry.arguments(model, point)
     getattr(session.module(entry.module), entry.launcher)(*args, **kwargs)
 

@@ -63,18 +63,22 @@ def test_captured_launch_bytes_are_tritons_own(sglang, rng, tmp_path, monkeypatc
 def test_vllm_unified_attention_compiles_from_the_engines_own_module_to_tritons_bytes(vllm, rng, tmp_path,
                                                                                       monkeypatch):
     """vLLM's kernel calls helpers of another engine module and reads module globals in its defaults: it is compiled
-    from the engine's own module (tileprobe.audit.loader), and its bytes are still Triton's own."""
+    from the engine's own module (tileprobe.audit.loader), and its bytes are still Triton's own, for every kernel the
+    backend's step launches at a random phase (the 2D launch, or the 3D one and reduce_segments)."""
     entry = kernels.KERNELS["vllm-unified-attention"]
     target = profile(rng.choice(["rtx-pro-6000", "h200"]))
     model = replace(_model(rng, head_dim=rng.choice([64, 128])), dtype=rng.choice(["bf16", "fp32"]))
-    pt = kernels.Point(rng.randint(2, 8), rng.randint(64, 2048), window=rng.choice([None, 128, 4096]))
-    (launch,) = captured(vllm, target, entry, model, pt)
-    assert dict(launch.args)["query_ptr"].dtype == model.dtype and launch.arg("HEAD_SIZE") == model.head_dim
-    assert launch.arg("SLIDING_WINDOW") == (pt.window or 0)
-    job = jobs.job_of(vllm, launch, target.cc_int, lambda src, la: loader.module_source(entry, src, target, la.kernel))
-    build = compile_job(job)
+    pt = kernels.Point(rng.randint(2, 8), rng.randint(64, 2048), window=rng.choice([None, 128, 4096]),
+                       phase=rng.choice(["prefill", "decode", "mixed"]))
+    launches = [la for la in captured(vllm, target, entry, model, pt) if la.kernel != "reshape_and_cache_kernel_flash"]
+    attention = next(la for la in launches if la.kernel == "kernel_unified_attention")
+    assert dict(attention.args)["query_ptr"].dtype == model.dtype and attention.arg("HEAD_SIZE") == model.head_dim
+    assert attention.arg("SLIDING_WINDOW") == (pt.window or 0)
     own = _triton_own_shared(vllm, target, model, pt, tmp_path, monkeypatch, entry)
-    assert build.shared == own["kernel_unified_attention"], (target, model)
+    for launch in launches:
+        job = jobs.job_of(vllm, launch, target.cc_int,
+                          lambda src, la: loader.module_source(entry, src, target, la.kernel))
+        assert compile_job(job).shared == own[launch.kernel], (target, model, pt, launch.kernel)
 
 
 def test_the_session_leaves_the_process_as_it_was(sglang, rng):
@@ -116,7 +120,8 @@ def test_vllm_follows_its_blackwell_large_head_choice(vllm, rng):
     model = AttentionConfig("m", kv * rng.choice([1, 2, 4, 8]), kv, 256)
     pt = kernels.Point(rng.randint(1, 8), rng.randint(16, 4096))
     for name, tuned in (("b200", True), (rng.choice(["rtx-pro-6000", "h200"]), False)):
-        (launch,) = captured(vllm, profile(name), entry, model, pt)
+        (launch,) = [la for la in captured(vllm, profile(name), entry, model, pt)
+                     if la.kernel == "kernel_unified_attention"]
         (branch,) = [b for b in launch.branches if b.split(" ", 2)[1] == "tuned_large_head"]
         assert branch.endswith(f"-> {tuned}"), (name, branch)
         got = (launch.arg("BLOCK_M"), launch.arg("num_warps"), launch.arg("num_stages"))

@@ -25,16 +25,21 @@ TORCH = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}  # the model'
 @dataclass(frozen=True)
 class Point:
     """Where the model is sized: batch (sequences), seq_len (tokens each), tp (ranks the heads are split over),
-    window (the layer's sliding window, None for full attention)."""
+    window (the layer's sliding window, None for full attention), phase (the engine step: "prefill", each sequence's
+    seq_len tokens new; "decode", one new token each over seq_len cached; "mixed", decodes and one prefill chunk in
+    one batch, as vLLM's scheduler forms them; only entries that drive the engine's own call site take the last
+    two, see AuditKernel.drive)."""
 
     batch: int
     seq_len: int
     tp: int = 1
     window: int | None = None
+    phase: str = "prefill"
 
     def label(self) -> str:
         w = f" window {self.window}" if self.window else ""
-        return f"batch {self.batch} seq {self.seq_len} tp {self.tp}{w}"
+        ph = f" {self.phase}" if self.phase != "prefill" else ""
+        return f"batch {self.batch} seq {self.seq_len} tp {self.tp}{w}{ph}"
 
 
 @dataclass(frozen=True)
@@ -56,7 +61,7 @@ class AuditKernel:
     launcher: str  # its function
     allow: tuple[str, ...]  # engine modules served from the wheel
     stand_ins: dict  # module -> (target -> attributes)
-    arguments: Callable  # (AttentionConfig, Point) -> (args, kwargs) of the launcher
+    arguments: Callable | None  # (AttentionConfig, Point) -> (args, kwargs) of the launcher (None: `drive` runs)
     serves: Callable  # AttentionConfig -> None, or why this launcher does not serve the model
     dtype_rule: str  # the dtype the engine runs it in, said in words
     windowed: bool = True  # the launcher takes the layer's sliding window (else one launch serves every layer)
@@ -79,6 +84,11 @@ class AuditKernel:
     # (launch, job, triton_version) -> metadata.shared by a stated rule, raising CannotPredict outside its scope
     # (tileprobe.audit.answers); None: no rule, the launch is sized by Triton's allocation or compiled
     predict: Callable | None = None
+    # (session, model, point) -> None: the engine's own call site, driven (the attention backend's metadata builder
+    # `build` and its impl's `forward` / `do_kv_cache_update`, as the model runner calls them); when set, it runs
+    # instead of `launcher(*arguments(...))`, at every phase in `phases`
+    drive: Callable | None = None
+    phases: tuple[str, ...] = ("prefill",)
 
     @property
     def module_file(self) -> str:

@@ -34,7 +34,11 @@ def kernel(entry: str, target: str, wheel: str, function: str, installed: str | 
         if hasattr(launcher, function):
             return getattr(launcher, function)
         for name in sorted(k.allow):  # a kernel of another served module the launcher calls into (vLLM's fla ops)
-            found = getattr(session.module(name), function, None)
+            try:
+                module = session.module(name)
+            except ImportError:  # a file the entry lists for its manifest only (facts read from it, not imported)
+                continue
+            found = getattr(module, function, None)
             if found is not None:
                 return found
         raise AttributeError(f"{entry}: no {function} in {k.module} or the modules it serves")

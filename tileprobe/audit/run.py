@@ -139,7 +139,8 @@ class Captured:
 
 # What an entry's capture may raise when the engine's code is not what tileprobe's stand-ins serve (another release:
 # a module moved, a name renamed): the entry is then an `unanswered` row naming the error, never a crash
-CAPTURE_ERRORS = (ImportError, AttributeError, LookupError, TypeError, ValueError, NameError, UsageError)
+CAPTURE_ERRORS = (ImportError, AttributeError, LookupError, TypeError, ValueError, NameError, UsageError,
+                  NotImplementedError, AssertionError)
 
 
 def capture_all(src: EngineSource, target: Target, model: AttentionConfig, entries: list[AuditKernel],
@@ -154,7 +155,8 @@ def capture_all(src: EngineSource, target: Target, model: AttentionConfig, entri
     failed: list[tuple[AuditKernel, str]] = []
     for k in entries:
         windows = model.windows() if k.windowed else (None,)
-        points = [Point(b, s, opts.tp, w) for w in windows for b in opts.batches for s in opts.seq_lens]
+        points = [Point(b, s, opts.tp, w, ph) for w in windows for ph in k.phases for b in opts.batches
+                  for s in opts.seq_lens]
         if k.backend is not None and sel is not None and k.backend != sel.backend:
             how = "forced by --attention-backend" if sel.forced else "its own attention backend selection"
             others[(k.name, sel.backend)] = NotSelected(k, Elsewhere(f"the {sel.backend} attention backend",
@@ -173,15 +175,18 @@ def _capture_entry(k: AuditKernel, src: EngineSource, target: Target, model: Att
         (lambda s, launch, k=k: loader.module_source(k, s, target, launch.kernel))
     with capture.engine_session(src, target, k.allow, k.stand_ins, opts.cache_dir,
                                 {"moe_backend": opts.moe_backend}) as session:
-        launcher = getattr(session.module(k.module), k.launcher)
+        launcher = None if k.drive else getattr(session.module(k.module), k.launcher)
         for pt in points:
             other = k.chooses(session, model, pt) if k.chooses else None
             if other is not None:
                 others.setdefault((k.name, other), NotSelected(k, other)).points.append(pt)
                 continue
-            args, kwargs = k.arguments(model, pt)
             start = len(session.launches)
-            launcher(*args, **kwargs)
+            if k.drive is not None:
+                k.drive(session, model, pt)
+            else:
+                args, kwargs = k.arguments(model, pt)
+                launcher(*args, **kwargs)
             groups: dict[tuple, list[int]] = {}
             for launch in session.launches[start:]:
                 job = jobs.job_of(src, launch, cc, cut)
@@ -406,6 +411,7 @@ def run_audit(opts: AuditOptions) -> Audit:
                            extra={"engine": src.label(), "engine_hash": p.job.source.sha256[:16],
                                   "kernel_file": p.launch.kernel_file, "config_source": branch_line(p.launch),
                                   "autotune_dropped": tuned["marks"].get(i),
+                                  "phase": "+".join(dict.fromkeys(pt.phase for pt in p.points)),
                                   **prediction_columns(ans.predictions[i], builds[i])})
             rec.write(row)
             res.rows.append(row)

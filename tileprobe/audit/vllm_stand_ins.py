@@ -104,10 +104,16 @@ def target_platform(base: type, interface, target: Target, **attrs) -> type:
                                             "get_device_name": classmethod(get_device_name)})
 
 
+def _num_compute_units(cls, device_id: int = 0) -> int:
+    """CudaPlatform.num_compute_units (vllm/platforms/cuda.py), whose torch.cuda answers as the target."""
+    return importlib.import_module("torch").cuda.get_device_properties(device_id).multi_processor_count
+
+
 def platforms(target: Target, source: EngineSource) -> dict:
     interface = importlib.import_module("vllm.platforms.interface")
     platform = target_platform(interface.Platform, interface, target, _enum=interface.PlatformEnum.CUDA,
-                               device_name="cuda", device_type="cuda", dispatch_key="CUDA")
+                               device_name="cuda", device_type="cuda", dispatch_key="CUDA",
+                               num_compute_units=classmethod(_num_compute_units))
     return {"current_platform": platform()}
 
 

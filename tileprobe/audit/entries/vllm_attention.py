@@ -1,48 +1,33 @@
-"""vLLM 0.33.0's Triton attention and linear-attention launchers, as tileprobe audit entries. What each entry's
+"""vLLM's Triton attention and linear-attention launchers, as tileprobe audit entries. What each entry's
 arguments are, read from the engine's callers:
-- vLLM 0.33.0 `unified_attention` (vllm/v1/attention/ops/triton_unified_attention.py), as TritonAttentionImpl
-  calls it for a prefill batch (its 2D launch; `_vllm_unified` says the layout); compiled from the engine's own module
+- vLLM's TRITON_ATTN backend (`unified_attention`, vllm/v1/attention/ops/triton_unified_attention.py): not called
+  with re-typed arguments but driven through the backend's own metadata builder and impl
+  (tileprobe.audit.vllm_backend) for a prefill, a decode and a mixed batch, so the engine picks the 2D or the 3D
+  launch, its softmax segments and `reduce_segments`, and the KV-cache write; compiled from the engine's own module
   (its kernel calls helpers of triton_attention_helpers.py and reads module globals in its defaults).
-- vLLM 0.33.0 `lightning_attention` (vllm/model_executor/layers/lightning_attn.py), the linear-attention layers of
+- vLLM's `lightning_attention` (vllm/model_executor/layers/lightning_attn.py), the linear-attention layers of
   MiniMax-Text-01 / M1 (`_vllm_lightning`): four launches (_fwd_diag_kernel, _fwd_kv_parallel, _fwd_kv_reduce,
   _fwd_none_diag_kernel), in fp32.
 """
 
 from __future__ import annotations
 
-import math
-
-from tileprobe.audit import attention_rule, vllm_stand_ins
-from tileprobe.audit.entry import TORCH, AuditKernel, Point, empty, heads, indptr, not_mla, torch
+from tileprobe.audit import attention_rule, vllm_backend, vllm_backend_stand_ins, vllm_stand_ins
+from tileprobe.audit.entry import AuditKernel, Point, empty, heads, not_mla, torch
 from tileprobe.models import AttentionConfig
 
-
-VLLM_BLOCK_SIZE = 16  # vLLM's KV block size on CUDA (TritonAttentionBackend: MultipleOf(16); the default 16)
-
-
-def _vllm_unified(model: AttentionConfig, pt: Point):
-    """As TritonAttentionImpl.forward (vllm/v1/attention/backends/triton_attn.py) calls it for a prefill batch: the
-    KV cache (blocks, KV, block_size, 2*D) transposed to (blocks, block_size, KV, 2*D) and split into K and V views,
-    k/v descale the layer's (1,) scale expanded to (B, KV), block_table int32, no split-K scratch (the 2D launch)."""
-    h, kv = heads(model, pt.tp)
-    d, dt, b = model.head_dim, getattr(torch, TORCH[model.dtype]), pt.batch
-    per_seq = -(-pt.seq_len // VLLM_BLOCK_SIZE)
-    cache = empty((b * per_seq, kv, VLLM_BLOCK_SIZE, 2 * d), dt).transpose(1, 2)
-    k, v = cache.split(d, dim=-1)
-    t = b * pt.seq_len
-    scale = empty((1,), torch.float32).expand(b, kv)
-    window = (pt.window - 1, 0) if pt.window else (-1, -1)
-    kwargs = dict(q=empty((t, h, d), dt), k=k, v=v, out=empty((t, h, d), dt), cu_seqlens_q=indptr(b, pt.seq_len),
-                  max_seqlen_q=pt.seq_len, seqused_k=torch.full((b,), pt.seq_len, dtype=torch.int32),
-                  max_seqlen_k=pt.seq_len, softmax_scale=1.0 / math.sqrt(d), causal=True, window_size=window,
-                  block_table=torch.empty((b, per_seq), dtype=torch.int32), softcap=0.0, q_descale=None,
-                  k_descale=scale, v_descale=scale,
-                  sinks=empty((h,), torch.float32) if model.sinks else None)
-    return (), kwargs
 
 
 VLLM_ALLOW = ("vllm.v1.attention.ops.triton_unified_attention", "vllm.v1.attention.ops.triton_attention_helpers",
               "vllm.envs", "vllm.platforms.interface", "vllm.v1.attention.backends.registry")
+
+
+# the backend's own builder and impl (tileprobe.audit.vllm_backend), with what they import
+BACKEND_ALLOW = VLLM_ALLOW + ("vllm.v1.attention.backends.triton_attn", "vllm.v1.attention.backend",
+                              "vllm.v1.attention.ops.triton_prefill_attention",
+                              "vllm.v1.attention.ops.triton_reshape_and_cache_flash", "vllm.v1.kv_cache_interface",
+                              "vllm.v1.kv_cache_layout", "vllm.v1.kv_cache_spec_registry", "vllm.utils.math_utils",
+                              ) + vllm_backend.BUILDER_FILES
 
 
 def _vllm_lightning(model: AttentionConfig, pt: Point):
@@ -62,9 +47,10 @@ def _linear(model: AttentionConfig) -> str | None:
 
 ENTRIES = (
     AuditKernel("vllm-unified-attention", "vllm", "0.33.0", "vllm.v1.attention.ops.triton_unified_attention",
-                "unified_attention", VLLM_ALLOW, vllm_stand_ins.STAND_INS, _vllm_unified, not_mla,
+                "unified_attention", BACKEND_ALLOW, vllm_backend_stand_ins.STAND_INS_SERVED, None, not_mla,
                 "the model's dtype (the layer's query and KV cache)", compile_from="module", backend="TRITON_ATTN",
-                predict=attention_rule.predict),
+                predict=attention_rule.predict, drive=vllm_backend.triton_attention,
+                phases=("prefill", "decode", "mixed")),
     AuditKernel("vllm-lightning-attention", "vllm", "0.33.0", "vllm.model_executor.layers.lightning_attn",
                 "lightning_attention", ("vllm.model_executor.layers.lightning_attn", "vllm.platforms.interface",
                                         "vllm.v1.attention.backends.registry"),
