@@ -2,7 +2,8 @@
 tileprobe.engines.manifest; written by tools/engine_manifest.py).
 
 For an entry, its served modules (AuditKernel.allow and the launcher's module) are imported from the engine's files
-under tileprobe.audit.capture.engine_session, as an audit imports them; every module the session loaded from those
+under tileprobe.audit.capture.engine_session, as an audit imports them (the launcher's module first; another served
+module that does not import on its own there is skipped: the launcher cannot run it either); every module the session loaded from those
 files (an alias package's too: vLLM's triton_kernels) is scanned for the @triton.jit functions defined in it (a
 JITFunction, or one under @triton.autotune / @triton.heuristics). Each one's `cache_key` is then computed afresh
 (its cached `hash` reset), which is Triton's own walk: `DependenciesFinder` visits the function's AST and hands every
@@ -77,8 +78,12 @@ def entry_walk(source, entry, cache_dir=None) -> list[str]:
     """The engine files (paths inside the wheel, `vllm/.../mamba_ssm.py`) of the @triton.jit functions the entry's
     served modules define and of every @triton.jit callable Triton's walk reaches from them, sorted."""
     with capture.engine_session(source, profile(TARGET), entry.allow, entry.stand_ins, cache_dir) as session:
-        for name in sorted(set(entry.allow) | {entry.module}):
-            session.module(name)
+        session.module(entry.module)  # the launcher's module must import (else the entry is not walked: walk())
+        for name in sorted(set(entry.allow) - {entry.module}):
+            try:
+                session.module(name)
+            except ImportError:  # a served module that does not import on its own under the session: the launcher
+                continue  # cannot run it either, so no kernel of it is launched (its file stays listed)
         folder = Path(session.folder)
 
         def engine_file(func) -> str | None:
