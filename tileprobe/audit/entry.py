@@ -89,6 +89,9 @@ class AuditKernel:
     # instead of `launcher(*arguments(...))`, at every phase in `phases`
     drive: Callable | None = None
     phases: tuple[str, ...] = ("prefill",)
+    # engine modules whose facts the entry's driver re-types (read by tileprobe, not imported in the session): the
+    # release's manifest hashes them with the served ones, so another release's text is refused, not trusted
+    reads: tuple[str, ...] = ()
 
     @property
     def module_file(self) -> str:

@@ -30,7 +30,10 @@ from types import SimpleNamespace
 from tileprobe.audit.entry import TORCH, Point, empty, heads, torch
 from tileprobe.models import AttentionConfig
 
-BUILDER_FILES = ("vllm.config.vllm",)  # where the serving defaults below are read (guarded by the manifest)
+# the engine files tileprobe reads facts from for this step (the serving defaults below; the stand-ins' definitions,
+# tileprobe.audit.vllm_backend_stand_ins): hashed by the release's manifest with the served ones
+BUILDER_FILES = ("vllm.config.vllm", "vllm.config.compilation", "vllm.config.cache", "vllm.utils.torch_utils",
+                 "vllm.model_executor.layers.quantization.utils.quant_utils", "vllm.v1.attention.backends.utils")
 CAPTURE_SIZES = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 513, 16))
 MAX_NUM_SEQS = 256
 

@@ -27,7 +27,7 @@ BACKEND_ALLOW = VLLM_ALLOW + ("vllm.v1.attention.backends.triton_attn", "vllm.v1
                               "vllm.v1.attention.ops.triton_prefill_attention",
                               "vllm.v1.attention.ops.triton_reshape_and_cache_flash", "vllm.v1.kv_cache_interface",
                               "vllm.v1.kv_cache_layout", "vllm.v1.kv_cache_spec_registry", "vllm.utils.math_utils",
-                              ) + vllm_backend.BUILDER_FILES
+                              )
 
 
 def _vllm_lightning(model: AttentionConfig, pt: Point):
@@ -50,7 +50,7 @@ ENTRIES = (
                 "unified_attention", BACKEND_ALLOW, vllm_backend_stand_ins.STAND_INS_SERVED, None, not_mla,
                 "the model's dtype (the layer's query and KV cache)", compile_from="module", backend="TRITON_ATTN",
                 predict=attention_rule.predict, drive=vllm_backend.triton_attention,
-                phases=("prefill", "decode", "mixed")),
+                phases=("prefill", "decode", "mixed"), reads=vllm_backend.BUILDER_FILES),
     AuditKernel("vllm-lightning-attention", "vllm", "0.33.0", "vllm.model_executor.layers.lightning_attn",
                 "lightning_attention", ("vllm.model_executor.layers.lightning_attn", "vllm.platforms.interface",
                                         "vllm.v1.attention.backends.registry"),
