@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tileprobe.audit import backends
-from tileprobe.audit.kernels import KERNELS
+from tileprobe.audit.kernels import KERNELS, entries_of
 from tileprobe.audit.selection import ARCHITECTURES
 from tileprobe.errors import UsageError
 from tileprobe.models import ATTENTION_PRESETS
@@ -63,7 +63,7 @@ def test_selected_line_names_the_backend_in_the_selecting_function(engine, rng):
         assert fn.name == "get_default_attn_backend" or arch in _registered(fn), (fn.name, _registered(fn))
         assert sel.backend in sel.valid
     assert sel.triton == backends.is_triton(engine.engine, sel.backend)
-    assert not sel.entries or sel.triton
+    assert not entries_of(sel.engine, sel.backend) or sel.triton
 
 
 def test_a_sparse_mla_model_gets_the_engines_sparse_backend(engine, rng):
@@ -76,7 +76,7 @@ def test_a_sparse_mla_model_gets_the_engines_sparse_backend(engine, rng):
     target = profile(rng.choice(TARGETS))
     dense = backends.attention_backend(engine, target, base)
     sel = backends.attention_backend(engine, target, model)
-    assert sel.backend != dense.backend and not sel.entries, (dense, sel)
+    assert sel.backend != dense.backend and not entries_of(sel.engine, sel.backend), (dense, sel)
     assert sel.backend in _line_text(engine, sel.line)[2], sel
 
 
@@ -84,8 +84,8 @@ def test_a_sparse_mla_model_gets_the_engines_sparse_backend(engine, rng):
 def test_gpt_oss_on_sm120_runs_the_triton_backend(request, engine_name):
     src = request.getfixturevalue(engine_name)
     sel = backends.attention_backend(src, profile("rtx-pro-6000"), ATTENTION_PRESETS["gpt-oss-120b"])
-    assert sel.triton and sel.entries, sel
-    assert all(e in KERNELS for e in sel.entries)
+    assert sel.triton and entries_of(sel.engine, sel.backend), sel
+    assert all(e in KERNELS for e in entries_of(sel.engine, sel.backend))
 
 
 def test_forced_valid_name_is_honoured(engine, rng):

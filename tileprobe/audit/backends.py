@@ -1,11 +1,11 @@
-"""The attention backend an engine picks for a model on a target, by the engine's own selection code, and which
-tileprobe audit entries that backend runs.
+"""The attention backend an engine picks for a model on a target, by the engine's own selection code (the audit
+entries that backend runs: tileprobe.audit.kernels.entries_of).
 
 `attention_backend(source, target, model, forced)` runs the engine's selection from its wheel's text
 (tileprobe.audit.engine_text: one top-level name at a time, each from the wheel, since the selecting modules import
 the engines' config trees, C extensions and FlashInfer), with torch.cuda answering as the target (capability,
 properties, is_initialized True) and torch.version.cuda as a CUDA 13 build. The Selection names the backend as the
-engine spells it, whether it is a Triton backend, the audit entries it runs (entries_of), and the engine line
+engine spells it, whether it is a Triton backend, and the engine line
 (file:line inside the wheel) whose text names it and that ran.
 
 - vLLM (tileprobe.audit.vllm_selection): vllm/platforms/cuda.py `get_attn_backend_cls` (forced: its
@@ -41,13 +41,13 @@ from __future__ import annotations
 
 from tileprobe.audit import sglang_selection, vllm_selection
 from tileprobe.audit.engine_text import EngineTextError
-from tileprobe.audit.selection import Selection, entries_of, is_triton
+from tileprobe.audit.selection import Selection, is_triton
 from tileprobe.engines.triton_configs import EngineSource
 from tileprobe.errors import UsageError
 from tileprobe.models import AttentionConfig
 from tileprobe.targets import Target
 
-__all__ = ["Selection", "attention_backend", "entries_of", "is_triton"]
+__all__ = ["Selection", "attention_backend", "is_triton"]
 
 
 def attention_backend(source: EngineSource, target: Target, model: AttentionConfig, forced: str | None = None

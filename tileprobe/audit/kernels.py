@@ -41,3 +41,8 @@ def table() -> str:
         lines.append(f"| `{k.name}` | {k.engine} {k.release} | `{k.launcher}` (`{k.module_file}`) | {when} | "
                      f"{k.dtype_rule} |")
     return "\n".join(lines) + "\n"
+
+
+def entries_of(engine: str, backend: str) -> tuple[str, ...]:
+    """The audit entries an attention backend runs: those whose `backend` is it (AuditKernel.backend)."""
+    return tuple(k.name for k in KERNELS.values() if k.engine == engine and k.backend == backend)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tileprobe import preflight, progress
-from tileprobe.audit import answers, capture, jobs, loader
+from tileprobe.audit import answers, capture, capture_cache, jobs, loader
 from tileprobe.audit import tuned as tuned_mod
 from tileprobe.audit.backends import Selection, attention_backend
 from tileprobe.audit.entry import Elsewhere
@@ -63,6 +63,7 @@ class AuditOptions:
     gpu_name: str | None = None  # --gpu-name: the name the stand-in device reports (default: the target's first SKU)
     policy: Policy = Policy()  # predictor first (rule, else Triton's allocation), --compile-all, --verify N
     rules_off: bool = False  # --rules-off: a release (or a copy) the manifest does not match, every stated rule off
+    mm_encoder_attn_backend: str | None = None  # vLLM's --mm-encoder-attn-backend: its ViT attention backend, forced
 
 
 @dataclass
@@ -147,12 +148,14 @@ def capture_all(src: EngineSource, target: Target, model: AttentionConfig, entri
                 opts: AuditOptions, cc: int, sel: Selection | None = None) -> Captured:
     """Each entry's launches at every point; launches that compile the same (every argument the compile sees equal:
     pointer dtypes, ints, constexprs, options), set at the same engine lines, are planned once. An entry whose
-    `chooses` names another kernel at a point is not launched there; an autotuned launch's configs are one Tuned."""
-    planned: dict[tuple, int] = {}
+    `chooses` names another kernel at a point is not launched there; an autotuned launch's configs are one Tuned.
+    Each entry's capture comes from tileprobe.audit.capture_cache when an identical one was made before (its key:
+    the engine's files, tileprobe's, the target, the model, the points, the options), else it runs and is stored."""
     plans: list[Planned] = []
     others: dict[tuple, NotSelected] = {}
     tuned: dict[tuple, Tuned] = {}
     failed: list[tuple[AuditKernel, str]] = []
+    store = None
     for k in entries:
         windows = model.windows() if k.windowed else (None,)
         points = [Point(b, s, opts.tp, w, ph) for w in windows for ph in k.phases for b in opts.batches
@@ -162,11 +165,38 @@ def capture_all(src: EngineSource, target: Target, model: AttentionConfig, entri
             others[(k.name, sel.backend)] = NotSelected(k, Elsewhere(f"the {sel.backend} attention backend",
                                                                      sel.line, how), points)
             continue
-        try:
-            _capture_entry(k, src, target, model, opts, cc, points, planned, plans, others, tuned)
-        except CAPTURE_ERRORS as exc:
-            failed.append((k, f"{type(exc).__name__}: {' '.join(str(exc).split())}"))
+        store = store or capture_cache.Store(src, target, model, opts, cc)
+        got = store.get(k, points)
+        if got is None:
+            got = _capture_one(k, src, target, model, opts, cc, points)
+            store.put(k, points, got)
+        base = len(plans)  # the entry's own indices, after the entries before it
+        plans += [Planned(k, launch, job, list(pts)) for launch, job, pts in got.plans]
+        for other, pts in got.others:
+            others.setdefault((k.name, other), NotSelected(k, other)).points.extend(pts)
+        for kernel, site, listed, idx in got.tuned:
+            idx = tuple(base + i for i in idx)
+            tuned.setdefault((kernel, site, idx), Tuned(kernel, site, listed, idx))
+        if got.failed is not None:
+            failed.append((k, got.failed))
     return Captured(plans, list(others.values()), list(tuned.values()), failed)
+
+
+def _capture_one(k: AuditKernel, src: EngineSource, target: Target, model: AttentionConfig, opts: AuditOptions,
+                 cc: int, points: list) -> capture_cache.EntryCapture:
+    """One entry's capture as plain data (what it planned before a failure is kept, with the failure)."""
+    planned: dict[tuple, int] = {}
+    plans: list[Planned] = []
+    others: dict[tuple, NotSelected] = {}
+    tuned: dict[tuple, Tuned] = {}
+    failed = None
+    try:
+        _capture_entry(k, src, target, model, opts, cc, points, planned, plans, others, tuned)
+    except CAPTURE_ERRORS as exc:
+        failed = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    return capture_cache.EntryCapture([(p.launch, p.job, p.points) for p in plans],
+                                      [(n.elsewhere, n.points) for n in others.values()],
+                                      [(t.kernel, t.call_site, t.listed, t.planned) for t in tuned.values()], failed)
 
 
 def _capture_entry(k: AuditKernel, src: EngineSource, target: Target, model: AttentionConfig, opts: AuditOptions,
@@ -174,7 +204,8 @@ def _capture_entry(k: AuditKernel, src: EngineSource, target: Target, model: Att
     cut = jobs.kernel_source if k.compile_from == "extract" else \
         (lambda s, launch, k=k: loader.module_source(k, s, target, launch.kernel))
     with capture.engine_session(src, target, k.allow, k.stand_ins, opts.cache_dir,
-                                {"moe_backend": opts.moe_backend}) as session:
+                                {"moe_backend": opts.moe_backend,
+                                 "mm_encoder_attn_backend": opts.mm_encoder_attn_backend}) as session:
         launcher = None if k.drive else getattr(session.module(k.module), k.launcher)
         for pt in points:
             other = k.chooses(session, model, pt) if k.chooses else None
@@ -364,7 +395,8 @@ def run_audit(opts: AuditOptions) -> Audit:
         opts = replace(opts, policy=Policy(compile_all=True))
     parallel = compiled.check_parallel(src, model, opts.tp)
     t0 = time.perf_counter()
-    sel = attention_backend(src, target, model, opts.attention_backend) \
+    sel = capture_cache.selection(src, target, model, opts.attention_backend, opts.cache_dir,
+                                  lambda: attention_backend(src, target, model, opts.attention_backend)) \
         if any(k.backend for k in entries) or opts.attention_backend or model.heads > 0 else None
     cap = capture_all(src, target, model, entries, opts, target.cc_int, sel)
     planned = cap.planned

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 from tileprobe.audit import capture
 from tileprobe.audit.engine_text import EngineTextError, TextModules
-from tileprobe.audit.kernels import KERNELS
 from tileprobe.lazy import LazyModule
 from tileprobe.targets import Target
 
@@ -31,16 +30,10 @@ class Selection:
     engine: str
     backend: str  # as the engine spells it (vLLM: TRITON_ATTN, ...; SGLang: triton, ...)
     triton: bool  # a Triton backend: its kernels are what tileprobe audit compiles
-    entries: tuple[str, ...]  # the audit entries (tileprobe.audit.kernels) that backend runs
     line: str  # file:line inside the wheel whose text names the backend and that ran
     forced: bool = False
     valid: tuple[str, ...] = ()  # every backend the engine would accept here, best first (vLLM: priority order)
     refused: dict = field(default_factory=dict)  # backend -> the engine's reasons, for those ranked above it
-
-
-def entries_of(engine: str, backend: str) -> tuple[str, ...]:
-    """The audit entries a backend runs: those whose `backend` is it (tileprobe.audit.entry.AuditKernel.backend)."""
-    return tuple(k.name for k in KERNELS.values() if k.engine == engine and k.backend == backend)
 
 
 def is_triton(engine: str, backend: str) -> bool:

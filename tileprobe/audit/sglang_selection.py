@@ -10,7 +10,7 @@ import types
 import warnings
 
 from tileprobe.audit.engine_text import EngineTextError, TextModules
-from tileprobe.audit.selection import (ARCHITECTURES, DTYPES, Selection, device, entries_of, is_triton, naming_line,
+from tileprobe.audit.selection import (ARCHITECTURES, DTYPES, Selection, device, is_triton, naming_line,
                                        quiet, tracing)
 from tileprobe.engines.triton_configs import EngineSource
 from tileprobe.errors import UsageError
@@ -189,7 +189,7 @@ def select(source: EngineSource, target: Target, model: AttentionConfig, forced:
             fn = next(n for n in ast.walk(registry._tree) if isinstance(n, ast.FunctionDef) and any(
                 isinstance(d, ast.Call) and d.args and getattr(d.args[0], "value", None) == forced
                 for d in n.decorator_list))
-            return Selection("sglang", forced, is_triton("sglang", forced), entries_of("sglang", forced),
+            return Selection("sglang", forced, is_triton("sglang", forced),
                              f"{registry._rel}:{fn.lineno}", True, valid)
         name = where = None
         files = {mods.module(m)._rel for m, _ in _providers(mods, arch)} if arch else set()
@@ -203,4 +203,4 @@ def select(source: EngineSource, target: Target, model: AttentionConfig, forced:
                 name = base.get_default_attn_backend(mods.view, base.use_mla_backend(mods.view), mods.model_config)
                 where = (BASE, "get_default_attn_backend")
     line = naming_line(mods, where[0], where[1], ran.get(where[1], set()), name)
-    return Selection("sglang", name, is_triton("sglang", name), entries_of("sglang", name), line, False, valid)
+    return Selection("sglang", name, is_triton("sglang", name), line, False, valid)

@@ -13,6 +13,8 @@ definitions of a file, executed in a scope of what they use), except:
 - `vllm.config.get_current_vllm_config_or_none`: None (no config set in the process);
 - `vllm.config.VllmConfig` / `CacheDType`: names for annotations only (tileprobe.audit.vllm_backend builds the
   config the builder reads, and says which fields it sets);
+- `vllm.utils.torch_utils.direct_register_custom_op`: nothing registered (the op's Python is called directly, as
+  its registered implementation runs it); `vllm.utils.gpu_sync_debug.gpu_sync_allowed`: a null context;
 - `vllm.v1.attention.backends.utils.get_num_attention_heads_from_layers`: None (no layer registry: the builder then
   takes the model's head count, the same number for a model whose layers share one head count).
 """
@@ -106,7 +108,8 @@ def quant_utils(target: Target, source: EngineSource) -> dict:
 
 def torch_utils(target: Target, source: EngineSource) -> dict:
     torch = importlib.import_module("torch")
-    return from_text(source, "vllm/utils/torch_utils.py", ("get_dtype_size",), {"torch": torch})
+    read = from_text(source, "vllm/utils/torch_utils.py", ("get_dtype_size",), {"torch": torch})
+    return {**read, "direct_register_custom_op": lambda *a, **k: None}
 
 
 def backend_utils(target: Target, source: EngineSource) -> dict:
@@ -123,7 +126,12 @@ def mem_utils(target: Target, source: EngineSource) -> dict:
     return {"get_max_shared_memory_bytes": lambda gpu=0: target.smem_optin}
 
 
-STAND_INS = {**vllm_stand_ins.STAND_INS, "vllm.utils.mem_utils": mem_utils,
+def gpu_sync_debug(target: Target, source: EngineSource) -> dict:
+    import contextlib
+    return {"gpu_sync_allowed": contextlib.nullcontext}
+
+
+STAND_INS = {**vllm_stand_ins.STAND_INS, "vllm.utils.mem_utils": mem_utils, "vllm.utils.gpu_sync_debug": gpu_sync_debug,
              "vllm.distributed.parallel_state": parallel_state, "vllm._aiter_ops": aiter_ops, "vllm.config": config,
              "vllm.config.cache": config_cache,
              "vllm.model_executor.layers.quantization.utils.quant_utils": quant_utils,

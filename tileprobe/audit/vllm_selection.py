@@ -11,7 +11,7 @@ import types
 
 from tileprobe.audit import vllm_stand_ins
 from tileprobe.audit.engine_text import TextModules
-from tileprobe.audit.selection import (DTYPES, Selection, device, entries_of, function_node, is_triton, naming_line,
+from tileprobe.audit.selection import (DTYPES, Selection, device, function_node, is_triton, naming_line,
                                        tracing)
 from tileprobe.engines.triton_configs import EngineSource
 from tileprobe.errors import UsageError
@@ -128,5 +128,35 @@ def select(source: EngineSource, target: Target, model: AttentionConfig, forced:
     else:
         line = naming_line(mods, "vllm.platforms.cuda", "_get_backend_priorities",
                             ran.get("_get_backend_priorities", set()), name)
-    return Selection("vllm", name, is_triton("vllm", name), entries_of("vllm", name), line,
+    return Selection("vllm", name, is_triton("vllm", name), line,
                      forced is not None, names, refused)
+
+
+def vit_select(source: EngineSource, target: Target, head_size: int, dtype: str,
+               forced: str | None = None) -> tuple[str, str]:
+    """vLLM's own ViT attention backend pick (vllm/platforms/cuda.py `get_vit_attn_backend`, run from the wheel's
+    text on the target): (backend name, the engine line that returned it). `forced`: --mm-encoder-attn-backend as
+    the user passes it (the method's `backend` argument, checked against its supported list)."""
+    mods = vllm_modules(source, target)
+    ran: dict = {}
+    with device(target, mods):
+        platform = mods.platform()
+        enum = mods.module("vllm.v1.attention.backends.registry").AttentionBackendEnum
+        chosen = None
+        if forced is not None:
+            try:
+                chosen = enum[forced]
+            except KeyError:
+                raise UsageError(f"--mm-encoder-attn-backend {forced}: vLLM {source.version} has no such backend "
+                                 f"(its ViT backends on {target.name}: "
+                                 f"{', '.join(b.name for b in platform.get_supported_vit_attn_backends())})") from None
+        with tracing({"vllm/platforms/cuda.py"}, ran):
+            try:
+                picked = platform.get_vit_attn_backend(head_size, getattr(torch, DTYPES[dtype]), chosen)
+            except AssertionError as exc:
+                raise UsageError(f"--mm-encoder-attn-backend {forced}: vLLM {source.version} refuses it on "
+                                 f"{target.name}: {' '.join(str(exc).split())}") from None
+    fn = function_node(mods, "vllm.platforms.cuda", "get_vit_attn_backend")
+    done = ran.get("get_vit_attn_backend", set())
+    returns = [n.lineno for n in ast.walk(fn) if isinstance(n, ast.Return) and n.lineno in done]
+    return picked.name, f"vllm/platforms/cuda.py:{min(returns) if returns else fn.lineno}"

@@ -12,8 +12,9 @@ arguments are, read from the engine's callers:
 
 from __future__ import annotations
 
-from tileprobe.audit import attention_rule, vllm_backend, vllm_backend_stand_ins, vllm_stand_ins
-from tileprobe.audit.entry import AuditKernel, Point, empty, heads, not_mla, torch
+from tileprobe.audit import attention_rule, vllm_backend, vllm_backend_stand_ins, vllm_selection, vllm_stand_ins
+from tileprobe.audit.entry import TORCH, AuditKernel, Elsewhere, Point, empty, heads, not_mla, torch
+from tileprobe.errors import UsageError
 from tileprobe.models import AttentionConfig
 
 
@@ -41,6 +42,36 @@ def _vllm_lightning(model: AttentionConfig, pt: Point):
         block_size=256, kv_history=empty((1, h, d, d), f32))
 
 
+def _vllm_vit(model: AttentionConfig, pt: Point):
+    """As the vision encoders' attention calls vLLM's ViT Triton path (vllm/v1/attention/ops/vit_attn_wrappers.py
+    `triton_attn_wrapper`, the TRITON_ATTN ViT backend's op): q/k/v (B, S, H, D) with the vision encoder's heads
+    (split over tp) and head size, in the model's dtype; batch_size B, no cu_seqlens (equal lengths), the default
+    scale."""
+    vis = model.vision
+    if vis.heads % pt.tp:
+        raise UsageError(f"--tp {pt.tp}: {model.name}'s vision encoder has {vis.heads} heads, which do not split "
+                         f"over {pt.tp} ranks")
+    shape = (pt.batch, pt.seq_len, vis.heads // pt.tp, vis.head_dim)
+    dt = getattr(torch, TORCH[model.dtype])
+    return (empty(shape, dt), empty(shape, dt), empty(shape, dt), pt.batch), {}
+
+
+def _vit(model: AttentionConfig) -> str | None:
+    return None if model.vision else "no vision_config: vLLM runs ViT attention only for a vision encoder"
+
+
+def _vit_backend(session, model: AttentionConfig, pt: Point) -> Elsewhere | None:
+    """vLLM's own ViT backend pick on the target (vllm_selection.vit_select), or --mm-encoder-attn-backend."""
+    forced = session.flags.get("mm_encoder_attn_backend")
+    name, line = vllm_selection.vit_select(session.source, session.target, model.vision.head_dim, model.dtype,
+                                           forced)
+    if name == "TRITON_ATTN":
+        return None
+    return Elsewhere(f"its {name} ViT attention backend", line,
+                     "get_vit_attn_backend: the first supported backend for the head size and dtype"
+                     + ("" if forced else " (no --mm-encoder-attn-backend)"))
+
+
 def _linear(model: AttentionConfig) -> str | None:
     return None if model.linear_attention else "no linear-attention layers (config.json attn_type_list has no 0)"
 
@@ -56,4 +87,10 @@ ENTRIES = (
                                         "vllm.v1.attention.backends.registry"),
                 vllm_stand_ins.STAND_INS, _vllm_lightning, _linear, "fp32 (the layer casts q/k/v to float)",
                 windowed=False, predict=attention_rule.predict),
+    AuditKernel("vllm-vit-attention", "vllm", "0.34.0", "vllm.v1.attention.ops.vit_attn_wrappers",
+                "triton_attn_wrapper", ("vllm.v1.attention.ops.vit_attn_wrappers",
+                                        "vllm.v1.attention.ops.triton_prefill_attention", "vllm.utils.math_utils",
+                                        "vllm.platforms.interface", "vllm.v1.attention.backends.registry"),
+                vllm_backend_stand_ins.STAND_INS, _vllm_vit, _vit, "the model's dtype (the vision tower's q/k/v)",
+                windowed=False, chooses=_vit_backend, compile_from="module"),
 )

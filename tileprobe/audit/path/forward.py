@@ -103,7 +103,9 @@ def moe_calls(engine: str, label: str, model: AttentionConfig, tp: int, moe_runs
     if engine == "vllm":
         out.append(KernelCall("moe router (top-k)", "prefill+decode", "vllm-custom-op", "topk_softmax",
                               dict(kernel="topk_softmax", experts=m.experts, top_k=m.top_k),
-                              "vllm fused_topk -> ops.topk_softmax", label))
+                              "vllm fused_topk -> ops.topk_softmax (assumed: vLLM's create_fused_moe_router picks "
+                              "topk_sigmoid or grouped_topk for sigmoid / grouped routing such as GLM-4.5's and "
+                              "DeepSeek-V3's; the factory is not walked by tileprobe)", label))
     if not triton_moe:
         fam, runs = _moe_family(engine, moe_runs)
         params = dict(experts=m.experts, top_k=m.top_k, hidden=m.hidden, inter=inter, dtype=model.dtype, quant=quant,
