@@ -14,7 +14,7 @@ import typer
 
 from tileprobe import doctor as tileprobe_doctor
 from tileprobe import cli_audit, cli_export
-from tileprobe.cli_options import CacheOpt, CompileAllOpt, NvccOpt, VerifyOpt, VerifySeedOpt
+from tileprobe.cli_options import AnyTritonOpt, CacheOpt, CompileAllOpt, NvccOpt, RulesOffOpt, VerifyOpt, VerifySeedOpt
 from tileprobe.cli_options import console
 from tileprobe.cli_options import mismatch_exit as _mismatch_exit
 from tileprobe.cli_options import ints as _ints
@@ -130,7 +130,8 @@ def sweep(
     engine_wheel: Annotated[Optional[Path], typer.Option("--engine-wheel", help="triton-moe: read the engine from this wheel (a zip) instead of the installed package")] = None,
     config_dir: Annotated[Optional[Path], typer.Option("--config-dir", help="triton-moe: the user's config folder the engine reads first (VLLM_TUNED_CONFIG_FOLDER / SGLANG_MOE_CONFIG_DIR)")] = None,
     device_name: Annotated[Optional[list[str]], typer.Option("--device-name", help="triton-moe: the exact device name(s) to answer for (default: every SKU of --target)")] = None,
-    any_triton: Annotated[bool, typer.Option("--any-triton", help="triton-moe: size with the installed Triton even when it is not the engines' 3.8.0")] = False,
+    any_triton: AnyTritonOpt = False,
+    rules_off: RulesOffOpt = False,
     compile_all: CompileAllOpt = False,
     verify: VerifyOpt = 0,
     cutlass_dir: CutlassOpt = None,
@@ -168,7 +169,7 @@ def sweep(
         triton=triton_sweep.TritonOptions(engine=engine, quant=quant, engine_wheel=engine_wheel and str(engine_wheel),
                                              config_dir=config_dir and str(config_dir),
                                              device_names=_split_csv(device_name), any_triton=any_triton,
-                                             compile_all=compile_all, verify=verify),
+                                             rules_off=rules_off, compile_all=compile_all, verify=verify),
     )
     if ray_shards is not None and ray is None:
         raise UsageError("--ray-shards applies with --ray only")
@@ -197,7 +198,8 @@ def autotune(
     engine: Annotated[Optional[str], typer.Option("--engine", help="read PATH from this engine (vllm, sglang): installed or --engine-wheel")] = None,
     engine_wheel: Annotated[Optional[Path], typer.Option("--engine-wheel", help="the engine's wheel, read as a zip")] = None,
     kernel_args: Annotated[Optional[Path], typer.Option("--kernel-args", help="JSON object: the launch's arguments by parameter name ('*bf16' a bf16 tensor, numbers, true/false, null); built in for SGLang's _tiled_sparse_decode_kernel")] = None,
-    any_triton: Annotated[bool, typer.Option("--any-triton", help="size with the installed Triton even when it is not 3.8.0")] = False,
+    any_triton: AnyTritonOpt = False,
+    rules_off: RulesOffOpt = False,
     jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles", show_default="cores")] = os.cpu_count() or 1,
     cache_dir: CacheOpt = None,
 ) -> None:
@@ -205,7 +207,7 @@ def autotune(
     and what the autotuner is left to choose from."""
 
     report = triton_sweep.autotune_report(kernel, target, engine, engine_wheel, kernel_args, any_triton, max(1, jobs),
-                                          cache_dir)
+                                          cache_dir, rules_off)
     sys.stdout.write("\n".join(report) + "\n")
 
 
@@ -263,7 +265,8 @@ def check_configs(
     out: Annotated[Optional[Path], typer.Option("--out", help="write the rows here, like a sweep's")] = None,
     hidden: Annotated[Optional[int], typer.Option("--hidden", help="the model's hidden size K, for files no workload preset matches (default 4096, marked assumed)")] = None,
     jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles", show_default="cores")] = os.cpu_count() or 1,
-    any_triton: Annotated[bool, typer.Option("--any-triton", help="compile with an installed Triton other than the engines' pinned release")] = False,
+    any_triton: AnyTritonOpt = False,
+    rules_off: RulesOffOpt = False,
     cache_dir: CacheOpt = None,
     compile_all: CompileAllOpt = False,
     verify: VerifyOpt = 0,
@@ -275,7 +278,7 @@ def check_configs(
     when every entry was checked and fits, 2 when nothing could be checked, else 1."""
 
     res = triton_audit.run(path, engine, engine_wheel, target, out, jobs, cache_dir, hidden, any_triton,
-                           sw.command_line(), PredictPolicy(compile_all, verify, verify_seed))
+                           sw.command_line(), PredictPolicy(compile_all, verify, verify_seed), rules_off)
     for n in res.notes:
         sys.stdout.write(f"note: {n}\n")
     if res.answers.get("verify_seed") is not None:
@@ -430,11 +433,16 @@ def doctor(
     cutlass_dir: CutlassOpt = None,
     nvcc: NvccOpt = None,
     cache_dir: CacheOpt = None,
+    engine_wheel: Annotated[Optional[str], typer.Option("--engine-wheel", help="with --engine: the engine's wheel (or a folder of wheels) the runs would be given, checked instead of the install and the wheel cache")] = None,
+    rules_off: RulesOffOpt = False,
+    any_triton: AnyTritonOpt = False,
 ) -> None:
     """One line per thing a run needs (nvcc, CUTLASS, host compiler, Triton, the engines, flashinfer, GPU, cache):
-    ok, or what is wrong and the command that fixes it; exit 2 when a run of this kind would fail."""
+    ok, or what is wrong and the command that fixes it; exit 2 when a run of this kind would fail, or when the
+    engine or Triton a run would read is a release tileprobe cannot answer for."""
 
-    checks = tileprobe_doctor.diagnose(engine, target, cutlass_dir, nvcc, cache_dir)
+    checks = tileprobe_doctor.diagnose(engine, target, cutlass_dir, nvcc, cache_dir, engine_wheel, rules_off,
+                                       any_triton)
     terminal = console.is_terminal
     for line in tileprobe_doctor.lines(checks, terminal):
         if terminal:
@@ -464,15 +472,22 @@ def engines_fetch(
     dest: Annotated[Optional[Path], typer.Option("--dest", metavar="DIR", help="where to put the wheels (default: tileprobe's wheel cache, where every command looks)")] = None,
     flashinfer: Annotated[bool, typer.Option("--flashinfer/--no-flashinfer", help="also fetch the flashinfer-python release each engine pins (read from its wheel's METADATA)")] = True,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print what would be fetched, download nothing")] = False,
+    rules_off: RulesOffOpt = False,
 ) -> None:
     """Download the engine releases tileprobe reads and the flashinfer releases they pin (pip download --no-deps)
-    into the wheel cache, for triton-moe, check-configs and the export commands on a machine without them."""
+    into the wheel cache, for triton-moe, check-configs and the export commands on a machine without them. An engine
+    release tileprobe has no manifest for is cached and refused (exit 2) unless --rules-off; a pinned flashinfer
+    release the index does not serve is one line naming the fallback to choose."""
     if dry_run:
         for w in fetch.plan(engines, dest, flashinfer):
             sys.stdout.write(f"{w.dist} {w.version or '(its pin)'}: {w.why}\n")
         return
-    for w, path in fetch.fetch(engines, dest, flashinfer):
+    missing: list[str] = []
+    got = fetch.fetch(engines, dest, flashinfer, missing=missing)
+    for w, path in got:
         sys.stdout.write(f"{w.dist} {w.version}: {path}" + (f" (pinned by {w.pinned_by})" if w.pinned_by else "") + "\n")
+    sys.stderr.writelines(f"{line}\n" for line in missing)
+    sys.stdout.writelines(f"{banner}\n" for banner in fetch.answerable(got, rules_off))
 
 
 app.add_typer(cli_export.export_app, name="export")

@@ -16,7 +16,9 @@ from tileprobe import sweep as sw
 from tileprobe.audit import run as audit_run
 from tileprobe.audit.path import rows as path_rows
 from tileprobe.families import compiled_audit
-from tileprobe.cli_options import CacheOpt, CompileAllOpt, VerifyOpt, VerifySeedOpt, ints, split_csv
+from tileprobe.backends.triton.toolchain import ANY_TRITON_ENV
+from tileprobe.cli_options import (AnyTritonOpt, CacheOpt, CompileAllOpt, RulesOffOpt, VerifyOpt, VerifySeedOpt, ints,
+                                   split_csv)
 from tileprobe.models import ATTENTION_PRESETS
 from tileprobe.reports.report import write_reports
 from tileprobe.reports.terminal import WIDTH, print_rows
@@ -41,13 +43,16 @@ def audit(
     compile_all: CompileAllOpt = False,
     verify: VerifyOpt = 0,
     verify_seed: VerifySeedOpt = None,
-    rules_off: Annotated[bool, typer.Option("--rules-off", help="audit an engine release (or a modified copy) that tileprobe's manifest does not match, with every stated rule off: each launch compiled; a banner says so")] = False,
+    rules_off: RulesOffOpt = False,
+    any_triton: AnyTritonOpt = False,
 ) -> None:
     """Will the model run on the target with this engine? Every Triton launch the engine would make for it (its own
     backend choices and launchers, from its wheel, under a stand-in device; each launch's bytes by a stated rule, by
     Triton's own allocation pass, or compiled (--compile-all), never launched): one
     row each, what the engine runs instead where it picks another kernel, and what to change; exit 1 with one line
     per launch that does not fit."""
+    if any_triton:  # read by require_triton here and in the compile workers (tileprobe.backends.triton.toolchain)
+        os.environ[ANY_TRITON_ENV] = "1"
     opts = audit_run.AuditOptions(engine, model, target, tp, tuple(ints(batch, "--batch") or (1, 8)),
                                   tuple(ints(seq_len, "--seq-len") or (1024,)), out, jobs,
                                   cache_dir, engine_wheel, sw.command_line(),

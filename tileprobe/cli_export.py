@@ -12,7 +12,7 @@ import typer
 
 from tileprobe import sweep as sw
 from tileprobe.backends.cutlass.toolchain import find_nvcc
-from tileprobe.cli_options import CacheOpt, CompileAllOpt, NvccOpt, VerifyOpt, VerifySeedOpt
+from tileprobe.cli_options import AnyTritonOpt, CacheOpt, CompileAllOpt, NvccOpt, RulesOffOpt, VerifyOpt, VerifySeedOpt
 from tileprobe.cli_options import console
 from tileprobe.cli_options import ints as _ints
 from tileprobe.cli_options import mismatch_exit as _mismatch_exit
@@ -50,6 +50,7 @@ def export_flashinfer_blocklist(
     flashinfer_dir: Annotated[Optional[Path], typer.Option("--flashinfer-dir", metavar="DIR", help="number the tactics for this flashinfer package folder instead of the installed one")] = None,
     sweep_out: Annotated[Optional[Path], typer.Option("--sweep-out", metavar="DIR", help="where the static sweep goes when no results folder is given", show_default="tileprobe-results")] = None,
     jobs: Annotated[Optional[int], typer.Option("--jobs", metavar="N", help="parallel compiles for that sweep", show_default="cores")] = None,
+    rules_off: RulesOffOpt = False,
     cache_dir: CacheOpt = None,
 ) -> None:
     """FlashInfer's FLASHINFER_TACTICS_BLOCKLIST file for an SM120 GPU, made without the GPU: the CUTLASS fused-MoE
@@ -72,7 +73,9 @@ def export_flashinfer_blocklist(
         sys.stderr.write("note: --wheels is deprecated; use --engine-wheel\n")
         engine_wheel = wheels
     nv = find_nvcc(nvcc) if verify else blocklist.find_nvcc_or_none(nvcc)
-    rel = blocklist.release(engine, engine_wheel, flashinfer_dir, cache_dir)
+    rel = blocklist.release(engine, engine_wheel, flashinfer_dir, cache_dir, rules_off)
+    if rel.banner:
+        sys.stdout.write(rel.banner + "\n")
     if check_file is not None:
         res = bl_check.check(check_file, nvcc=nv, model_only=model_only, cache_dir=cache_dir, rel=rel)
         for n in res.notes:
@@ -117,7 +120,8 @@ def export_triton_configs(
     device_name: Annotated[Optional[list[str]], typer.Option("--device-name", help="write for these SKU names only (default: every name the target profile knows)")] = None,
     hidden: Annotated[Optional[int], typer.Option("--hidden", help="the model's hidden size K, when no workload preset matches the file's E and N")] = None,
     jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles", show_default="cores")] = os.cpu_count() or 1,
-    any_triton: Annotated[bool, typer.Option("--any-triton", help="compile with an installed Triton other than the engines' pinned release")] = False,
+    any_triton: AnyTritonOpt = False,
+    rules_off: RulesOffOpt = False,
     cache_dir: CacheOpt = None,
     tune: Annotated[bool, typer.Option("--tune", help="on a GPU of the target's arch: each entry becomes the fastest verified config of the engine tuner's own search space that fits (pruned by compiled bytes, screened, confirmed)")] = False,
     batches: Annotated[Optional[str], typer.Option("--batches", help="--tune: only these M keys of the input file(s), e.g. 1,16,64")] = None,
@@ -151,7 +155,8 @@ def export_triton_configs(
             raise UsageError("--tune starts from an input file (the shipped file to tune, e.g. the H200 one)")
         try:
             lines = triton_resolve.run(engine, engine_wheel, workload, model, tp, ep, quant, target, out,
-                                       _split_csv(device_name), max(1, jobs), cache_dir, any_triton, policy)
+                                       _split_csv(device_name), max(1, jobs), cache_dir, any_triton, policy,
+                                       rules_off)
         except PredictionMismatch as exc:
             _mismatch_exit(exc)
         sys.stdout.write("".join(line + "\n" for line in lines))
@@ -167,7 +172,8 @@ def export_triton_configs(
                                        confirm_top=d.confirm_top if confirm_top is None else confirm_top,
                                        screen_reps=d.screen_reps if screen_reps is None else screen_reps,
                                        jobs=max(1, jobs), cache_dir=cache_dir,
-                                       any_triton=any_triton, seed=seed, prune_only=prune_only)
+                                       any_triton=any_triton, rules_off=rules_off, seed=seed,
+                                       prune_only=prune_only)
         tuned, prov = triton_tune.run(inputs, engine, engine_wheel, target, out, _split_csv(device_name), hidden,
                                       opts)
         for line in triton_tune.summary(tuned, prov):
@@ -175,9 +181,11 @@ def export_triton_configs(
         return
     try:
         written = triton_export.run(inputs, engine, engine_wheel, target, out, _split_csv(device_name), hidden,
-                                    max(1, jobs), cache_dir, any_triton, policy=policy)
+                                    max(1, jobs), cache_dir, any_triton, policy=policy, rules_off=rules_off)
     except PredictionMismatch as exc:
         _mismatch_exit(exc)
+    if written and written[0].banner:
+        sys.stdout.write(written[0].banner + "\n")
     for w in written:
         sys.stdout.write(f"{w.path}: {w.entries} entries, {w.substituted} substituted\n")
     env = "VLLM_TUNED_CONFIG_FOLDER" if (engine or triton_audit.guess_engine([w.path.name for w in written])) == "vllm" \

@@ -17,6 +17,8 @@ CacheOpt = Annotated[Optional[str], typer.Option("--cache-dir", help="build cach
 NvccOpt = Annotated[Optional[str], typer.Option("--nvcc", help="path to nvcc")]
 CompileAllOpt = Annotated[bool, typer.Option("--compile-all", help="Triton launches (triton-moe, audit): compile every launch, even those tileprobe answers exactly (default: predictor first, compile only what it cannot predict; the audit sizes those with Triton's own allocation pass)")]
 VerifySeedOpt = Annotated[Optional[int], typer.Option("--verify-seed", help="the --verify sample's seed (default: a fresh one, printed and recorded)")]
+RulesOffOpt = Annotated[bool, typer.Option("--rules-off", help="read an engine release (or a modified copy) that tileprobe's manifest does not match, with every stated rule off (each launch sized or compiled by Triton); a banner says so (default: such a release is refused, exit 2)")]
+AnyTritonOpt = Annotated[bool, typer.Option("--any-triton", help="size and compile with the installed Triton even when it is not the release the engines pin (its bytes are that release's; every stated rule keyed by another Triton declines)")]
 VerifyOpt = Annotated[int, typer.Option("--verify", metavar="N", help="Triton launches (triton-moe, audit): also compile a random sample of N predicted (audit: or sized) launches (seed printed and recorded); exit 1 naming each whose bytes differ")]
 
 

@@ -7,6 +7,13 @@ them. What a run needs depends on the question: a CUTLASS sweep (no --engine) ne
 a host compiler and the cache; a triton-moe run (--engine vllm|sglang) needs the engines' Triton and that engine's
 files, and not nvcc. A missing needed item makes the exit code 2; an item that only some runs need is reported
 (`warn`) without failing. A GPU is never needed: without one, answers are static.
+
+Whatever the question, what every engine or Triton run would use must be a release tileprobe answers for: the
+engine each command would read (the install first, then the wheel cache; --engine-wheel for --engine's engine) must
+have a manifest its files match (tileprobe.engines.manifest), and the installed Triton must be the engines' pinned
+release; otherwise that line fails (exit 2), with a fix that changes what the runs read (for an install, which is
+read before any cached wheel: --engine-wheel with a wheel of a release tileprobe answers for, checked by the doctor
+command the line prints), unless --rules-off / --any-triton ask for it as it is.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from tileprobe import preflight
 from tileprobe.backends.cutlass import build as cutlass_build
 from tileprobe.backends.cutlass import toolchain as cutlass_tc
 from tileprobe.backends.triton import toolchain as triton_tc
-from tileprobe.engines import triton_configs
+from tileprobe.engines import locate, manifest, triton_configs
 from tileprobe.errors import EnvironmentFault, ToolchainError, UsageError
 from tileprobe.families import arch_for, family_for_cc
 from tileprobe.targets import NoDevice, query_devices, resolve_target
@@ -53,10 +60,13 @@ def triton_version() -> str | None:
 
 
 def diagnose(engine: str | None = None, target: str | None = None, cutlass_dir: str | None = None,
-             nvcc: str | None = None, cache_dir: str | None = None) -> list[Check]:
+             nvcc: str | None = None, cache_dir: str | None = None, engine_wheel: str | None = None,
+             rules_off: bool = False, any_triton: bool = False) -> list[Check]:
     """Every check, in the order a run meets them."""
     if engine is not None and engine not in ENGINES:
         raise UsageError(f"--engine {engine!r}: expected vllm or sglang")
+    if engine_wheel is not None and engine is None:
+        raise UsageError("--engine-wheel is read for --engine's engine: name it (--engine vllm|sglang)")
     tgt, _ = resolve_target(target, None)
     cutlass_run = engine is None
     out: list[Check] = []
@@ -84,11 +94,11 @@ def diagnose(engine: str | None = None, target: str | None = None, cutlass_dir: 
                      "NVCC_CCBIN", cutlass_run))
     if nv is not None and tree is not None:  # else the line above already names what is missing
         out.append(_compile_check(nv, tree, tgt, cache_dir, cutlass_run))
-    out.append(_triton_check(not cutlass_run))
+    out.append(_triton_check(not cutlass_run, any_triton))
     if not cutlass_run and out[-1].ok:  # a triton-moe run: does this Triton compile for the target at all?
         out.append(_triton_compile_check(tgt.cc_int, cache_dir))
     for name, label in ENGINES.items():
-        out.append(_engine_check(name, label, needed=engine == name))
+        out.append(_engine_check(name, label, engine == name, engine_wheel if engine == name else None, rules_off))
     out.append(_flashinfer_check())
     out.append(_torch_check())
     out.append(_gpu_check())
@@ -110,15 +120,21 @@ def _compile_check(nv, tree, tgt, cache_dir, needed: bool) -> Check:
                  needed=needed)
 
 
-def _triton_check(needed: bool) -> Check:
+def _triton_check(needed: bool, any_triton: bool = False) -> Check:
+    """Triton: not installed fails only a run that needs it; another release than the engines' pin fails every
+    question (each command that compiles would use it), unless --any-triton asks for its bytes."""
     version = triton_version()
     want = triton_tc.ENGINE_TRITON
     if version is None:
         return Check("triton", False, "not installed", "pip install 'tileprobe[triton]'", needed)
     if version != want:
+        if any_triton:
+            return Check("triton", True, f"triton {version} (--any-triton: its bytes, not those of the triton "
+                                         f"{want} that {triton_tc.ENGINES_PINNING} run; every stated rule keyed by "
+                                         f"{want} declines)", needed=needed)
         return Check("triton", False, f"triton {version} installed, but {triton_tc.ENGINES_PINNING} pin "
-                                      f"triton~={want} (their bytes differ)",
-                     f"pip install 'triton=={want}' (or pass --any-triton to size with {version})", needed)
+                                      f"triton~={want} (their bytes differ): tileprobe cannot answer for it",
+                     f"pip install 'triton=={want}' (or pass --any-triton to size with {version})")
     return Check("triton", True, f"triton {version}, the engines' release", needed=needed)
 
 
@@ -131,17 +147,45 @@ def _triton_compile_check(cc: int, cache_dir: str | None) -> Check:
     return Check(name, True, f"triton compiles a kernel for sm_{cc}")
 
 
-def _engine_check(name: str, label: str, needed: bool) -> Check:
-    pinned = triton_configs.PINNED[name]
-    fix = f"tileprobe engines fetch {name}"
+def _engine_check(name: str, label: str, needed: bool, wheel: str | None = None, rules_off: bool = False) -> Check:
+    """The engine every command would read (the same lookup: --engine-wheel, the install, the wheel cache): a release
+    tileprobe has a manifest for, its files matching, or a failure whatever the question (a run would read it)."""
+    known = manifest.releases(name)
     try:
-        src = triton_configs.find_engine(name)
-    except UsageError:
-        return Check(label, False, f"{label} {pinned}: not installed and no wheel in "
-                                   f"{', '.join(str(d) for d in triton_configs.wheel_dirs())}", fix, needed)
-    if src.version != pinned:
-        return Check(label, False, f"{label} {src.version} ({src.origin}), tileprobe reads {pinned}", fix, needed)
-    return Check(label, True, f"{label} {src.version} ({src.origin})", needed=needed)
+        src = triton_configs.find_engine(name, wheel)
+    except UsageError as exc:
+        if wheel is not None:
+            return Check(label, False, str(exc).splitlines()[0], "", needed)
+        return Check(label, False, f"{label} ({', '.join(known)}): not installed and no wheel in "
+                                   f"{', '.join(str(d) for d in triton_configs.wheel_dirs())}",
+                     f"tileprobe engines fetch {name}", needed)
+    try:
+        banner = manifest.check(src, rules_off).text
+    except UsageError as exc:
+        return Check(label, False, str(exc).split("; --rules-off")[0], _engine_fix(name, src))
+    if banner:
+        return Check(label, True, f"{label} {src.version} ({src.origin}); {banner}", needed=needed)
+    return Check(label, True, f"{label} {src.version} ({src.origin}), a release tileprobe answers for",
+                 needed=needed)
+
+
+def _engine_fix(name: str, src) -> str:
+    """What makes every command read a release tileprobe answers for (and the doctor command that checks it)."""
+    good = [p for p in locate.releases(name) if p.wheel is not None and manifest.supported(name, p.version)
+            and manifest.check_package(name, p, rules_off=True).text == ""]
+    newest = max(good, key=lambda p: locate.version_key(p.version), default=None)
+    if src.kind == "installed":  # read before any cached wheel: only an explicit wheel (or another install) wins
+        if newest is None:
+            return (f"tileprobe engines fetch {name}=={manifest.releases(name)[-1]}, then pass --engine-wheel with "
+                    f"the wheel it prints to every command (the installed {src.version} is read first), or "
+                    f"--rules-off to read {src.version} with every stated rule off")
+        return (f"tileprobe doctor --engine {name} --engine-wheel {newest.wheel} (and the same --engine-wheel on every"
+                f" command: the installed {src.version} is read before the wheel cache), or pip install "
+                f"{name}=={newest.version}, or --rules-off to read {src.version} with every stated rule off")
+    if newest is not None:  # a cached wheel picked by version: name the good one
+        return (f"tileprobe doctor --engine {name} --engine-wheel {newest.wheel} (and the same --engine-wheel on every "
+                f"command), or --rules-off")
+    return f"tileprobe engines fetch {name}=={manifest.releases(name)[-1]}, or --rules-off"
 
 
 def _torch_check() -> Check:

@@ -6,7 +6,9 @@
 
 `write` imports each audit entry's served modules from the wheel (tileprobe.audit.dependencies: nothing compiled or
 launched), walks Triton's own dependency finder from every @triton.jit function they define, and writes, per entry,
-the sha256 of the union of those files and the modules the launcher runs, saying which came from the walk. Review
+the sha256 of the union of those files and the modules the launcher runs, saying which came from the walk; and
+tileprobe's re-typed pieces outside the audit (the triton-moe launch and lookup), their files and whether the launch
+binds to this release's kernel. Review
 the diff of tileprobe/engines/manifests/<engine>-<version>.json before committing it: that file is what makes the
 release one tileprobe answers for.
 """
@@ -17,9 +19,19 @@ import sys
 
 from tileprobe.audit import dependencies
 from tileprobe.audit.kernels import kernels_for
-from tileprobe.engines import manifest
+from tileprobe.engines import manifest, triton_lookup
 from tileprobe.engines.triton_configs import find_engine
 from tileprobe.errors import UsageError
+from tileprobe.families import triton_moe
+from tileprobe.triton.sweep import kernel_source
+
+
+def pieces(src) -> dict:
+    """tileprobe's re-typed pieces outside the audit, with their files and whether they hold for this release: the
+    triton-moe launch (check-configs, export triton-configs, triton-moe sweeps) binds to the release's
+    fused_moe_kernel (triton_moe.launch_binds), and its config lookup was read from these files."""
+    files = triton_lookup.engine_module(src.engine).LOOKUP_FILES
+    return {triton_moe.PIECE: (files, triton_moe.launch_binds(src.engine, kernel_source(src)))}
 
 
 def main(argv: list[str]) -> int:
@@ -34,6 +46,7 @@ def main(argv: list[str]) -> int:
             return 0
         entries = kernels_for(engine)
         walked = dependencies.walk(src, entries)
+        held = pieces(src)
     except UsageError as exc:
         sys.stderr.write(f"engine_manifest: {exc}\n")
         return 2
@@ -42,8 +55,11 @@ def main(argv: list[str]) -> int:
             sys.stderr.write(f"engine_manifest: {src.label()} {name}: not walked ({files})\n")
         elif verb == "walk":
             print(f"{name}: {', '.join(files)}")
+    for name, (_, why) in held.items():
+        if why:
+            sys.stderr.write(f"engine_manifest: {src.label()} {name}: not checked ({why})\n")
     if verb == "write":
-        print(manifest.write(src, entries, walked))
+        print(manifest.write(src, entries, walked, held))
     return 0
 
 

@@ -214,7 +214,8 @@ def test_autotune_bad_input(tmp_path):
 
 
 def test_another_engine_release_is_refused(tmp_path):
-    """A wheel of a release whose launcher tileprobe has not read: one line, exit 2."""
+    """A wheel of a release tileprobe has no manifest for: one line naming it and --rules-off, exit 2 (the one
+    release rule, tileprobe.engines.manifest)."""
     import zipfile
     whl = tmp_path / "vllm-0.99.0-py3-none-any.whl"
     with zipfile.ZipFile(whl, "w") as z:
@@ -222,7 +223,9 @@ def test_another_engine_release_is_refused(tmp_path):
         z.writestr("vllm/__init__.py", "")
     p = _cli("sweep", "--family", "triton-moe", "--engine", "vllm", "--engine-wheel", whl, "--workload",
              "qwen3-30b-a3b", "--target", "rtx-pro-6000", "--out", tmp_path / "o")
-    assert p.returncode == 2 and "reproduces the launcher of vllm 0.33.0 only" in p.stderr, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert "vllm 0.99.0" in lines[0] and "no manifest" in lines[0] and "--rules-off" in lines[0], p.stderr
 
 
 def test_tma_entries_are_unsupported_rows(tmp_path, cache):

@@ -9,12 +9,19 @@ folder given); after an engine's wheel arrives its own pin is read again and is 
 installed. The wheels are the projects' published files, read as zips at run time; they are never committed.
 Progress goes to stderr (`say`): a line as each download starts, one every HEARTBEAT_S while it runs (an engine
 wheel is hundreds of MB), and one with the wheel's size when it is done. A fetch that fails after some wheels arrived
-says which are cached and what tileprobe reads them for (`usable`).
+says which are cached and what tileprobe reads them for (`usable`). A pinned flashinfer release the package index does
+not serve (pip: no matching distribution) does not fail the fetch: `missing` gets one line saying so and naming the
+served releases nearest to it, the fallback the user can choose (`not_served`).
+
+`answerable(got, rules_off)`: the one release rule every command applies (tileprobe.engines.manifest): each engine
+wheel fetched is checked against its release's manifest; a release with none, or files that differ, is one UsageError
+line saying the wheel is cached and why no command reads it without --rules-off.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -24,7 +31,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from tileprobe.engines import locate, packages
+from tileprobe.engines import locate, manifest, packages
+from tileprobe.engines.triton_configs import EngineSource
 from tileprobe.errors import UsageError
 
 DEFAULT_TIMEOUT_S = 900
@@ -45,11 +53,11 @@ class Want:
     dist: str
     version: str | None  # None: an engine's pin not known until its wheel is here
     why: str
-    pinned_by: str | None = None  # the engine whose pin this is ("vllm==0.33.0")
+    pinned_by: str | None = None  # the engine whose pin this is ("vllm==VERSION")
 
 
 def parse_spec(text: str) -> tuple[str, str | None]:
-    """`vllm`, `sglang==0.5.23`, `flashinfer-python==0.7.2` (or `flashinfer==...`) -> (distribution, version)."""
+    """`vllm`, `sglang==VERSION`, `flashinfer-python==VERSION` (or `flashinfer==...`) -> (distribution, version)."""
     name, _, version = text.partition("==")
     name, version = packages.canonical(name.strip()), version.strip() or None
     if name in FLASHINFER_NAMES:
@@ -111,26 +119,73 @@ def _mb(path: Path) -> str:
 
 
 def usable(dist: str, version: str, path: Path) -> str:
-    """A help line: what tileprobe reads a cached engine wheel for (its launchers are reproduced for the PINNED
-    release only; the audit reads any release), and how to fetch it without its flashinfer pin."""
+    """A help line: what reads a cached engine wheel (every command that reads the engine, when its release has a
+    manifest), and how to fetch it without its flashinfer pin."""
     if dist not in locate.PINNED:
         return f"help: {dist} {version} is cached ({path})"
-    nearest = "its FlashInfer kernels from the nearest flashinfer release here"
-    if version == locate.PINNED[dist]:
-        what = (f"help: triton-moe sweeps, check-configs, `tileprobe export triton-configs` and `tileprobe audit "
-                f"--engine {dist}` read {dist} {version} (the audit {nearest}); `tileprobe export flashinfer-blocklist`"
-                " needs the flashinfer release it pins")
+    if manifest.supported(dist, version):
+        held = [name for name, p in (manifest.read(dist, version).get("pieces") or {}).items() if not p.get("checked")]
+        what = (f"help: tileprobe reads {dist} {version} (`--engine-wheel {path}`, or from the wheel cache)"
+                + (f", except where its manifest records {', '.join(held)} as not holding for it" if held else ""))
     else:
-        what = (f"help: `tileprobe audit --engine {dist} --engine-wheel {path} --model M --target T` reads {dist} "
-                f"{version} ({nearest}); triton-moe sweeps, check-configs and `tileprobe export triton-configs` "
-                f"reproduce {dist} {locate.PINNED[dist]}'s launcher only; `tileprobe export flashinfer-blocklist` "
-                "needs the flashinfer release it pins")
+        what = (f"help: tileprobe has no manifest for {dist} {version} (it answers for "
+                f"{', '.join(manifest.releases(dist))}): a command reads {path} only with {manifest.RULES_OFF}")
     return f"{what}; `tileprobe engines fetch {locate.spec(dist, version)} --no-flashinfer` fetches it alone"
 
 
+class NotServed(UsageError):
+    """pip found no such release on the package index (`served`: the releases it lists, when it says)."""
+
+    def __init__(self, message: str, served: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.served = served
+
+
+def not_served(w: Want, exc: NotServed) -> str:
+    """One line: the release (a pinned flashinfer, or one asked for) is not on the index here, and the nearest
+    releases it serves (else the ones cached here), the fallback the user can choose."""
+    key = locate.version_key(w.version)
+    plain = [v for v in exc.served if not re.search(r"(rc|a|b|dev)\d*$", v)]
+    older = max((v for v in plain if locate.version_key(v) < key), key=locate.version_key, default=None)
+    newer = min((v for v in plain if locate.version_key(v) > key), key=locate.version_key, default=None)
+    near = [v for v in (older, newer) if v]
+    cached = sorted({p.version for p in locate.releases(w.dist)}, key=locate.version_key)
+    said = (f"the index serves {' and '.join(near)} nearest to it" if near else
+            "the index lists no release of it" if exc.served or not cached else
+            f"cached here: {', '.join(cached)}")
+    pick = newer or older
+    choose = (f"choose a fallback: `tileprobe engines fetch {w.dist}=={pick}`"
+              + (f" (or =={older})" if newer and older else "") if pick else
+              f"choose a fallback: `tileprobe engines fetch {w.dist}==VERSION` of a release it serves")
+    why = f" (pinned by {w.pinned_by})" if w.pinned_by else ""
+    use = (f"; the audit then reads the nearest flashinfer release here and says so, and `export flashinfer-blocklist`"
+           f" takes it as --flashinfer-dir with {manifest.RULES_OFF}" if w.dist == locate.FLASHINFER_DIST else "")
+    return f"{w.dist} {w.version}{why} is not served by the package index here ({said}); {choose}{use}"
+
+
+def answerable(got: list[tuple[Want, Path]], rules_off: bool = False) -> list[str]:
+    """The manifest check of each engine wheel fetched: [] when every one is a release tileprobe answers for; with
+    `rules_off`, the banner of each that is not; otherwise UsageError naming the cached wheel and why."""
+    banners = []
+    for w, path in got:
+        if w.dist not in locate.PINNED:
+            continue
+        pkg = packages.from_wheel(path)
+        src = EngineSource(w.dist, pkg.version, str(path), "wheel")
+        try:
+            text = manifest.check(src, rules_off).text
+        except UsageError as exc:
+            why = str(exc).removeprefix(f"{src.label()} ({src.origin})").lstrip(": ")
+            raise UsageError(f"{w.dist} {pkg.version} is cached ({path}), but {why}") from None
+        if text:
+            banners.append(text)
+    return banners
+
+
 def fetch(specs: list[str] | None = None, dest: Path | None = None, flashinfer: bool = True,
-          timeout_s: float = DEFAULT_TIMEOUT_S, say=None) -> list[tuple[Want, Path]]:
+          timeout_s: float = DEFAULT_TIMEOUT_S, say=None, missing: list[str] | None = None) -> list[tuple[Want, Path]]:
     """Every wheel of plan(specs), downloaded unless already there; an engine's pin is re-read from its wheel. A
+    pinned flashinfer release the index does not serve is a line in `missing` (not_served), not a failure; another
     download that fails after others arrived is a UsageError saying which wheels are cached and what they serve."""
     got: list[tuple[Want, Path]] = []
     done: set = set()
@@ -145,6 +200,10 @@ def fetch(specs: list[str] | None = None, dest: Path | None = None, flashinfer: 
         done.add((w.dist, w.version))
         try:
             got.append((w, download(w.dist, w.version, dest, timeout_s, say)))
+        except NotServed as exc:
+            if w.pinned_by is None or missing is None:
+                raise UsageError(not_served(w, exc)) from None
+            missing.append(f"note: {not_served(w, exc)}")
         except UsageError as exc:
             if not got:
                 raise
@@ -194,6 +253,11 @@ def download(dist: str, version: str, dest: Path | None = None, timeout_s: float
             got = sorted(Path(tmp).glob(f"{stem}-{version}-*.whl"))
             if p.returncode or not got:
                 last = (stderr.strip().splitlines() or ["no wheel was written"])[-1]
+                if "No matching distribution found" in stderr:
+                    listed = re.search(r"\(from versions: ([^)]*)\)", stderr)
+                    served = tuple(v.strip() for v in listed.group(1).split(",") if v.strip() and v.strip() != "none") \
+                        if listed else ()
+                    raise NotServed(f"pip download {dist}=={version} failed: {last}", served)
                 raise UsageError(f"pip download {dist}=={version} failed: {last}")
             os.replace(got[0], dest / got[0].name)
             say(f"fetched {dist} {version}: {got[0].name} ({_mb(dest / got[0].name)}) in "

@@ -29,7 +29,7 @@ from tileprobe.backends.cutlass.toolchain import Nvcc, find_nvcc
 from tileprobe.engines import flashinfer as engine
 from tileprobe.engines import flashinfer_native_ids as native
 from tileprobe.engines import flashinfer_tactic_ids as tid
-from tileprobe.engines import locate, packages
+from tileprobe.engines import locate, manifest, packages
 from tileprobe.engines import serving_pins as pins
 from tileprobe.errors import ToolchainError, UsageError
 from tileprobe.results import resultset
@@ -95,6 +95,7 @@ class Release:
     loader_version: str  # what that release's _collect_metadata reports as flashinfer_version
     pin: pins.EnginePin | None  # None: a flashinfer folder given directly, no engine named
     finalize: pins.Finalize | None  # the engine's own mode (None: plain flashinfer, the user picks)
+    banner: str = ""  # --rules-off: the engine release or flashinfer read is not the one tileprobe answers for
 
     def who(self) -> str:
         """'vllm 0.33.0 (flashinfer 0.7.2.post1)', or 'flashinfer 0.7.4' for flashinfer itself."""
@@ -166,10 +167,13 @@ def loader_version(tree: engine.FlashinferTree) -> str:
 
 
 def release(engine_spec: str | None, wheel: Path | None, flashinfer_dir: Path | None,
-            cache_dir: str | Path | None = None) -> Release:
+            cache_dir: str | Path | None = None, rules_off: bool = False) -> Release:
     """The flashinfer the engine `engine_spec` (vllm, sglang, flashinfer, NAME==VER; None: plain flashinfer) runs:
     its pinned release from --flashinfer-dir, beside --engine-wheel (`wheel`), the install or the wheel cache
-    (locate.find_release, through serving_pins), and the finalize mode it uses."""
+    (locate.find_release, through serving_pins), and the finalize mode it uses. The engine release is held to the
+    one release rule (tileprobe.engines.manifest); with `rules_off` a release it does not answer for is read, and
+    --flashinfer-dir may name another flashinfer release than the engine's pin (the fallback when the pinned one is
+    not served): the Release's banner says so."""
     pin = pins.read_pin(engine_spec, wheel) if engine_spec else None
     if pin is None:
         if wheel is not None and flashinfer_dir is None:
@@ -177,14 +181,19 @@ def release(engine_spec: str | None, wheel: Path | None, flashinfer_dir: Path | 
         else:
             tree = engine.find_flashinfer(flashinfer_dir or _plain_flashinfer(cache_dir))
             return Release(tree, loader_version(tree), None, None)
+    said = [manifest.check_package(pin.engine, pin.package, rules_off).text] if pin.package is not None else []
     folder = pins.flashinfer_dir(pin, flashinfer_dir, wheel, cache_dir)
     tree = engine.find_flashinfer(folder)
     if tree.version != pin.flashinfer:
-        raise UsageError(f"{pin.label()} pins flashinfer-python {pin.flashinfer}, but {tree.root} is "
-                         f"{tree.version}; pass that release (--flashinfer-dir, or --engine-wheel with its wheel)"
-                         f"\n{locate.fetch_help(pins.FLASHINFER_DIST, pin.flashinfer)}")
+        if not (rules_off and flashinfer_dir is not None):
+            raise UsageError(f"{pin.label()} pins flashinfer-python {pin.flashinfer}, but {tree.root} is "
+                             f"{tree.version}; pass that release (--flashinfer-dir, or --engine-wheel with its wheel),"
+                             f" or this one with {manifest.RULES_OFF}\n"
+                             f"{locate.fetch_help(pins.FLASHINFER_DIST, pin.flashinfer)}")
+        said.append(f"RULES OFF: {pin.label()} pins flashinfer-python {pin.flashinfer}; flashinfer {tree.version} "
+                    f"({tree.root}) is read in its place: the tactic numbering is {tree.version}'s")
     fin = pins.finalize_mode(pin, tree.root) if pin.engine != "flashinfer" else None
-    return Release(tree, loader_version(tree), pin, fin)
+    return Release(tree, loader_version(tree), pin, fin, "; ".join(t for t in said if t))
 
 
 def _plain_flashinfer(cache_dir: str | Path | None) -> Path | None:
@@ -297,7 +306,7 @@ def document(ids: list[tid.TacticId], blocked: list[Blocked], *, rel: Release, k
         "invalid_tactics": {key: [b.tactic.id for b in blocked if b.tactic.gemm == g]
                             for g, key in tid.OP_KEYS.items()},
         "tileprobe": {
-            "version": __version__, "evidence": evidence,
+            "version": __version__, "evidence": evidence, **({"rules_off": rel.banner} if rel.banner else {}),
             "evidence_note": _EVIDENCE_NOTES.get(evidence, f"the weakest evidence of the rows is {evidence!r}"),
             "use": f"export {ENV_VAR}=<this file>, on a GPU named {gpu!r}, with {who}, for {dtypes} MoE layers with "
                    f"gemm2 finalize fusion {finalize}",

@@ -61,15 +61,20 @@ def _sha(source, rel: str) -> str | None:
         return None
 
 
-def build(source, entries, walked: dict) -> dict:
+def build(source, entries, walked: dict, pieces: dict | None = None) -> dict:
     """The manifest of `source` for these audit entries (tileprobe.audit.kernels.kernels_for(engine)); `walked`: per
     entry name, the files Triton's dependency walk found (tileprobe.audit.dependencies.walk), or why the entry's
     modules could not be walked in this release (then `walk` is null, `not_walked` says why, its served files are
-    still listed, and the entry is not one the release answers for: entry_releases)."""
-    out: dict = {"engine": source.engine, "version": source.version, "entries": {}}
+    still listed, and the entry is not one the release answers for: entry_releases). `pieces`: tileprobe's re-typed
+    pieces outside the audit (name -> (files, why)): each piece's files, and why it does not hold for this release
+    ('' when it was checked to: then `checked` is true)."""
+    out: dict = {"engine": source.engine, "version": source.version, "entries": {}, "pieces": {}}
+    for name, (rels, why) in sorted((pieces or {}).items()):
+        out["pieces"][name] = {"files": {rel: _sha(source, rel) for rel in sorted(rels)}, "checked": not why,
+                               **({"not_checked": why} if why else {})}
     for k in entries:
         files = {}
-        for module in sorted(set(k.allow) | {k.module}):
+        for module in sorted(set(k.allow) | {k.module} | set(k.reads)):
             rel = module_file(source, module)
             if rel is not None:
                 files[rel] = _sha(source, rel)
@@ -84,9 +89,9 @@ def build(source, entries, walked: dict) -> dict:
     return out
 
 
-def write(source, entries, walked: dict) -> Path:
+def write(source, entries, walked: dict, pieces: dict | None = None) -> Path:
     p = path_for(source.engine, source.version)
-    p.write_text(json.dumps(build(source, entries, walked), indent=1, sort_keys=True) + "\n")
+    p.write_text(json.dumps(build(source, entries, walked, pieces), indent=1, sort_keys=True) + "\n")
     _read.cache_clear()
     return p
 
@@ -118,13 +123,27 @@ def supported(engine: str, version: str) -> bool:
     return path_for(engine, version).is_file()
 
 
+def package_source(engine: str, pkg):
+    """The EngineSource of a located package (tileprobe.engines.locate.find_release: a wheel or an install)."""
+    from tileprobe.engines.triton_configs import EngineSource
+    if pkg.wheel is not None:
+        return EngineSource(engine, pkg.version, str(pkg.wheel), "wheel")
+    return EngineSource(engine, pkg.version, str(Path(pkg.install) / engine), "installed")
+
+
+def check_package(engine: str, pkg, rules_off: bool = False, needs: str | None = None) -> Banner:
+    """check() of a located package (the flashinfer readers locate the engine through serving_pins)."""
+    return check(package_source(engine, pkg), rules_off, needs)
+
+
 RULES_OFF = "--rules-off"
 WHAT_OFF = "every stated rule off (each launch sized or compiled by Triton)"
 
 
-def check(source, rules_off: bool = False) -> Banner:
-    """Banner('') when `source` is a release tileprobe has a manifest for and every file it lists matches; else one
-    UsageError line (or, with `rules_off`, a banner saying what differs and that every stated rule is off)."""
+def check(source, rules_off: bool = False, needs: str | None = None) -> Banner:
+    """Banner('') when `source` is a release tileprobe has a manifest for and every file it lists matches (and, for
+    `needs`, a re-typed piece the command runs, that piece was checked on the release); else one UsageError line (or,
+    with `rules_off`, a banner saying what differs and that every stated rule is off)."""
     p = path_for(source.engine, source.version)
     flag = f"{RULES_OFF} reads it with {WHAT_OFF}"
     if not p.is_file():
@@ -134,11 +153,19 @@ def check(source, rules_off: bool = False) -> Banner:
         raise UsageError(f"{source.label()} ({source.origin}): tileprobe has no manifest for this release (known: "
                          f"{known}); {flag}")
     want = _read(p)
+    piece = want.get("pieces", {}).get(needs) if needs else None
+    if needs and not (piece and piece.get("checked")):
+        why = piece.get("not_checked") if piece else "the manifest does not list it"
+        holds = [f"{source.engine} {v}" for v in releases(source.engine) if _holds(source.engine, v, needs)]
+        raise UsageError(f"{source.label()} ({source.origin}): {p.name} records tileprobe's {needs} as not holding "
+                         f"for this release ({why}); it holds for {', '.join(holds) or 'no release'} (`tileprobe "
+                         f"audit` reads {source.label()} through the engine's own launchers)")
     differ: dict[str, list[str]] = {}
-    for entry, listed in want["entries"].items():
-        for rel, sha in listed["files"].items():
-            if _sha(source, rel) != sha:
-                differ.setdefault(rel, []).append(entry)
+    for kind in ("entries", "pieces"):
+        for entry, listed in want.get(kind, {}).items():
+            for rel, sha in listed["files"].items():
+                if _sha(source, rel) != sha:
+                    differ.setdefault(rel, []).append(entry)
     if not differ:
         return Banner("")
     said = "; ".join(f"{rel} ({', '.join(v)})" for rel, v in sorted(differ.items()))
@@ -146,3 +173,7 @@ def check(source, rules_off: bool = False) -> Banner:
         return Banner(f"RULES OFF: {source.label()} differs from tileprobe's manifest in {said}; read with {WHAT_OFF}")
     raise UsageError(f"{source.label()} ({source.origin}) differs from tileprobe's manifest "
                      f"({p.name}) in {len(differ)} file(s): {said}; {flag}")
+
+
+def _holds(engine: str, version: str, piece: str) -> bool:
+    return bool(read(engine, version).get("pieces", {}).get(piece, {}).get("checked"))

@@ -20,6 +20,7 @@ KERNEL_FILE = "sglang/kernels/ops/moe/fused_moe_triton_kernels.py"
 KERNEL = "fused_moe_kernel"
 PACKAGE_DIR = "sglang/srt/layers/moe/moe_runner/triton_utils"  # the engine's own config_dir (dirname(__file__))
 CONFIGS_DIR = f"{PACKAGE_DIR}/configs"
+LOOKUP_FILES = (KERNEL_FILE, f"{PACKAGE_DIR}/fused_moe_triton_config.py")  # what the lookup below was read from
 USER_ENV = "SGLANG_MOE_CONFIG_DIR"
 NAME_SOURCE = "torch name"  # sglang.srt.utils.get_device_name: torch.cuda.get_device_name(device_id)
 # The Triton SGLang 0.5.23 runs with: its torch 2.14.1 pins triton~=3.8.0, and 3.8.0 is the only 3.8 release. The

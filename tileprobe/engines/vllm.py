@@ -19,6 +19,7 @@ ENGINE = "vllm"
 KERNEL_FILE = "vllm/model_executor/layers/fused_moe/fused_moe.py"
 KERNEL = "fused_moe_kernel"
 CONFIGS_DIR = "vllm/model_executor/layers/fused_moe/configs"
+LOOKUP_FILES = (KERNEL_FILE,)  # what the lookup below was read from (the kernel's file holds it)
 USER_ENV = "VLLM_TUNED_CONFIG_FOLDER"
 # Where the device name comes from: NvmlCudaPlatform.get_device_name (pynvml.nvmlDeviceGetName), or
 # torch.cuda.get_device_name without NVML (vllm/platforms/cuda.py); both report the driver's product string.

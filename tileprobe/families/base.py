@@ -24,7 +24,7 @@ CUTLASS_OPTIONS = SWEEP_OPTIONS | {"--tiles", "--schedules", "--stages", "--epil
                                    "--dtypes", "--compile", "--peer", "--model-skip", "--compile-timeout",
                                    "--run-timeout", "--cutlass-dir", "--nvcc", "--shape", "--routing"}
 TRITON_OPTIONS = SWEEP_OPTIONS | {"--engine", "--quant", "--engine-wheel", "--config-dir", "--device-name",
-                                  "--any-triton", "--compile-all", "--verify"}
+                                  "--any-triton", "--rules-off", "--compile-all", "--verify"}
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ B scale (E, N/128, K/128) (`per_token_group_quant_fp8` with column_major_scales=
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 from dataclasses import dataclass, replace
@@ -212,6 +213,37 @@ def _sglang_args(quant: str, gemm: str, experts: int, n: int, k: int, m: int, to
                   ROUTER_TOPK=1 if gemm == "gate_up" else top_k, FUSE_SWIGLU=False, **pdl,
                   **{key: entry[key] for key in ENTRY_KEYS})
     return args, kwargs
+
+
+PIECE = "triton-moe-launch"  # the engine manifest's name for launch_job and the config lookup (tileprobe.engines.manifest)
+LAUNCH_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg", "launch_pdl"})  # Triton's, not the kernel's parameters
+
+
+def launch_binds(engine: str, source: KernelSource) -> str:
+    """'' when launch_job's arguments bind to the release's fused_moe_kernel parameters as Python binds a call (every
+    positional one to a parameter, every keyword one a parameter's name, no parameter given twice, every parameter
+    without a default given); else why not (a release whose kernel takes other parameters: the launch, re-typed from
+    the engine's launcher, is not that release's)."""
+    fn = next((n for n in ast.parse(source.text).body if isinstance(n, ast.FunctionDef) and n.name == source.function),
+              None)
+    if fn is None:
+        return f"no {source.function} in {source.origin}"
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+    required = params[:len(params) - len(fn.args.defaults)]
+    job = launch_job(engine, source, "bf16", "gate_up", 8, 256, 512, 1, 2,
+                     {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4,
+                      "num_stages": 2}, 120)
+    names = {k for k, _ in job.kwargs if k not in LAUNCH_OPTIONS}
+    if len(job.args) > len(params):
+        return f"{source.function} takes {len(params)} parameters, tileprobe's launch passes {len(job.args)} positionally"
+    given = params[:len(job.args)]
+    problems = sorted(set(names) - set(params)) and [f"no parameter {', '.join(sorted(set(names) - set(params)))}"]
+    problems = list(problems or []) + ([f"{', '.join(sorted(set(given) & set(names)))} given twice"]
+                                       if set(given) & set(names) else [])
+    missing = [p for p in required if p not in given and p not in names]
+    if missing:
+        problems.append(f"{', '.join(missing)} not given (the release's {source.function} takes them)")
+    return "; ".join(problems)
 
 
 def launch_job(engine: str, source: KernelSource, quant: str, gemm: str, experts: int, n: int, k: int, m: int,

@@ -35,7 +35,8 @@ from tileprobe.results.rows import make_row
 from tileprobe.results.writer import recording
 from tileprobe.targets import Target, profile
 from tileprobe.triton import predicted as pred_mod
-from tileprobe.triton.sweep import engine_kernel_source, outcome, predicted_outcome, toolchain_columns
+from tileprobe.triton.sweep import (engine_release, kernel_source, outcome, predicted_outcome, rules_off_policy,
+                                    toolchain_columns)
 from tileprobe.workloads import PRESETS
 
 ASSUMED_HIDDEN = 4096
@@ -191,7 +192,7 @@ class AuditResult:
 
 def run(path: Path | None, engine: str | None, wheel: str | None, target_name: str | None, out: Path | None,
         jobs: int, cache_dir: str | None, hidden: int | None, any_triton: bool, command: str,
-        policy: pred_mod.Policy = pred_mod.Policy()) -> AuditResult:
+        policy: pred_mod.Policy = pred_mod.Policy(), rules_off: bool = False) -> AuditResult:
     if path is None and engine is None:
         raise UsageError("check-configs needs PATH (a config file or folder) or --engine vllm|sglang")
     if jobs < 1:
@@ -209,7 +210,9 @@ def run(path: Path | None, engine: str | None, wheel: str | None, target_name: s
     target = profile(target_name) if target_name else None
     files = tc.read_tree(Path(path), engine) if path is not None else None  # bad input first: before Triton
     triton = require_triton(any_triton)
-    src, source = engine_kernel_source(engine, wheel)
+    src, banner = engine_release(engine, wheel, rules_off)  # the one release rule (tileprobe.engines.manifest)
+    source = kernel_source(src)
+    policy = rules_off_policy(policy, banner)
     files = files if files is not None else tc.read_source_tree(src, mod.CONFIGS_DIR)
     checks, notes = plan(files, engine, source, target, hidden)
     t_plan = time.perf_counter() - t0
@@ -262,8 +265,10 @@ def run(path: Path | None, engine: str | None, wheel: str | None, target_name: s
                 "devices": [], "configs": len(todo), "engine_origin": src.origin, "phases": seconds,
                 "toolchain": cols | {"engine": src.label(), "kernel_sha256": source.sha256},
                 "checked": str(path) if path is not None else f"{src.label()} shipped tree"}
+        if banner:
+            meta["rules_off"] = banner
         with recording(out, meta, ans.mode(), command) as rec:
             for row in rows:
                 rec.write(row)
-    return AuditResult(rows, over, [], len(todo), len(checks) - len(todo), seconds, errors, not_checked, mismatches,
-                       record)
+    return AuditResult(rows, over, [banner] if banner else [], len(todo), len(checks) - len(todo), seconds, errors,
+                       not_checked, mismatches, record)

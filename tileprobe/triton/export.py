@@ -40,7 +40,7 @@ from tileprobe.families import triton_moe as tm
 from tileprobe.staged import Staged
 from tileprobe.targets import profile
 from tileprobe.triton.audit import arch_of, canonical, constexpr_positions, guess_engine, problem_for
-from tileprobe.triton.sweep import engine_kernel_source
+from tileprobe.triton.sweep import engine_release, kernel_source, rules_off_policy
 
 PROVENANCE = "tileprobe-provenance.json"
 
@@ -69,6 +69,7 @@ class Written:
     substituted: int
     notes: list[str]
     evidence: str = "compiled, not timed"
+    banner: str = ""  # --rules-off: the engine release the manifest does not match, every launch compiled
 
 
 @dataclass
@@ -112,7 +113,7 @@ def output_path(out: Path, inp: Inputs, f, scheme: tc.Scheme, dev: str) -> Path:
 def run(inputs: Path | None, engine: str | None, wheel: str | None, target_name: str, out: Path,
         device_names: list[str] | None, hidden: int | None, jobs: int, cache_dir: str | None,
         any_triton: bool, prepared: Inputs | None = None, problem=None,
-        policy: pred_mod.Policy = pred_mod.Policy()) -> list[Written]:
+        policy: pred_mod.Policy = pred_mod.Policy(), rules_off: bool = False) -> list[Written]:
     """`prepared`: inputs already resolved (tileprobe.triton.resolve) instead of read from `inputs`; `problem`: the
     model's audit.Problem, when known, instead of one guessed from each file's E and N; `policy`: predictor first
     (default), --compile-all, --verify N. PredictionMismatch (nothing written) when a --verify compile differs."""
@@ -123,7 +124,9 @@ def run(inputs: Path | None, engine: str | None, wheel: str | None, target_name:
     engine, target, arch, cc, devs, files = inp.engine, inp.target, inp.arch, inp.cc, inp.devs, inp.files
     triton = require_triton(any_triton)
     preflight.check_triton(triton, cc, cache_dir)  # a Triton that compiles nothing: one line
-    src, source = engine_kernel_source(engine, wheel)
+    src, banner = engine_release(engine, wheel, rules_off)  # the one release rule (tileprobe.engines.manifest)
+    source = kernel_source(src)
+    policy = rules_off_policy(policy, banner)
     consts = constexpr_positions(source)
     written: list[Written] = []
     predicted_launches: list[tuple[str, object, int]] = []  # (name, job, bytes) of every launch answered predicted
@@ -137,6 +140,8 @@ def run(inputs: Path | None, engine: str | None, wheel: str | None, target_name:
                         "files": {}}
     if inp.resolved is not None:
         provenance["resolved"] = inp.resolved
+    if banner:
+        provenance["rules_off"] = banner
     downs = {(f.triton_dir, f.name) for f in files if f.name.down}
     for f in files:
         scheme = tc.scheme_of(f.name)
@@ -243,7 +248,7 @@ def run(inputs: Path | None, engine: str | None, wheel: str | None, target_name:
             provenance["files"][str(path.relative_to(out))] = {"from": f.path, "device_name": dev,
                                                                "problem": prob.how, "gemms": list(gemms),
                                                                "entries": prov_entries}
-            written.append(Written(path, len(out_entries), subs, []))
+            written.append(Written(path, len(out_entries), subs, [], banner=banner))
     tally = provenance["answers"]
     if policy.verify:  # a seeded sample of the predicted launches compiled; a wrong byte count: nothing is written
         seed, n, mismatches = pred_mod.verify_sample(predicted_launches, policy.verify, policy.seed, jobs, cache_dir)

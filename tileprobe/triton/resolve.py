@@ -147,7 +147,8 @@ def resolve(engine: str, wheel: str | None, model: MoEModel, tp: int, ep: int, q
 
 def run(engine: str | None, wheel: str | None, workload: str | None, model: Path | None, tp: int, ep: int,
         quant: str | None, target_name: str, out: Path, device_names: list[str] | None, jobs: int,
-        cache_dir: str | None, any_triton: bool, policy: export.pred_mod.Policy | None = None) -> list[str]:
+        cache_dir: str | None, any_triton: bool, policy: export.pred_mod.Policy | None = None,
+        rules_off: bool = False) -> list[str]:
     """The command without an input file: resolve, export, and the lines to print (today's loads, the files written,
     the variable to set)."""
     if engine is None:
@@ -156,11 +157,13 @@ def run(engine: str | None, wheel: str | None, workload: str | None, model: Path
     res = resolve(engine, wheel, model_of(workload, model_path), tp, ep, quant_of(quant, model_path), target_name,
                   device_names)
     written = export.run(None, engine, wheel, target_name, out, None, None, jobs, cache_dir, any_triton,
-                         prepared=res.inputs, problem=res.problem, policy=policy or export.pred_mod.Policy())
+                         prepared=res.inputs, problem=res.problem, policy=policy or export.pred_mod.Policy(),
+                         rules_off=rules_off)
     target = profile(target_name)
     chosen = moe_choice.note(res.src, replace(target, device_name=res.inputs.devs[0]), model_of(workload, model_path),
                              res.inputs.resolved["quant"], res.env_var, cache_dir)
-    return (chosen + [f"today: {t.line(res.src.label())}" for t in res.today]
+    banner = [written[0].banner] if written and written[0].banner else []
+    return (banner + chosen + [f"today: {t.line(res.src.label())}" for t in res.today]
             + [f"{w.path}: {w.entries} entries, {w.substituted} substituted" for w in written]
             + [f"use: export {res.env_var}={Path(out).resolve()} (provenance: {out / export.PROVENANCE}; "
                f"{written[0].evidence if written else 'compiled, not timed'})"])

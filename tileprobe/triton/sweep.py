@@ -13,6 +13,7 @@ carries the prediction beside its bytes.
 from __future__ import annotations
 
 import hashlib
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -24,6 +25,7 @@ from tileprobe.backends.triton import runtime as rt
 from tileprobe.backends.triton.compile import KernelJob, TritonBuild, TritonCompileError, compile_many
 from tileprobe.backends.triton.source import KernelSource, extract
 from tileprobe.backends.triton.toolchain import TritonInstall, cache_root, require_triton
+from tileprobe.engines import manifest
 from tileprobe.engines import triton_configs as tc
 from tileprobe.engines import triton_lookup
 from tileprobe.errors import UsageError
@@ -47,6 +49,7 @@ class TritonOptions:
     config_dir: str | None = None  # the user's folder (VLLM_TUNED_CONFIG_FOLDER / SGLANG_MOE_CONFIG_DIR), if any
     device_names: list[str] | None = None
     any_triton: bool = False
+    rules_off: bool = False  # --rules-off: an engine release the manifest does not match, every launch compiled
     max_m: int = triton_lookup.DEFAULT_MAX_M
     compile_all: bool = False  # compile every launch, even those the predictor answers
     verify: int = 0  # compile this many predicted launches (a seeded sample) and fail on a mismatch
@@ -80,15 +83,31 @@ def shape_for(presets: list[str] | None, tp: int, ep: int) -> Shape:
     return Shape(model, tp, ep)
 
 
-def engine_kernel_source(engine: str, wheel: str | None) -> tuple[tc.EngineSource, KernelSource]:
-    """The engine's files and its fused_moe_kernel module (source.extract: the kernel and the @triton.jit functions it
-    calls); UsageError for a release whose launcher is not read."""
-    ek = tm.engine_kernel(engine)
+def engine_release(engine: str, wheel: str | None, rules_off: bool = False) -> tuple[tc.EngineSource, str]:
+    """The engine's files, under the one release rule every command applies (tileprobe.engines.manifest.check): a
+    release with no manifest, files that differ from it, or one on which tileprobe's re-typed fused_moe_kernel launch
+    (triton_moe.PIECE) was not checked, is one UsageError line (exit 2); the first two are read with `rules_off`
+    (--rules-off), and the banner to show then is returned ('' for a release tileprobe answers for)."""
     src = tc.find_engine(engine, wheel)
-    if src.version != ek.release:
-        raise UsageError(f"{src.label()} ({src.origin}): tileprobe reproduces the launcher of {ek.label} only; "
-                         f"pass --engine-wheel with the {ek.label} wheel")
-    return src, extract(src.read_text(ek.path), ek.function, f"{src.label()} {ek.path}")
+    return src, manifest.check(src, rules_off, needs=tm.PIECE).text
+
+
+def engine_kernel_source(engine: str, wheel: str | None, rules_off: bool = False
+                         ) -> tuple[tc.EngineSource, KernelSource]:
+    """The engine's files and its fused_moe_kernel module (source.extract: the kernel and the @triton.jit functions it
+    calls), for any release engine_release accepts."""
+    src, _ = engine_release(engine, wheel, rules_off)
+    return src, kernel_source(src)
+
+
+def kernel_source(src: tc.EngineSource) -> KernelSource:
+    ek = tm.engine_kernel(src.engine)
+    return extract(src.read_text(ek.path), ek.function, f"{src.label()} {ek.path}")
+
+
+def rules_off_policy(policy: pred_mod.Policy, banner: str) -> pred_mod.Policy:
+    """With every stated rule off (a banner), no launch is answered by the predictor: each is compiled."""
+    return replace(policy, compile_all=True, verify=0) if banner else policy
 
 
 @dataclass(frozen=True)
@@ -273,7 +292,10 @@ def prepare(opts) -> Prepared:
     triton = None if opts.predict_only else require_triton(topts.any_triton)
     if triton is not None:
         preflight.check_triton(triton, tm.arch_cc(arch), opts.cache_dir)  # a Triton that compiles nothing: one line
-    src, source = engine_kernel_source(topts.engine, topts.engine_wheel)
+    src, banner = engine_release(topts.engine, topts.engine_wheel, topts.rules_off)
+    if banner:
+        sys.stderr.write(banner + "\n")
+    source = kernel_source(src)
     user_dir = topts.config_dir or triton_lookup.engine_module(topts.engine).user_dir_from_env()
     if user_dir is not None and not Path(user_dir).is_dir():
         raise UsageError(f"--config-dir {user_dir}: no such folder")
@@ -283,7 +305,8 @@ def prepare(opts) -> Prepared:
     mine = [p for j, p in enumerate(every) if opts.shard is None or j % opts.shard[1] == opts.shard[0]]
     predicted, answers = [], None
     seed = w.get("seed", -1)  # --seed also seeds the --verify sample (else a fresh one, recorded)
-    policy = pred_mod.Policy(topts.compile_all, topts.verify, seed if seed is not None and seed >= 0 else None).check()
+    policy = rules_off_policy(pred_mod.Policy(topts.compile_all, topts.verify,
+                                              seed if seed is not None and seed >= 0 else None).check(), banner)
     if opts.predict_only and (policy.compile_all or policy.verify):
         raise UsageError("--predict-only compiles nothing: --compile-all and --verify do not apply")
     version = predict_tm.TRITON_VERSIONS[0]
@@ -387,15 +410,16 @@ def runtime_rows(s: Prepared, seed: int, console) -> Iterator[dict]:
 
 
 def autotune_report(kernel: str, target_name: str | None, engine: str | None, wheel, args_file, any_triton: bool,
-                    jobs: int, cache_dir) -> list[str]:
+                    jobs: int, cache_dir, rules_off: bool = False) -> list[str]:
     """`tileprobe autotune`: the lines that say, per autotune config, its bytes and whether it fits the target."""
     path, sep, function = kernel.rpartition(":")
     if not sep or not path or not function:
         raise UsageError(f"--kernel {kernel!r}: expected PATH.py:FUNCTION")
     target, _ = resolve_target(target_name, None)
     triton = require_triton(any_triton)
+    banner = ""
     if engine:
-        src = tc.find_engine(engine, wheel)
+        src, banner = engine_release(engine, wheel, rules_off)
         text, origin = src.read_text(path), f"{src.label()} {path}"
     else:
         try:
@@ -409,7 +433,7 @@ def autotune_report(kernel: str, target_name: str | None, engine: str | None, wh
     lines, left = autotune.verdict_lines(sized, target.smem_optin, target.name)
     out = [f"{function} ({origin}), {len(sized)} autotune configs compiled for {target.name} (sm_{target.cc_int}, "
            f"opt-in {target.smem_optin} B) with {triton.label()}; evidence compiled, nothing launched"]
-    out += [f"  {ln}" for ln in lines] + [f"note: {n}" for n in notes]
+    out += [f"  {ln}" for ln in lines] + [f"note: {n}" for n in notes] + ([banner] if banner else [])
     out.append(f"the autotuner is left with {len(left)} of {len(sized)}: "
                + ("; ".join(s.label() for s in left) if left else "none (every config fails: the launch raises)"))
     return out

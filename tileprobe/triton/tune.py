@@ -112,6 +112,7 @@ class TuneOptions:
     jobs: int = 1
     cache_dir: str | None = None
     any_triton: bool = False
+    rules_off: bool = False  # --rules-off: an engine release (or copy) the manifest does not match (tuning compiles)
     seed: int | None = None
     # for tests on Triton's CPU interpreter only: no GPU; launches on "cpu" with these kwargs replaced (e.g. fp32
     # compute, no PDL) and activations of `dtype`; the compile (pruning) is the real one for the target's arch
@@ -334,7 +335,7 @@ def run(inputs: Path, engine: str | None, wheel: str | None, target_name: str, o
     limit = device.smem_optin if device else target.smem_optin
     triton = require_triton(opts.any_triton)
     preflight.check_triton(triton, inp.cc, opts.cache_dir)  # a Triton that compiles nothing: one line
-    src, source = engine_kernel_source(engine, wheel)
+    src, source = engine_kernel_source(engine, wheel, opts.rules_off)
     consts = constexpr_positions(source)
     cache = cache_root(opts.cache_dir)
     triton_cache = str(cache / "triton-jit")

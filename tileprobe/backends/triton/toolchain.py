@@ -18,6 +18,7 @@ from platformdirs import user_cache_dir
 from tileprobe.errors import UsageError
 
 ENGINE_TRITON = "3.8.0"
+ANY_TRITON_ENV = "TILEPROBE_ANY_TRITON"  # set (by --any-triton): another installed release is used, its bytes said
 ENGINES_PINNING = "vLLM 0.33.0 (torch 2.14.0) and SGLang 0.5.23 (torch 2.14.1)"
 
 
@@ -55,7 +56,7 @@ def require_triton(any_triton: bool = False) -> TritonInstall:
     if found is None:
         raise UsageError(f"Triton is not installed: pip install 'tileprobe[triton]' (triton=={ENGINE_TRITON}, the "
                          f"release {ENGINES_PINNING} run)")
-    if found.version != ENGINE_TRITON and not any_triton and not os.environ.get("TILEPROBE_ANY_TRITON"):
+    if found.version != ENGINE_TRITON and not any_triton and not os.environ.get(ANY_TRITON_ENV):
         raise UsageError(f"triton {found.version} is installed: these bytes would be triton {found.version}'s, not "
                          f"those of the triton {ENGINE_TRITON} that {ENGINES_PINNING} run; install "
                          f"triton=={ENGINE_TRITON} or pass --any-triton to size with {found.version}")
