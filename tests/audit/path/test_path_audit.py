@@ -71,6 +71,10 @@ def test_every_kernel_on_the_path_is_a_row_and_unanswered_never_exits_0(sglang, 
             len(no_code), p.stdout[-3000:]
     else:
         assert not no_code and all(r["verdict"] == "fits" and "sm_120a SASS" in r["arch_answer"] for r in norms)
+        # only cuBLAS is left: sgl_kernel's rotary and SiLU-and-mul launches pass 0 dynamic bytes (quoted)
+        assert all(r["library"].startswith("cuBLAS") for r in unanswered), [r["layer"] for r in unanswered]
+        (rope,) = [r for r in rows if r["layer"].startswith("rotary")]
+        assert rope["verdict"] == "fits" and "dynamic 0 B" in rope["reason"], rope
         assert p.returncode == 3, p.stdout[-3000:]
     last = p.stdout.strip().splitlines()[-1]
     assert f"{len(unanswered)} unanswered" in last and f"{len(no_code)} no code" in last, last

@@ -11,8 +11,9 @@ rotary embedding of its layers.
   norm.cuh as the pinned flashinfer ships it (sgl_kernel compiles FlashInfer's norm kernels; the commit it vendors
   is not in its wheel, so the formula is `quoted` from the flashinfer release SGLang pins): RMSNorm
   `num_warps * sizeof(float)`, fused-add RMSNorm `(ceil_div(num_warps, 4) * 4 + d) * sizeof(float)`, with
-  `num_warps = ceil_div(min(1024, d / vec_size), 32)`. SiLU-and-mul and rotary: the launch passes no dynamic shared
-  memory tileprobe has read: their bytes are `unanswered` (the static bytes are said).
+  `num_warps = ceil_div(min(1024, d / vec_size), 32)`. SiLU-and-mul and rotary: their launches pass 0 dynamic
+  bytes (`<<<grid, block, 0, stream>>>`, quoted from sgl-kernel's own sources, LAUNCH0 below; the wheel does not
+  record the commit it was built from), so their bytes are the cubin's static bytes.
 
 Params: kernel (rms_norm, fused_add_rms_norm, silu_and_mul, rotary_embedding), d (the hidden size, when known),
 dtype.
@@ -37,6 +38,12 @@ KERNELS = {"rms_norm": r"flashinfer::norm::RMSNormKernel<", "fused_add_rms_norm"
 DTYPES = {"bf16": "__nv_bfloat16", "fp16": "__half"}
 LOADER = "sgl_kernel/load_utils.py"
 
+
+# the launches that pass no dynamic shared memory, quoted from sgl-kernel's sources (stored copies)
+LAUNCH0 = {"silu_and_mul": "flashinfer::activation::act_and_mul_kernel<c_type, silu><<<grid, block, 0, stream>>> "
+                           "(sgl-project/sglang sgl-kernel/csrc/elementwise/activation.cu @ 0e6ed14d)",
+           "rotary_embedding": "rotary_embedding_kernel<scalar_t, is_neox><<<grid, block, 0, stream>>> "
+                               "(sgl-project/sglang sgl-kernel/csrc/elementwise/pos_enc.cu @ f9899f51)"}
 
 def pinned(ctx: Context) -> str | None:
     src = ctx.engine_source
@@ -101,6 +108,9 @@ def answer(call: KernelCall, ctx: Context) -> CompiledAnswer:
         b = Part(f"{total} B: dynamic {how} (flashinfer norm.cuh) + {static} B static (cubin)", True, "quoted")
     elif kind in ("rms_norm", "fused_add_rms_norm"):
         total, b = None, unanswered("the hidden size is not known here, and the launch's dynamic bytes depend on it")
+    elif kind in LAUNCH0 and static is not None:
+        total = static
+        b = Part(f"{static} B: dynamic 0 B ({LAUNCH0[kind]}) + {static} B static (cubin)", True, "quoted")
     else:
         total, b = None, unanswered(f"{static} B static in the cubin; the launch's dynamic bytes are not read"
                                     if static is not None else "the launch's bytes are not read")
