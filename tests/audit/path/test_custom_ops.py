@@ -1,7 +1,7 @@
 """vllm-custom-op: vLLM's own kernels read from a cached vLLM wheel's _C_stable_libtorch.abi3.so (one wheel a run,
 picked at random). For a random op, dtype and target: the arch answer names a cubin that runs on the target, the
 static bytes and registers reported are the largest among the op's kernels in that cubin's arch (checked against the
-binary here), the elementwise ops launch with 0 dynamic bytes and fit; the CUTLASS GEMMs leave their
+binary here), the elementwise ops, the MLA cache write and the router's top-k launch with 0 dynamic bytes and fit; the CUTLASS GEMMs leave their
 SharedStorage unanswered and say why; an op tileprobe does not know, or a dtype the op has no kernel for, is
 unanswered, not a pass."""
 
@@ -22,7 +22,8 @@ from tileprobe.engines.triton_configs import find_engine
 from tileprobe.targets import PROFILES
 from tileprobe.verdict import Verdict
 
-ELEMENTWISE = ["rms_norm", "fused_add_rms_norm", "rotary_embedding", "silu_and_mul", "reshape_and_cache_flash"]
+ELEMENTWISE = ["rms_norm", "fused_add_rms_norm", "rotary_embedding", "silu_and_mul", "reshape_and_cache_flash",
+               "concat_and_cache_mla", "topk_softmax"]
 TARGETS = ["rtx-pro-6000", "dgx-spark-gb10", "rtx-5090", "h100"]
 
 
@@ -42,13 +43,13 @@ def test_elementwise_ops_read_from_the_cubin_that_runs(engine, rng):
         ctx = Context(target, engine, cache_root(), memo=memo)
         op = rng.choice(ELEMENTWISE)
         params = {"dtype": rng.choice(["bf16", "fp16"])}
-        if op == "reshape_and_cache_flash":
+        if op in ("reshape_and_cache_flash", "concat_and_cache_mla"):
             params["kv_cache_dtype"] = rng.choice(["auto", "fp8", "fp8_e5m2"])
         a = custom_ops.answer(_call(op, **params), ctx)
         assert a.verdict(target) is Verdict.FITS, a.reason(target)
         assert a.arch.evidence == "read" and "SASS" in a.arch.answer
         arch = re.match(r"(sm_\d+[af]?) SASS", a.arch.answer).group(1)
-        _, lib = custom_ops.library(ctx)
+        _, lib = custom_ops.library(ctx, custom_ops.OPS[op].so)
         rx = re.compile(custom_ops.pattern_for(op, _call(op, **params), target.cc_int))
         mine = [k for im, k in lib.kernels if im.arch == arch and rx.search(k.demangled)]
         assert mine and runs_on("cubin", mine[0].sm, mine[0].suffix, target.cc_int)

@@ -9,7 +9,7 @@ registers among those that run on the target.
 
 - arch: binaries.arch_part over those kernels (SASS for the target, else PTX the driver JIT-compiles, else no code).
 - gate: what the op checks before launching, quoted from vllm-project/vllm (stored copies; the wheel's exact commit is
-  not recorded): the elementwise ops check only contiguity/strides; cutlass_scaled_mm dispatches `version_num >= 120`
+  not recorded; topk_softmax and concat_and_cache_mla as well, each launching with 0 dynamic bytes): the elementwise ops check only contiguity/strides; cutlass_scaled_mm dispatches `version_num >= 120`
   to cutlass_scaled_mm_sm120 and needs 16-byte aligned strides; block FP8 is gated by
   `cutlass_scaled_mm_supports_block_fp8(cc)`.
 - bytes: static shared memory and registers from the cubin that runs there ("read"); the elementwise kernels launch
@@ -34,6 +34,8 @@ SO = "vllm/_C_stable_libtorch.abi3.so"
 ENTRY_SRC = "vllm-project/vllm csrc/libtorch_stable/quantization/w8a8/cutlass/scaled_mm_entry.cu @ 06018120"
 NORM_SRC = "vllm-project/vllm csrc/layernorm_kernels.cu @ 0112cf23"
 LAUNCH0 = "<<<grid, block, 0, stream>>>"
+CACHE_SRC = "vllm-project/vllm csrc/cache_kernels.cu (stored copies; the same launch in each)"
+TOPK_SRC = "vllm-project/vllm csrc/moe/topk_softmax_kernels.cu @ 0112cf23"
 
 TORCH_T = {"bf16": "c10::BFloat16", "bfloat16": "c10::BFloat16", "fp16": "c10::Half", "float16": "c10::Half",
            "fp32": "float", "float32": "float"}
@@ -85,10 +87,18 @@ OPS = {
     "cutlass_scaled_mm_blockwise": Op(r"{BLOCKWISE}", "the CUTLASS 3.x device_kernel<GemmKernel> launch: dynamic "
                                       "shared memory = sizeof(GemmKernel::SharedStorage)", "", gemm=True),
     "concat_and_cache_mla": Op(r"^void vllm::concat_and_cache_mla_kernel<{C}, {KV}, \(vllm::Fp8KVCacheDataType\){N}",
-                               "vllm::concat_and_cache_mla_kernel<...> (vllm-project/vllm csrc/cache_kernels.cu; the "
-                               "launch was not read here)", "", read_launch=False),
-    "topk_softmax": Op(r"^void vllm::moe::(topkGating|moeSoftmax)<", "vllm::moe::topkGating / moeSoftmax "
-                       "(csrc/moe/topk_softmax_kernels.cu; the launch was not read here)", "", read_launch=False,
+                               f"CALL_CONCAT_AND_CACHE_MLA: vllm::concat_and_cache_mla_kernel<KV_T, CACHE_T, KV_DTYPE>"
+                               f"{LAUNCH0} ({CACHE_SRC})",
+                               "no device or arch check: TORCH_CHECK(kv_cache.size(2) == kv_lora_rank + pe_dim) "
+                               "(fp8_ds_mla: kv_lora_rank 512, pe_dim 64, 656-byte entries); DISPATCH_BY_KV_CACHE_DTYPE "
+                               f"refuses an unknown kv_cache_dtype ({CACHE_SRC})"),
+    "topk_softmax": Op(r"^void vllm::moe::(topkGating|moeSoftmax|moeTopK)<",
+                       f"topkGatingSoftmaxLauncherHelper: topkGatingSoftmax<...><<<num_blocks, block_dim, 0, stream>>>; "
+                       f"other expert counts: moeSoftmax<TPB> / moeTopK<TPB><<<num_tokens, TPB, 0, stream>>> "
+                       f"({TOPK_SRC})",
+                       "no device or arch check: expert counts that are not a power of two up to 512 or 192 / 320 / "
+                       "384 / 448 / 576 take the moeSoftmax + moeTopK path with a workspace the op allocates "
+                       f"(TORCH_CHECK(softmax_workspace != nullptr)) ({TOPK_SRC})",
                        so="vllm/_moe_C_stable_libtorch.abi3.so"),
 }
 ALIASES = {"fused_add_rmsnorm": "fused_add_rms_norm", "rmsnorm": "rms_norm", "rope": "rotary_embedding",
