@@ -46,7 +46,6 @@ import importlib.metadata
 import json
 import os
 import sys
-import zipfile
 from pathlib import Path
 from typing import Callable
 
@@ -57,7 +56,7 @@ from tileprobe.audit.selection import Selection
 from tileprobe.backends.triton.compile import KernelJob
 from tileprobe.backends.triton.source import KernelSource
 from tileprobe.backends.triton.toolchain import cache_root
-from tileprobe.engines import locate
+from tileprobe.engines import locate, triton_configs
 
 FORMAT = 1
 FOLDER = "audit-capture"
@@ -143,8 +142,8 @@ def engine_content(src) -> str:
 
 @functools.lru_cache(maxsize=8)
 def _wheel_content(origin: str, *stat) -> str:
-    with zipfile.ZipFile(origin) as z:
-        listing = "\n".join(f"{i.filename}\0{i.CRC}\0{i.file_size}" for i in z.infolist())
+    # the ZipFile the engine's reads share (EngineSource, the manifest check): its central directory is read once
+    listing = "\n".join(f"{i.filename}\0{i.CRC}\0{i.file_size}" for i in triton_configs._zip(origin).infolist())
     return hashlib.sha256(listing.encode()).hexdigest()
 
 
