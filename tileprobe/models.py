@@ -194,6 +194,32 @@ class VisionDims:
 
 
 @dataclass(frozen=True)
+class Routing:
+    """How the MoE layer routes, as vLLM's model code passes it to its FusedMoE (the router factory's arguments):
+    grouped (`use_grouped_topk`: the config states n_group, as DeepSeek-V2/V3, Kimi and GLM-4.5 do), groups /
+    topk_group, scoring (`scoring_func`, else sigmoid for GLM-4.5's glm4_moe.py, else softmax), bias (an
+    e_score_correction_bias: `topk_method` noaux_tc, or glm4_moe, which always has one), renormalize
+    (`norm_topk_prob`, default True), scaling (`routed_scaling_factor`, default 1.0)."""
+
+    grouped: bool
+    groups: int | None
+    topk_group: int | None
+    scoring: str
+    bias: bool
+    renormalize: bool
+    scaling: float
+
+
+def _routing(doc: dict, model_type: str | None) -> Routing:
+    groups, topk_group = doc.get("n_group"), doc.get("topk_group")
+    glm = model_type == "glm4_moe"
+    return Routing(grouped=groups is not None, groups=groups, topk_group=topk_group,
+                   scoring=str(doc.get("scoring_func") or ("sigmoid" if glm else "softmax")),
+                   bias=glm or doc.get("topk_method") == "noaux_tc", renormalize=bool(doc.get("norm_topk_prob", True)),
+                   scaling=float(doc.get("routed_scaling_factor") or 1.0))
+
+
+@dataclass(frozen=True)
 class GatedDeltaDims:
     """A gated-delta-net layer's sizes (Qwen3-Next / Qwen3.5: `linear_num_key_heads`, `linear_num_value_heads`,
     `linear_key_head_dim`, `linear_value_head_dim`, `linear_conv_kernel_dim`; layers: `layer_types`'
@@ -239,6 +265,7 @@ class AttentionConfig:
     architecture: str | None = None  # config.json `architectures[0]` (the engines register their overrides by it)
     index_topk: int | None = None  # DeepSeek-V3.2 / GLM-5 sparse attention's indexer top-k (`index_topk`)
     moe: MoEModel | None = None  # the routed experts, when the config has them (read_config's fields)
+    routing: Routing | None = None  # how those experts are picked (None: a preset, whose file was not read)
     quant: Quantization | None = None  # quantization_config (fp8 [+ weight_block_size], mxfp4, modelopt_fp4, ...)
     # the dense shapes (the forward pass's linears and norms; None where the file or preset does not say)
     hidden_size: int | None = None
@@ -259,25 +286,30 @@ class AttentionConfig:
 
 _MLA = dict(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128)
 _FP8_BLOCK = Quantization("fp8", (128, 128))
+# the presets' routing, as their published config.json files state it
+_SOFTMAX = Routing(False, None, None, "softmax", False, True, 1.0)
+_DEEPSEEK_V3 = Routing(True, 8, 4, "sigmoid", True, True, 2.5)  # n_group 8, topk_group 4, noaux_tc
+_KIMI_K2 = Routing(True, 1, 1, "sigmoid", True, True, 2.827)  # n_group 1, topk_group 1, noaux_tc
 ATTENTION_PRESETS = {m.name: m for m in (
-    AttentionConfig("qwen3-30b-a3b", 32, 4, 128, "bf16", model_type="qwen3_moe", moe=MOE_PRESETS["qwen3-30b-a3b"]),
+    AttentionConfig("qwen3-30b-a3b", 32, 4, 128, "bf16", model_type="qwen3_moe", moe=MOE_PRESETS["qwen3-30b-a3b"],
+                    routing=_SOFTMAX),
     AttentionConfig("gpt-oss-120b", 64, 8, 64, "bf16", sliding_window=128,
                     layer_types=("sliding_attention", "full_attention"), sinks=True, model_type="gpt_oss",
-                    moe=MOE_PRESETS["gpt-oss-120b"], quant=Quantization("mxfp4", None)),
+                    moe=MOE_PRESETS["gpt-oss-120b"], quant=Quantization("mxfp4", None), routing=_SOFTMAX),
     # MiniMax-M1 (config.json: hidden 6144, 64 heads, 8 KV heads, head_dim 128, attn_type_list 0/1: lightning
     # attention in 7 of every 8 layers)
     AttentionConfig("minimax-m1", 64, 8, 128, "bf16", model_type="minimax_m1", linear_attention=True),
     # DeepSeek-V3 / Kimi-K2 (config.json: MLA kv_lora_rank 512, qk_rope 64, qk_nope 128, v_head 128; 128 / 64
     # heads; hidden 7168 / 128 heads = 56 is head_dim's fallback, unused by MLA; fp8 [128, 128] blocks)
     AttentionConfig("deepseek-v3", 128, 128, 56, "bf16", model_type="deepseek_v3", **_MLA,
-                    moe=MOE_PRESETS["deepseek-v3"], quant=_FP8_BLOCK),
+                    moe=MOE_PRESETS["deepseek-v3"], quant=_FP8_BLOCK, routing=_DEEPSEEK_V3),
     AttentionConfig("kimi-k2", 64, 64, 112, "bf16", model_type="kimi_k2", **_MLA, moe=MOE_PRESETS["kimi-k2"],
-                    quant=_FP8_BLOCK),
+                    quant=_FP8_BLOCK, routing=_KIMI_K2),
     # Qwen3-Next-80B-A3B (config.json: 16 heads, 2 KV heads, head_dim 256; gated delta net 16 key / 32 value heads
     # of 128, conv 4, every 4th layer full attention)
     AttentionConfig("qwen3-next-80b-a3b", 16, 2, 256, "bf16", model_type="qwen3_next",
                     layer_types=("linear_attention", "full_attention"), gdn=GatedDeltaDims(16, 32, 128, 128, 4),
-                    moe=MOE_PRESETS["qwen3-next-80b-a3b"]),
+                    moe=MOE_PRESETS["qwen3-next-80b-a3b"], routing=_SOFTMAX),
     # Nemotron-H-8B-Base-8K (nvidia/Nemotron-H-8B-Base-8K config.json, as NVIDIA/TensorRT-LLM copies it in
     # tests/unittest/_torch/modeling/test_modeling_mamba_hybrid.py: hidden 4096, 32 heads, 8 KV heads,
     # attention_head_dim 128; Mamba-2 128 heads of 64, ssm_state_size 128, n_groups 8, chunk_size 256, conv_kernel 4;
@@ -368,7 +400,8 @@ def read_attention(path: str | Path, name: str | None = None) -> AttentionConfig
                            index_topk=_int(doc, "index_topk", s, where, optional=True),
                            hidden_size=_int(doc, "hidden_size", s, where, optional=True),
                            intermediate_size=_int(doc, "intermediate_size", s, where, optional=True),
-                           vocab_size=_int(doc, "vocab_size", s, where, optional=True))
+                           vocab_size=_int(doc, "vocab_size", s, where, optional=True),
+                           routing=_routing(doc, model_type) if moe is not None else None)
 
 
 def _architecture(top: dict, doc: dict, path: str) -> str | None:

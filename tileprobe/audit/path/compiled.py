@@ -7,7 +7,7 @@ engine refuses at start-up is one line, exit 2, before any kernel is looked at.
 
 from __future__ import annotations
 
-from tileprobe.audit.path import forward, parallel, rows
+from tileprobe.audit.path import forward, parallel, rows, vllm_router
 from tileprobe.audit.path.call import Context
 from tileprobe.backends.triton.toolchain import cache_root
 from tileprobe.models import AttentionConfig
@@ -39,9 +39,11 @@ def answer_path(src, target, model: AttentionConfig, opts, sel, cap, arch: str, 
     """Every compiled call on the path answered; each row written through `rec` as it is answered."""
     runs, line, triton_moe = _moe_choice(cap)
     hidden = model.hidden_size or (model.moe.hidden if model.moe is not None else None)
+    router = vllm_router.choose(src, target, model, opts.cache_dir) if src.engine == "vllm" else None
     calls = forward.calls(src.engine, src.label(), model, target, opts.tp, sel.backend if sel else None,
                           sel.line if sel else "", runs, line, triton_moe, hidden,
-                          {"decode": opts.batches, "prefill": tuple(b * s for b in opts.batches for s in opts.seq_lens)})
+                          {"decode": opts.batches, "prefill": tuple(b * s for b in opts.batches for s in opts.seq_lens)},
+                          router)
     ctx = Context(target, src, cache_root(opts.cache_dir))
     answered = rows.answer_all(calls, ctx, arch, columns, model.name)
     for a in answered:

@@ -90,7 +90,9 @@ def _moe_family(engine: str, runs: str | None) -> tuple[str, str]:
 
 
 def moe_calls(engine: str, label: str, model: AttentionConfig, tp: int, moe_runs: str | None, moe_line: str | None,
-              triton_moe: bool, tokens: dict) -> list[KernelCall]:
+              triton_moe: bool, tokens: dict, router=None) -> list[KernelCall]:
+    """`router`: the top-k op vLLM's own router factory picks (tileprobe.audit.path.vllm_router.RouterChoice; None:
+    the model's routing was not read, and topk_softmax is assumed, as the row says)."""
     m = model.moe
     if m is None:
         return []
@@ -101,11 +103,14 @@ def moe_calls(engine: str, label: str, model: AttentionConfig, tp: int, moe_runs
                       dict(m="tokens", n=m.experts, k=m.hidden, dtype=model.dtype), "the router's ReplicatedLinear "
                       "(unquantized)", label)]
     if engine == "vllm":
-        out.append(KernelCall("moe router (top-k)", "prefill+decode", "vllm-custom-op", "topk_softmax",
-                              dict(kernel="topk_softmax", experts=m.experts, top_k=m.top_k),
-                              "vllm fused_topk -> ops.topk_softmax (assumed: vLLM's create_fused_moe_router picks "
-                              "topk_sigmoid or grouped_topk for sigmoid / grouped routing such as GLM-4.5's and "
-                              "DeepSeek-V3's; the factory is not walked by tileprobe)", label))
+        op = "topk_softmax" if router is None else (router.op or f"{router.router} (no custom op)")
+        r = model.routing
+        out.append(KernelCall("moe router (top-k)", "prefill+decode", "vllm-custom-op", op,
+                              dict(kernel=op, experts=m.experts, top_k=m.top_k, dtype=model.dtype,
+                                   groups=r.groups if r is not None else None),
+                              router.why if router is not None else
+                              "vllm fused_topk -> ops.topk_softmax (assumed: the model's routing was not read, so "
+                              "vLLM's create_fused_moe_router was not run)", label))
     if not triton_moe:
         fam, runs = _moe_family(engine, moe_runs)
         params = dict(experts=m.experts, top_k=m.top_k, hidden=m.hidden, inter=inter, dtype=model.dtype, quant=quant,
@@ -154,7 +159,8 @@ def _elementwise(engine: str, label: str, layer: str, kernel: str, model: Attent
 
 def calls(engine: str, label: str, model: AttentionConfig, target: Target, tp: int, backend: str | None,
           backend_line: str, moe_runs: str | None = None, moe_line: str | None = None,
-          triton_moe: bool = False, hidden: int | None = None, tokens: dict | None = None) -> list[KernelCall]:
+          triton_moe: bool = False, hidden: int | None = None, tokens: dict | None = None,
+          router=None) -> list[KernelCall]:
     """Every compiled kernel call of one forward step, in forward order (the module docstring)."""
     out: list[KernelCall] = []
     has_attention = model.heads > 0 and backend is not None
@@ -174,7 +180,7 @@ def calls(engine: str, label: str, model: AttentionConfig, target: Target, tp: i
         out.append(_elementwise(engine, label, "post-attention norm", "fused_add_rms_norm", model, hidden))
     if model.moe is not None:
         out += moe_calls(engine, label, model, tp, moe_runs, moe_line, triton_moe,
-                         tokens or {"prefill": (1024,), "decode": (1, 8)})
+                         tokens or {"prefill": (1024,), "decode": (1, 8)}, router)
     elif has_attention:
         out += dense_mlp(engine, label, model, tp, hidden, model.intermediate_size, "mlp")
     out.append(_elementwise(engine, label, "final norm", "rms_norm", model, hidden))

@@ -36,6 +36,7 @@ NORM_SRC = "vllm-project/vllm csrc/layernorm_kernels.cu @ 0112cf23"
 LAUNCH0 = "<<<grid, block, 0, stream>>>"
 CACHE_SRC = "vllm-project/vllm csrc/cache_kernels.cu (stored copies; the same launch in each)"
 TOPK_SRC = "vllm-project/vllm csrc/moe/topk_softmax_kernels.cu @ 0112cf23"
+GROUPED_SRC = "vllm-project/vllm csrc/moe/grouped_topk_kernels.cu (stored copies; the same launches in each)"
 
 TORCH_T = {"bf16": "c10::BFloat16", "bfloat16": "c10::BFloat16", "fp16": "c10::Half", "float16": "c10::Half",
            "fp32": "float", "float32": "float"}
@@ -100,6 +101,14 @@ OPS = {
                        "384 / 448 / 576 take the moeSoftmax + moeTopK path with a workspace the op allocates "
                        f"(TORCH_CHECK(softmax_workspace != nullptr)) ({TOPK_SRC})",
                        so="vllm/_moe_C_stable_libtorch.abi3.so"),
+    "grouped_topk": Op(r"^void vllm::moe::grouped_topk_fused(_small_expert_count)?_kernel<",
+                       "invokeNoAuxTc: grouped_topk_fused_small_expert_count_kernel with config.dynamicSmemBytes = 0 "
+                       "(one group, or few small groups), else grouped_topk_fused_kernel with config.dynamicSmemBytes = "
+                       "round_up<256>(n_group * WARP_SIZE * sizeof(T)) + n_group * WARP_SIZE * sizeof(int32_t) + 16 + "
+                       f"n_group * sizeof(T) ({GROUPED_SRC})",
+                       "TORCH_CHECK(num_experts % n_group == 0), TORCH_CHECK(n_group <= 32), TORCH_CHECK(topk <= 32), "
+                       "TORCH_CHECK(topk <= topk_group * (num_experts / n_group)); no device check "
+                       f"({GROUPED_SRC})", so="vllm/_moe_C_stable_libtorch.abi3.so"),
 }
 ALIASES = {"fused_add_rmsnorm": "fused_add_rms_norm", "rmsnorm": "rms_norm", "rope": "rotary_embedding",
            "silu_and_mul_kernel": "silu_and_mul", "scaled_mm": "cutlass_scaled_mm",
@@ -211,10 +220,30 @@ def _answer(call: KernelCall, ctx: Context) -> CompiledAnswer:
                 f"the binary; the launch asks no dynamic bytes: {spec.launch}")
         return CompiledAnswer(label, arch.part, gate, unanswered(text))
     worst = max(runs, key=lambda c: (c[1].static_smem, c[1].registers))
+    if op == "grouped_topk":
+        return _grouped_topk(call, target, arch, label, gate, static, regs)
     text = (f"dynamic 0 B: {spec.launch}; static {static} B (largest of {n}; {worst[0].arch} cubin, "
             f"registers up to {regs}) read from {spec.so}")
     return CompiledAnswer(label, arch.part, gate, Part(text, static <= target.smem_optin, "read"),
                           smem_bytes=static, static_smem=static, registers=regs)
+
+
+def _grouped_topk(call: KernelCall, target, arch, label: str, gate: Part, static: int, regs: int) -> CompiledAnswer:
+    """grouped_topk's launch: 0 dynamic bytes on its small-expert-count kernel, else the formula (OPS) with the
+    model's n_group and scores of 4-byte floats (the largest T it is instantiated for); which of the two the
+    launcher takes is not decided here, so the answer is the larger, and both fit when it does."""
+    groups = int(call.param("groups") or 1)
+    val = groups * 32 * 4
+    dynamic = -(-val // 256) * 256 + groups * 32 * 4 + 16 + groups * 4
+    groups_ok = groups <= 32 and call.param("experts", 0) % groups == 0 and call.param("top_k", 0) <= 32
+    gate = Part(f"{gate.answer}: n_group {groups}, {call.param('experts')} experts, topk {call.param('top_k')} -> "
+                f"{'accepted' if groups_ok else 'refused'}", groups_ok, "quoted")
+    total = dynamic + static
+    text = (f"at most {total} B: dynamic 0 B (small-expert-count kernel) or {dynamic} B (grouped_topk_fused_kernel, "
+            f"n_group {groups}, sizeof(T) 4) + {static} B static; registers up to {regs} read from the cubin "
+            f"({OPS['grouped_topk'].launch})")
+    return CompiledAnswer(label, arch.part, gate, Part(text, total <= target.smem_optin, "quoted"),
+                          smem_bytes=total, static_smem=static, registers=regs)
 
 
 def answer(call: KernelCall, ctx: Context) -> CompiledAnswer:
