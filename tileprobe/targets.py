@@ -138,8 +138,9 @@ DEVICE_NAMES: dict[str, tuple[str, ...]] = {
     # rigaya/NVEnc #751 (title); the SFF Edition: FlashML-org/FreeToken #277.
     "rtx-pro-4000": ("NVIDIA RTX PRO 4000 Blackwell", "NVIDIA RTX PRO 4000 Blackwell SFF Edition"),
     # The names below are the ones the serving engines' shipped Triton MoE config files were tuned under: each file
-    # name is the engine's own spelling of the device name (vLLM 0.33.0 fused_moe/configs, SGLang 0.5.23
-    # triton_utils/configs), e.g. device_name=NVIDIA_H100_80GB_HBM3, NVIDIA_H100_PCIe, NVIDIA_H200_NVL.
+    # name is the engine's own spelling of the device name (vLLM's fused_moe/configs, SGLang's triton_utils/configs,
+    # in the releases of tileprobe.engines.pins), e.g. device_name=NVIDIA_H100_80GB_HBM3, NVIDIA_H100_PCIe,
+    # NVIDIA_H200_NVL.
     "h100": ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H100"),
     "h200": ("NVIDIA H200", "NVIDIA H200 NVL"),
     "b200": ("NVIDIA B200",),

@@ -42,8 +42,15 @@ def main(argv: list[str]) -> int:
     try:
         src = find_engine(engine, wheel)
         if verb == "check":
-            print(manifest.check(src).text or f"{src.label()}: every file matches its manifest")
-            return 0
+            want = manifest.read(src.engine, src.version)
+            if want is None:
+                manifest.check(src)  # the one line saying so
+            differ = manifest.differing(src, want)
+            for rel, users in sorted(differ.items()):
+                print(f"{rel}: {', '.join(users)}")
+            print(f"{src.label()}: {len(differ)} file(s) differ from its manifest" if differ else
+                  f"{src.label()}: every file matches its manifest")
+            return 1 if differ else 0
         entries = kernels_for(engine)
         walked = dependencies.walk(src, entries)
         held = pieces(src)

@@ -3,14 +3,14 @@ tileprobe.engines.manifest; written by tools/engine_manifest.py).
 
 For an entry, its served modules (AuditKernel.allow and the launcher's module) are imported from the engine's files
 under tileprobe.audit.capture.engine_session, as an audit imports them (the launcher's module first; another served
-module that does not import on its own there is skipped: the launcher cannot run it either); every module the session loaded from those
-files (an alias package's too: vLLM's triton_kernels) is scanned for the @triton.jit functions defined in it (a
-JITFunction, or one under @triton.autotune / @triton.heuristics). Each one's `cache_key` is then computed afresh
-(its cached `hash` reset), which is Triton's own walk: `DependenciesFinder` visits the function's AST and hands every
-@triton.jit callable it references, in this module or imported from another, to `DependenciesFinder._update_hash`,
-which asks for that callable's own `cache_key` and so walks it in turn. Every callable passed there is recorded
-(and its hash reset the first time, so a helper another kernel already hashed is walked again), and the files of
-all of them that came from the engine's files are the entry's walked files: the kernels' own modules and the
+module that does not import on its own there is skipped: the launcher cannot run it either); every module the session
+loaded from those files (an alias package's too: vLLM's triton_kernels) is scanned for the @triton.jit functions defined
+in it (a JITFunction, or one under @triton.autotune / @triton.heuristics). Each one's `cache_key` is then computed
+afresh (its cached `hash` reset), which is Triton's own walk: `DependenciesFinder` visits the function's AST and hands
+every @triton.jit callable it references, in this module or imported from another, to `DependenciesFinder._update_hash`,
+which asks for that callable's own `cache_key` and so walks it in turn. Every callable passed there is recorded (and its
+hash reset the first time, so a helper another kernel already hashed is walked again), and the files of all of them that
+came from the engine's files are the entry's walked files: the kernels' own modules and the
 modules of every transitive @triton.jit helper (Mamba-2's SSD kernels call `softplus` from mamba_ssm.py).
 
 Nothing is compiled or launched. Triton's own helpers (triton/language/*.py) are not engine files and are not

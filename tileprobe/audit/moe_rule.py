@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from tileprobe.audit.capture import Launch, TensorArg
 from tileprobe.backends.triton.compile import KernelJob
+from tileprobe.engines import pins
 from tileprobe.families.triton_moe import swap_ab
 from tileprobe.predict import CannotPredict
 from tileprobe.predict import triton_moe as rule
 
 KERNEL = "fused_moe_kernel"
-ENGINE = "vllm 0.33.0"  # the release tileprobe.audit.entries.vllm_moe reads (the rule checks the kernel's sha256 too)
+ENGINE = pins.label("vllm")  # the release the rule was checked on (the rule checks the kernel's sha256 too)
 ENTRY_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M")
 
 

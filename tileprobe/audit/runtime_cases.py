@@ -3,21 +3,22 @@ the layouts the engine's own callers build (the same callers the audit entries r
 an independent fp64 reference of attention for each.
 
 Callers read (file and function inside the wheels):
-- SGLang 0.5.23 sglang/srt/layers/attention/triton_backend.py `forward_extend` -> `extend_attention_fwd`: q/k/v of the
-  new tokens (T, H|KV, D), the KV pool (slots, KV, D) addressed by kv_indices (int64, here a random permutation of
-  slots) over each sequence's prefix (kv_indptr int32), causal, sliding_window_size = window - 1 (the kernel keeps
-  a key when q <= k + sliding_window_size), sinks fp32 (H,). The window case passes the whole prefix (the kernel
-  masks it; the engine's window rail passes a trimmed prefix, the same keys after the mask).
+- SGLang (the pin table's release, tileprobe.engines.pins) sglang/srt/layers/attention/triton_backend.py
+  `forward_extend` -> `extend_attention_fwd`: q/k/v of the new tokens (T, H|KV, D), the KV pool (slots, KV, D) addressed
+  by kv_indices (int64, here a random permutation of slots) over each sequence's prefix (kv_indptr int32), causal,
+  sliding_window_size = window - 1 (the kernel keeps a key when q <= k + sliding_window_size), sinks fp32 (H,). The
+  window case passes the whole prefix (the kernel masks it; the engine's window rail passes a trimmed prefix, the same
+  keys after the mask).
 - SGLang `context_attention_fwd` (prefill_attention.py): q/k/v/o (sum S, H|KV, D), b_start_loc / b_seq_len int32,
   causal (no window, no sinks: the kernel takes neither).
 - SGLang `forward_decode` -> `decode_attention_fwd`: q/o (B, H, D), the pool, kv_indices of each sequence's tokens
   (a sliding layer passes only the last `window` tokens: the window is the indices), attn_logits fp32
   (B, H, 8, D), attn_lse fp32 (B, H, 8), num_kv_splits int32 = 8 (max_kv_splits, SGLang's CUDA default; the
   engine may pick fewer per request), sinks.
-- vLLM 0.33.0 vllm/v1/attention/backends/triton_attn.py `TritonAttentionImpl.forward` -> `unified_attention`: the
-  cache (blocks, KV, 16, 2D) transposed and split into K/V views, block_table int32 (here random block ids),
-  seqused_k, cu_seqlens_q, window_size (window - 1, 0) (the kernel keeps a key when q - k < window), k/v descale
-  (1,) expanded to (B, KV), sinks; a decode batch gets the split-K scratch of TritonAttentionMetadataBuilder
+- vLLM (the pin table's release) vllm/v1/attention/backends/triton_attn.py `TritonAttentionImpl.forward` ->
+  `unified_attention`: the cache (blocks, KV, 16, 2D) transposed and split into K/V views, block_table int32 (here
+  random block ids), seqused_k, cu_seqlens_q, window_size (window - 1, 0) (the kernel keeps a key when q - k < window),
+  k/v descale (1,) expanded to (B, KV), sinks; a decode batch gets the split-K scratch of TritonAttentionMetadataBuilder
   (seq_threshold_3D = 128 // KV, 16 segments) and so the engine's 3D launch.
 - vLLM vllm/v1/attention/backends/mla/triton_mla.py `TritonMLAImpl.forward_mqa` -> `decode_attention_fwd`
   (vllm/v1/attention/ops/triton_decode_attention.py): q = [ql_nope, q_pe] (B, H, 512 + 64), the latent cache

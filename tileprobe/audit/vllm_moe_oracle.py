@@ -1,5 +1,6 @@
-"""vLLM 0.33.0's MoE oracles (vllm/model_executor/layers/fused_moe/oracle/*.py), run from the wheel's text under an
-audit session's stand-in device: which backend `select_*_moe_backend` returns for the default `moe_backend="auto"`.
+"""vLLM's MoE oracles (as the pin table's release writes them, tileprobe.engines.pins; the manifests guard the files)
+(vllm/model_executor/layers/fused_moe/oracle/*.py), run from the wheel's text under an audit session's stand-in device:
+which backend `select_*_moe_backend` returns for the default `moe_backend="auto"`.
 
 Each oracle has the same shape: a priority function (`_get_priority_backends...`) builds the candidate backends in
 order for the device, `backend_to_kernel_cls` names each backend's kernel classes, and the first backend one of

@@ -1,4 +1,4 @@
-"""The modules vLLM 0.33.0's fused_moe.py imports that tileprobe audit stands in for, so the engine's own
+"""The modules vLLM's fused_moe.py imports that tileprobe audit stands in for, so the engine's own
 `fused_experts_impl` (config lookup, expert assignment, the two fused_moe_kernel launches) runs from the wheel.
 
 What is the engine's own code and what is not, exactly:

@@ -1,4 +1,4 @@
-"""The modules vLLM 0.33.0's gpt_oss_triton_kernels_moe.py (the TRITON mxfp4 MoE backend: triton_kernels'
+"""The modules vLLM's gpt_oss_triton_kernels_moe.py (the TRITON mxfp4 MoE backend: triton_kernels'
 matmul_ogs) and quantization/utils/mxfp4_utils.py (`_swizzle_mxfp4`, the weight layout it runs on) import, as
 tileprobe audit serves them, so that the engine's own `triton_kernel_moe_forward` runs from the wheel.
 

@@ -98,7 +98,7 @@ class Release:
     banner: str = ""  # --rules-off: the engine release or flashinfer read is not the one tileprobe answers for
 
     def who(self) -> str:
-        """'vllm 0.33.0 (flashinfer 0.7.2.post1)', or 'flashinfer 0.7.4' for flashinfer itself."""
+        """'vllm <release> (flashinfer <its pin>)', or 'flashinfer <release>' for flashinfer itself."""
         if self.pin is None or self.pin.engine == "flashinfer":
             return self.tree.label()
         return f"{self.pin.label()} (flashinfer {self.tree.version})"
@@ -181,9 +181,9 @@ def release(engine_spec: str | None, wheel: Path | None, flashinfer_dir: Path | 
         else:
             tree = engine.find_flashinfer(flashinfer_dir or _plain_flashinfer(cache_dir))
             return Release(tree, loader_version(tree), None, None)
-    said = [manifest.check_package(pin.engine, pin.package, rules_off).text] if pin.package is not None else []
     folder = pins.flashinfer_dir(pin, flashinfer_dir, wheel, cache_dir)
     tree = engine.find_flashinfer(folder)
+    said = [manifest.check_package(pin.engine, pin.package, rules_off).text] if pin.package is not None else []
     if tree.version != pin.flashinfer:
         if not (rules_off and flashinfer_dir is not None):
             raise UsageError(f"{pin.label()} pins flashinfer-python {pin.flashinfer}, but {tree.root} is "

@@ -20,17 +20,14 @@ from pathlib import Path
 
 import platformdirs
 
-from tileprobe.engines import packages
+from tileprobe.engines import packages, pins
 from tileprobe.errors import UsageError
 
-# The engine releases whose sources tileprobe's readers (the Triton lookup emulation in vllm.py / sglang.py, the
-# flashinfer call readers in serving_pins.py) were checked against.
-PINNED = {"vllm": "0.33.0", "sglang": "0.5.23"}
+# The engine releases preferred among wheels, and the flashinfer-python release each requires: the pin table's
+# (tileprobe.engines.pins), re-exported here where the lookup uses them.
+PINNED = pins.PINNED
 FLASHINFER_DIST = "flashinfer-python"
-# The flashinfer-python release each PINNED engine release requires (its wheel's METADATA: Requires-Dist
-# flashinfer-python==...). Used only to plan a fetch before the engine's wheel is here; once it is, the wheel's own
-# pin is read and wins (tests/engines/test_fetch.py checks this table against the wheels when they are cached).
-FLASHINFER_PINS = {("vllm", "0.33.0"): "0.7.2.post1", ("sglang", "0.5.23"): "0.7.2"}
+FLASHINFER_PINS = pins.FLASHINFER_PINS
 WHEELS_ENV = "TILEPROBE_ENGINE_WHEELS"
 
 
@@ -50,7 +47,7 @@ def spec(dist: str, version: str | None) -> str:
 
 
 def fetch_help(dist: str, version: str | None, dest: Path | None = None) -> str:
-    """`help: tileprobe engines fetch vllm==0.33.0 [--dest DIR]`: the command that puts the release where
+    """`help: tileprobe engines fetch vllm==VERSION [--dest DIR]`: the command that puts the release where
     find_release looks (an engine with no version: its pinned release; flashinfer with none: the engines' pins)."""
     dist = packages.canonical(dist)
     version = version or PINNED.get(dist)

@@ -137,6 +137,7 @@ def check_package(engine: str, pkg, rules_off: bool = False, needs: str | None =
 
 
 RULES_OFF = "--rules-off"
+SAID = 8  # the files a refusal names (the rest counted)
 WHAT_OFF = "every stated rule off (each launch sized or compiled by Triton)"
 
 
@@ -149,7 +150,8 @@ def check(source, rules_off: bool = False, needs: str | None = None) -> Banner:
     if not p.is_file():
         known = ", ".join(f"{source.engine} {v}" for v in releases(source.engine)) or "none"
         if rules_off:
-            return Banner(f"RULES OFF: {source.label()} has no tileprobe manifest (known: {known}); read with {WHAT_OFF}")
+            return Banner(f"RULES OFF: {source.label()} has no tileprobe manifest (known: {known}); read with "
+                          f"{WHAT_OFF}")
         raise UsageError(f"{source.label()} ({source.origin}): tileprobe has no manifest for this release (known: "
                          f"{known}); {flag}")
     want = _read(p)
@@ -160,19 +162,29 @@ def check(source, rules_off: bool = False, needs: str | None = None) -> Banner:
         raise UsageError(f"{source.label()} ({source.origin}): {p.name} records tileprobe's {needs} as not holding "
                          f"for this release ({why}); it holds for {', '.join(holds) or 'no release'} (`tileprobe "
                          f"audit` reads {source.label()} through the engine's own launchers)")
+    differ = differing(source, want)
+    if not differ:
+        return Banner("")
+    named = sorted(differ.items())[:SAID]
+    said = "; ".join(f"{rel} ({', '.join(v)})" for rel, v in named) + (
+        f"; and {len(differ) - SAID} more (python tools/engine_manifest.py check {source.engine} "
+        f"{source.origin} lists them)" if len(differ) > SAID else "")
+    if rules_off:
+        return Banner(f"RULES OFF: {source.label()} differs from tileprobe's manifest in {said}; read with {WHAT_OFF}")
+    raise UsageError(f"{source.label()} ({source.origin}) differs from tileprobe's manifest "
+                     f"({p.name}) in {len(differ)} file(s): {said}; {flag}")
+
+
+def differing(source, want: dict) -> dict[str, list[str]]:
+    """Each file of the manifest `want` whose sha256 in `source` differs (or that is missing), with the entries and
+    pieces that list it."""
     differ: dict[str, list[str]] = {}
     for kind in ("entries", "pieces"):
         for entry, listed in want.get(kind, {}).items():
             for rel, sha in listed["files"].items():
                 if _sha(source, rel) != sha:
                     differ.setdefault(rel, []).append(entry)
-    if not differ:
-        return Banner("")
-    said = "; ".join(f"{rel} ({', '.join(v)})" for rel, v in sorted(differ.items()))
-    if rules_off:
-        return Banner(f"RULES OFF: {source.label()} differs from tileprobe's manifest in {said}; read with {WHAT_OFF}")
-    raise UsageError(f"{source.label()} ({source.origin}) differs from tileprobe's manifest "
-                     f"({p.name}) in {len(differ)} file(s): {said}; {flag}")
+    return differ
 
 
 def _holds(engine: str, version: str, piece: str) -> bool:

@@ -3,7 +3,8 @@ MoE (whose config files `export triton-configs` and `check-configs` write and re
 
 - vLLM: its MoE oracle (select_unquantized_moe_backend / select_fp8_moe_backend), walked from the wheel under the
   target's stand-in device by the audit's own entry (tileprobe.audit.entries.vllm_moe `chooses`).
-- SGLang 0.5.23 runs its Triton fused MoE by default (no oracle to walk): None.
+- SGLang (the pin table's release, tileprobe.engines.pins) runs its Triton fused MoE by default (no oracle to walk):
+  None.
 
 `elsewhere(...)` returns None when the Triton fused MoE runs, else the Elsewhere naming what runs and the line.
 """

@@ -55,7 +55,7 @@ class EnginePin:
 
 
 def parse_engine(spec: str) -> tuple[str, str | None]:
-    """`vllm` or `vllm==0.33.0` -> (engine, version or None); UsageError for an engine not read here."""
+    """`vllm` or `vllm==VERSION` -> (engine, version or None); UsageError for an engine not read here."""
     name, _, version = spec.partition("==")
     name = name.strip().lower()
     if name not in ENGINES:

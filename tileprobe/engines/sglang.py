@@ -1,10 +1,10 @@
 """SGLang as a Triton fused-MoE engine: its kernel file, its shipped config tree, and which config it loads.
 
-The lookup below is tileprobe's own statement of SGLang 0.5.23's rule (`sglang/srt/layers/moe/moe_runner/
-triton_utils/fused_moe_triton_config.py`: get_config_file_name, get_moe_configs, get_default_config,
-try_get_optimal_moe_config with return_down_config=True, as fused_experts calls it; on CUDA, deterministic inference
-off); tests/engines/test_triton_engine_lookup.py runs SGLang's own functions, cut from its source, on a grid of inputs and
-compares. Nothing here imports SGLang.
+The lookup below is tileprobe's own statement of the rule of SGLang's pin-table release (tileprobe.engines.pins)
+(`sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe_triton_config.py`: get_config_file_name, get_moe_configs,
+get_default_config, try_get_optimal_moe_config with return_down_config=True, as fused_experts calls it; on CUDA,
+deterministic inference off); tests/engines/test_triton_engine_lookup.py runs SGLang's own functions, cut from its
+source, on a grid of inputs and compares. Nothing here imports SGLang.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ CONFIGS_DIR = f"{PACKAGE_DIR}/configs"
 LOOKUP_FILES = (KERNEL_FILE, f"{PACKAGE_DIR}/fused_moe_triton_config.py")  # what the lookup below was read from
 USER_ENV = "SGLANG_MOE_CONFIG_DIR"
 NAME_SOURCE = "torch name"  # sglang.srt.utils.get_device_name: torch.cuda.get_device_name(device_id)
-# The Triton SGLang 0.5.23 runs with: its torch 2.14.1 pins triton~=3.8.0, and 3.8.0 is the only 3.8 release. The
-# engine keys its config folder by triton.__version__ (configs/triton_3_8_0/).
+# The Triton that release runs with: its torch (pins.TORCH_PINS) pins triton~=3.8.0, and 3.8.0 is the only 3.8 release.
+# The engine keys its config folder by triton.__version__ (configs/triton_3_8_0/).
 TRITON_VERSION = "3.8.0"
 # _LOW_SMEM_FP8_DEFAULT_CUTOFF_BYTES: below this opt-in limit, fp8 per-tensor defaults are the low-smem ones.
 LOW_SMEM_CUTOFF = 128 * 1024

@@ -1,9 +1,9 @@
 """vLLM as a Triton fused-MoE engine: its kernel file, its shipped config tree, and which config it loads.
 
-The lookup below is tileprobe's own statement of vLLM 0.33.0's rule (`vllm/model_executor/layers/fused_moe/
-fused_moe.py`: get_config_file_name, get_moe_configs, get_default_config, try_get_optimal_moe_config, on CUDA, with
-VLLM_BATCH_INVARIANT unset); tests/engines/test_triton_engine_lookup.py runs vLLM's own functions, cut from its source, on a
-grid of inputs and compares. Nothing here imports vLLM.
+The lookup below is tileprobe's own statement of the rule of vLLM's pin-table release (tileprobe.engines.pins)
+(`vllm/model_executor/layers/fused_moe/fused_moe.py`: get_config_file_name, get_moe_configs, get_default_config,
+try_get_optimal_moe_config, on CUDA, with VLLM_BATCH_INVARIANT unset); tests/engines/test_triton_engine_lookup.py runs
+vLLM's own functions, cut from its source, on a grid of inputs and compares. Nothing here imports vLLM.
 """
 
 from __future__ import annotations

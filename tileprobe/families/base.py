@@ -130,7 +130,7 @@ class Config:
     def name(self) -> str:
         """Procedural kernel name, CUTLASS-library style: every parameter, readable (derived, never parsed)."""
         fam = self.family.replace("-", "_")
-        extra = "".join(f"_{v.replace(' ', '-')}" for _, v in self.extra)  # "vllm 0.33.0" -> vllm-0.33.0
+        extra = "".join(f"_{v.replace(' ', '-')}" for _, v in self.extra)  # "vllm <release>" -> vllm-<release>
         cluster = "" if self.cluster == (1, 1, 1) else "_c" + "x".join(map(str, self.cluster))
         return (f"{fam}{extra}_{self.tile}_{SCHEDULE_SHORT.get(self.schedule, self.schedule)}_s{self.stages_label}_"
                 f"{self.epilogue.replace('-', '')}_{'swap' if self.swap_ab else 'noswap'}{cluster}_{self.arch}")

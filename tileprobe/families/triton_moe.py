@@ -1,11 +1,13 @@
 """Family triton-moe: the serving engines' own Triton `fused_moe_kernel`, compiled per config for a target.
 
-Kernels (read from the installed engine or its wheel, never imported):
-- vLLM 0.33.0: vllm/model_executor/layers/fused_moe/fused_moe.py::fused_moe_kernel, launched by
+Kernels (read from the installed engine or its wheel, never imported), as the releases of the pin table
+(tileprobe.engines.pins.READ_FROM) write them; the engine manifests record whether `launch_job` binds to another
+release's kernel (PIECE):
+- vLLM: vllm/model_executor/layers/fused_moe/fused_moe.py::fused_moe_kernel, launched by
   `invoke_fused_moe_triton_kernel` from `TritonExperts.apply` (fused_moe/experts/triton_moe.py: the modular kernel
   the fp8 and unquantized oracles choose for the TRITON backend), which passes no router weights to the gate_up
   GEMM (topk_weights None there) and aligns with the layer's own experts when there is no expert map;
-- SGLang 0.5.23: sglang/kernels/ops/moe/fused_moe_triton_kernels.py::fused_moe_kernel, launched by
+- SGLang: sglang/kernels/ops/moe/fused_moe_triton_kernels.py::fused_moe_kernel, launched by
   `invoke_fused_moe_kernel` from sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe.py.
 
 A config is data: engine, quant scheme, GEMM (gate_up: N = 2*I/tp, K = H; down: N = H, K = I/tp), E, N, K, where
@@ -38,6 +40,7 @@ from dataclasses import dataclass, replace
 
 from tileprobe.backends.triton.compile import KernelJob
 from tileprobe.backends.triton.source import KernelSource
+from tileprobe.engines import pins
 from tileprobe.errors import UsageError
 from tileprobe.families.base import TRITON_OPTIONS, Accumulation, Config, Family, Tile
 from tileprobe.families.columns import TRITON_REPORT, batch_range_of, source_fields
@@ -68,9 +71,9 @@ class EngineKernel:
 
 
 ENGINES = {
-    "vllm": EngineKernel("vllm", "0.33.0", "vllm/model_executor/layers/fused_moe/fused_moe.py",
+    "vllm": EngineKernel("vllm", pins.READ_FROM["vllm"], "vllm/model_executor/layers/fused_moe/fused_moe.py",
                          "vllm/model_executor/layers/fused_moe/fused_moe.py::get_default_config"),
-    "sglang": EngineKernel("sglang", "0.5.23", "sglang/kernels/ops/moe/fused_moe_triton_kernels.py",
+    "sglang": EngineKernel("sglang", pins.READ_FROM["sglang"], "sglang/kernels/ops/moe/fused_moe_triton_kernels.py",
                            "sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe_triton_config.py::"
                            "get_default_config"),
 }
@@ -215,8 +218,8 @@ def _sglang_args(quant: str, gemm: str, experts: int, n: int, k: int, m: int, to
     return args, kwargs
 
 
-PIECE = "triton-moe-launch"  # the engine manifest's name for launch_job and the config lookup (tileprobe.engines.manifest)
-LAUNCH_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg", "launch_pdl"})  # Triton's, not the kernel's parameters
+PIECE = "triton-moe-launch"  # the engine manifests' name for launch_job and the config lookup
+LAUNCH_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg", "launch_pdl"})  # Triton's, not the kernel's
 
 
 def launch_binds(engine: str, source: KernelSource) -> str:
@@ -235,7 +238,8 @@ def launch_binds(engine: str, source: KernelSource) -> str:
                       "num_stages": 2}, 120)
     names = {k for k, _ in job.kwargs if k not in LAUNCH_OPTIONS}
     if len(job.args) > len(params):
-        return f"{source.function} takes {len(params)} parameters, tileprobe's launch passes {len(job.args)} positionally"
+        return (f"{source.function} takes {len(params)} parameters, tileprobe's launch passes {len(job.args)} "
+                "positionally")
     given = params[:len(job.args)]
     problems = sorted(set(names) - set(params)) and [f"no parameter {', '.join(sorted(set(names) - set(params)))}"]
     problems = list(problems or []) + ([f"{', '.join(sorted(set(given) & set(names)))} given twice"]
@@ -319,7 +323,7 @@ def _rules(tile: Tile, schedule: str, cutlass_version: str | None) -> None:
 
 
 def _kernel_fields(engine_label, origin) -> dict:
-    """kernel, kernel_file and (for an engine default) config_rule of a launch by `engine_label` ('vllm 0.33.0'):
+    """kernel, kernel_file and (for an engine default) config_rule of a launch by `engine_label` ('vllm <release>'):
     the file and rule are those of the release tileprobe reproduces, None for another release."""
     ek = ENGINES.get(str(engine_label or "").split(" ")[0])
     mine = ek is not None and ek.label == engine_label
@@ -393,7 +397,7 @@ FAMILY = Family(
 
 
 def engine_of(cfg: Config) -> str:
-    """'vllm 0.33.0' -> 'vllm'."""
+    """'vllm <release>' -> 'vllm'."""
     return str(cfg.get("engine")).split()[0]
 
 

@@ -1,18 +1,20 @@
 """Family vllm-moe: the engines' own CUTLASS NVFP4 grouped GEMMs for MoE experts, outside FlashInfer.
 
-- vLLM 0.33.0, `cutlass_fp4_group_mm` (csrc/libtorch_stable/quantization/fp4/nvfp4_blockwise_moe_kernel.cu):
-  SM120/SM121 (`run_fp4_blockwise_scaled_group_mm_sm120`, built from cutlass::arch::Sm120): MMA tile 128x128x128,
+- vLLM (the pin table's release, tileprobe.engines.pins.READ_FROM), `cutlass_fp4_group_mm`
+  (csrc/libtorch_stable/quantization/fp4/nvfp4_blockwise_moe_kernel.cu): SM120/SM121
+  (`run_fp4_blockwise_scaled_group_mm_sm120`, built from cutlass::arch::Sm120): MMA tile 128x128x128,
   KernelScheduleAuto (cooperative), bf16 output only; the same source's sm_100a branch
   (`run_fp4_blockwise_scaled_group_mm_sm100`): 128x128x128, 1-SM NVF4 ptr-array kernel, bf16 and fp16 output.
 - sgl-kernel 0.3.21 (an older SGLang kernel release; `nvfp4_blockwise_moe`): the SM120 composition with an explicit
-  pingpong schedule. SGLang 0.5.23 with sglang-kernel 0.4.10 no longer ships it (see README: which SGLang runs what).
+  pingpong schedule. The pin table's SGLang, with sglang-kernel 0.4.10, no longer ships it (see README: which SGLang
+  runs what).
 
 Each composition is a config whose `engine` field names the release it was read from. The kernel types are composed
 in cutlass_harness/families/vllm_moe.cuh; tests/families/test_vllm_moe.py proves them identical to the wheels' kernels by
 their mangled `cutlass::device_kernel<...>` symbols (recorded in tests/data/engine_symbols/, made by
 tools/engine_symbols.py). A composition is a fixed point: there is nothing to sweep, and no other tile to ask for.
 
-Which releases: all known ones, or those named in TILEPROBE_MOE_ENGINE (comma-separated, e.g. 'vllm 0.33.0');
+Which releases: all known ones, or those named in TILEPROBE_MOE_ENGINE (comma-separated, e.g. 'vllm <release>');
 a release tileprobe has not read is refused (one line, exit code 2).
 """
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from tileprobe.engines import pins
 from tileprobe.errors import UsageError
 from tileprobe.families.base import Config, Family, Tile
 
@@ -45,12 +48,13 @@ class Composition:
 
 _SM120 = ("sm_120a", "sm_121a")
 _VLLM_SRC = "csrc/libtorch_stable/quantization/fp4/nvfp4_blockwise_moe_kernel.cu"
+_VLLM = pins.label("vllm")  # the release the compositions were read from
 COMPOSITIONS = (
-    Composition("vllm 0.33.0", f"{_VLLM_SRC} run_fp4_blockwise_scaled_group_mm_sm120", _SM120, Tile(128, 128, 128),
+    Composition(_VLLM, f"{_VLLM_SRC} run_fp4_blockwise_scaled_group_mm_sm120", _SM120, Tile(128, 128, 128),
                 "auto", "bf16"),
-    Composition("vllm 0.33.0", f"{_VLLM_SRC} run_fp4_blockwise_scaled_group_mm_sm100<bfloat16>", ("sm_100a",),
+    Composition(_VLLM, f"{_VLLM_SRC} run_fp4_blockwise_scaled_group_mm_sm100<bfloat16>", ("sm_100a",),
                 Tile(128, 128, 128), "1sm-nvf4", "bf16"),
-    Composition("vllm 0.33.0", f"{_VLLM_SRC} run_fp4_blockwise_scaled_group_mm_sm100<half>", ("sm_100a",),
+    Composition(_VLLM, f"{_VLLM_SRC} run_fp4_blockwise_scaled_group_mm_sm100<half>", ("sm_100a",),
                 Tile(128, 128, 128), "1sm-nvf4", "fp16"),
     Composition("sgl-kernel 0.3.21", "csrc/moe/nvfp4_blockwise_moe.cu run_fp4_blockwise_scaled_group_mm_sm120",
                 _SM120, Tile(128, 128, 128), "pingpong", "bf16"),

@@ -35,8 +35,8 @@ VERSIONS = {"4.5": ("4.5.0",)}  # the CUTLASS the releases below bundle
 # model's (prediction 'exact' on 44 configs of 80, the rest unbuildable as the model says). The hash is the bundled
 # CUTLASS tree's content hash as those rows record it (cutlass_hash, tileprobe.backends.cutlass.toolchain). Evidence:
 #   flashinfer 0.7.4: results/static/{rtx-pro-6000,rtx-5090,dgx-spark-gb10}__flashinfer-moe
-#   flashinfer 0.7.2.post1 (vLLM 0.33.0's pin): results/static/rtx-pro-6000__flashinfer-moe__flashinfer-0.7.2.post1
-#   flashinfer 0.7.2 (SGLang 0.5.23's pin): results/static/rtx-pro-6000__flashinfer-moe__flashinfer-0.7.2
+#   flashinfer 0.7.2.post1 (the pin of vLLM's pin-table release): results/static/rtx-pro-6000__flashinfer-moe__flashinfer-0.7.2.post1
+#   flashinfer 0.7.2 (the pin of SGLang's pin-table release): results/static/rtx-pro-6000__flashinfer-moe__flashinfer-0.7.2
 # Any other release is CannotPredict (compile it), and so is one of these whose CUTLASS tree hashes differently.
 ENGINES = {"flashinfer 0.7.4": ("4.5", "c5d864a34465695d"),
            "flashinfer 0.7.2.post1": ("4.5", "c5d864a34465695d"),

@@ -7,11 +7,11 @@ out of that file: KernelSource.sha256): CHECKED lists the pairs the rules were c
 changed file is CannotPredict, saying so: the pipeliner, the MMA lowering, the layout passes and the allocator all
 change between releases, and the rules read the kernels' text.
 
-Scope: Triton 3.8.0; SGLang 0.5.23, vLLM 0.33.0; sm_120 / sm_121 (mma.sync). metadata.shared is what TritonGPU's
-AllocateSharedMemory pass lays out: buffers live together add, buffers live at different times share space.
-Sizes: e = the element size of q / K / V (bf16, fp16: 2 B; fp32: 4 B; one dtype for all of them, and for the KV
-pool's buffers where the kernel reads them). The flash-attention kernels run two chained dots per key block,
-S = Q @ K^T (rows x keys) and acc += P @ V (rows x value head), with P = softmax(S) cast to V's dtype.
+Scope: Triton 3.8.0; the kernels of the pin table's SGLang and vLLM (by sha256); sm_120 / sm_121 (mma.sync).
+metadata.shared is what TritonGPU's AllocateSharedMemory pass lays out: buffers live together add, buffers live at
+different times share space. Sizes: e = the element size of q / K / V (bf16, fp16: 2 B; fp32: 4 B; one dtype for all of
+them, and for the KV pool's buffers where the kernel reads them). The flash-attention kernels run two chained dots per
+key block, S = Q @ K^T (rows x keys) and acc += P @ V (rows x value head), with P = softmax(S) cast to V's dtype.
 
 0. P's conversion (every flash kernel below). Triton's accelerate_matmul gives chained dots one MMA layout, whose
    warps all go along the rows when the rows are at least the value head (rows >= head), else all along the head;
@@ -95,15 +95,19 @@ tests/predict/test_triton_attention.py draws new ones every run (one compiled in
 
 from __future__ import annotations
 
+from tileprobe.engines import pins
 from tileprobe.predict._common import CannotPredict, cc_checked, release_checked, source_checked
 
+VLLM = pins.label("vllm")  # the engine releases whose kernels the tables below were checked on
+SGLANG = pins.label("sglang")
+
 FAMILY = "triton-attention"
-SGLANG_DECODE = "sglang 0.5.23 decode_attention.py"
-SGLANG_EXTEND = "sglang 0.5.23 extend_attention.py"
-SGLANG_PREFILL = "sglang 0.5.23 prefill_attention.py"
-VLLM_DECODE = "vllm 0.33.0 triton_decode_attention.py"
-VLLM_UNIFIED = "vllm 0.33.0 triton_unified_attention.py"
-VLLM_LIGHTNING = "vllm 0.33.0 lightning_attn.py"
+SGLANG_DECODE = f"{SGLANG} decode_attention.py"
+SGLANG_EXTEND = f"{SGLANG} extend_attention.py"
+SGLANG_PREFILL = f"{SGLANG} prefill_attention.py"
+VLLM_DECODE = f"{VLLM} triton_decode_attention.py"
+VLLM_UNIFIED = f"{VLLM} triton_unified_attention.py"
+VLLM_LIGHTNING = f"{VLLM} lightning_attn.py"
 # (Triton release, sha256 of the engine file defining the kernel) -> the engine release whose file that is
 CHECKED = {
     ("3.8.0", "7a3b66ce3daabbb027efd860411cd9abe4b399b1f2cfc3ed5c6c01731eb9fa0a"): SGLANG_DECODE,
@@ -175,7 +179,7 @@ def _check_scope(kernel: str, triton_version: str, source_sha256: str, cc: int) 
     release_checked("triton-attention", TRITON_VERSIONS, triton_version)
     checked = CHECKED.get((triton_version, source_sha256))
     if checked is None:
-        raise source_checked("triton-attention", kernel, source_sha256, "sglang 0.5.23, vllm 0.33.0")
+        raise source_checked("triton-attention", kernel, source_sha256, f"{SGLANG}, {VLLM}")
     if checked not in KERNEL_FILES.get(kernel, ()):
         raise CannotPredict(f"{kernel} ({checked}): no stated triton-attention rule (see "
                             "tileprobe.predict.triton_attention); size it")

@@ -14,8 +14,8 @@ such op its scratch for its own life; none live together here, so metadata.share
 do their 2-D work on one tile, so which conversion is needed depends on how num_warps and the vector width split the
 tile; the rules are therefore stated per launcher-reachable configuration and were measured over the grids named.
 
-Scope: Triton 3.8.0; vLLM 0.33.0; sm_120 / sm_121 (nothing here is capability-specific in the lowering, but only
-these were checked). Sizes: f = 4 B (fp32).
+Scope: Triton 3.8.0; the pin table's vLLM (kernels by sha256); sm_120 / sm_121 (nothing here is capability-specific in
+the lowering, but only these were checked). Sizes: f = 4 B (fp32).
 
 1. _causal_conv1d_fwd_kernel and _causal_conv1d_update_kernel: 0 B. Each program loads [BLOCK_N] feature vectors
    (weights, bias, previous tokens) and one [NP2_STATELEN, BLOCK_N] conv-state tile, whose feature axis is the
@@ -60,18 +60,21 @@ ones every run (one compiled in full).
 
 from __future__ import annotations
 
+from tileprobe.engines import pins
 from tileprobe.predict._common import CannotPredict, cc_checked, release_checked, source_checked
+
+VLLM = pins.label("vllm")  # the engine releases whose kernels the tables below were checked on
 
 FAMILY = "triton-conv"
 # (Triton release, sha256 of the module defining the kernel) -> what that module is
 CHECKED = {
-    ("3.8.0", "52f56188b2a08f1214dbe70e04235fb1260f94ffaaae2b5ab8f72f281643fad2"): "vllm 0.33.0 causal_conv1d.py",
-    ("3.8.0", "6e765aa767e621cbb79635cf1e9a18e1501e76048685b5e36a75c3ca933cc608"): "vllm 0.33.0 mamba_ssm.py",
-    ("3.8.0", "b065f160e94371192ce743bcd1ce3a9c75ddcecf31be243af4d55b39a898685e"): "vllm 0.33.0 fused_recurrent.py",
+    ("3.8.0", "52f56188b2a08f1214dbe70e04235fb1260f94ffaaae2b5ab8f72f281643fad2"): f"{VLLM} causal_conv1d.py",
+    ("3.8.0", "6e765aa767e621cbb79635cf1e9a18e1501e76048685b5e36a75c3ca933cc608"): f"{VLLM} mamba_ssm.py",
+    ("3.8.0", "b065f160e94371192ce743bcd1ce3a9c75ddcecf31be243af4d55b39a898685e"): f"{VLLM} fused_recurrent.py",
     ("3.8.0", "23e6670c694b0dbcf946d7460e747583e9bec11016280d64329ff494278c3dc2"):
-        "vllm 0.33.0 fused_gdn_prefill_post_conv.py (_fused_post_conv_kernel cut from it)",
+        f"{VLLM} fused_gdn_prefill_post_conv.py (_fused_post_conv_kernel cut from it)",
     ("3.8.0", "d834fac7e3c716739aa933b632900e137805b4985d718d32465d777f340dc5da"):
-        "vllm 0.33.0 fused_sigmoid_gating.py (fused_sigmoid_gating_delta_rule_update_kernel cut from it)",
+        f"{VLLM} fused_sigmoid_gating.py (fused_sigmoid_gating_delta_rule_update_kernel cut from it)",
 }
 TRITON_VERSIONS = tuple(dict.fromkeys(v for v, _ in CHECKED))
 CCS = (120, 121)
@@ -92,7 +95,7 @@ POST_K = (64, 128, 256)
 def _check_scope(kernel: str, triton_version: str, source_sha256: str, cc: int) -> None:
     release_checked("triton-conv", TRITON_VERSIONS, triton_version)
     if (triton_version, source_sha256) not in CHECKED:
-        raise source_checked("triton-conv", kernel, source_sha256, "vllm 0.33.0")
+        raise source_checked("triton-conv", kernel, source_sha256, VLLM)
     if kernel not in RULES:
         raise CannotPredict(f"{kernel}: no stated triton-conv rule (see tileprobe.predict.triton_conv); size it")
     cc_checked("triton-conv", CCS, cc)

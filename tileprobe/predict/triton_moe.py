@@ -5,12 +5,12 @@ Keyed by (Triton release, sha256 of the kernel source as tileprobe extracts it: 
 KernelSource.sha256): CHECKED lists the pairs the rules were checked on. Another release or a changed kernel is
 CannotPredict, saying so: the pipeliner, the MMA lowering and the allocator all change between releases.
 
-Scope: Triton 3.8.0; vLLM 0.33.0's and SGLang 0.5.23's kernels; sm_89, sm_90, sm_100, sm_120, sm_121; bf16, fp8 w8a8
-per-tensor and fp8 block [128, 128]; N divisible by 16 (every launch of the shipped trees; unchecked otherwise).
-Shared memory is the A tile (BM x BK) and the B tile (BK x BN), each element 2 B (bf16) or 1 B (fp8), times their
-buffer counts, plus what the MMA path and the block scales add (metadata.shared is what TritonGPU's
-AllocateSharedMemory pass lays out: the buffers are live together in the K loop). BK is BLOCK_SIZE_K, except that
-vLLM's launcher clamps it to 128 for fp8 block (SGLang's does not).
+Scope: Triton 3.8.0; the pin table's vLLM and SGLang kernels (by sha256); sm_89, sm_90, sm_100, sm_120, sm_121; bf16,
+fp8 w8a8 per-tensor and fp8 block [128, 128]; N divisible by 16 (every launch of the shipped trees; unchecked
+otherwise). Shared memory is the A tile (BM x BK) and the B tile (BK x BN), each element 2 B (bf16) or 1 B (fp8), times
+their buffer counts, plus what the MMA path and the block scales add (metadata.shared is what TritonGPU's
+AllocateSharedMemory pass lays out: the buffers are live together in the K loop). BK is BLOCK_SIZE_K, except that vLLM's
+launcher clamps it to 128 for fp8 block (SGLang's does not).
 
 1. MMA path (the `accelerate_matmul` pass). Effective M = BLOCK_SIZE_N under swap-AB (fp8 on capability 9.x with
    BM < 64 <= BN: both launchers transpose the dot), else BLOCK_SIZE_M. On sm_90 (wgmma) and sm_100 (tcgen05) with
@@ -44,7 +44,11 @@ by tests/predict/test_triton_predict.py. Outside that scope: CannotPredict(<why>
 
 from __future__ import annotations
 
+from tileprobe.engines import pins
 from tileprobe.predict._common import CannotPredict
+
+VLLM = pins.label("vllm")  # the engine releases whose kernels the tables below were checked on
+SGLANG = pins.label("sglang")
 
 FAMILY = "triton-moe"
 # (Triton release, fused_moe_kernel source sha256) -> the engine release whose kernel that is: the pairs checked.
@@ -52,10 +56,10 @@ FAMILY = "triton-moe"
 # tests/predict/test_triton_predict.py compiles random launches of it every run), and the earlier, larger module of
 # every @triton.jit function in the file, which the committed rows were compiled from (their run.json names it).
 CHECKED = {
-    ("3.8.0", "1d1bb61d32d868e46010e17764f84d630a48e23c2790abf2195285d5f635f84e"): "vllm 0.33.0",
-    ("3.8.0", "d11960be50ffb2a71e5f7368165bb44a622c465de9ac8e6ed9b8aacd161b8dc0"): "sglang 0.5.23",
-    ("3.8.0", "617f495cd848d93a839266fa30ff09329eb3a7f4f509c6ecdc7a2c2c302b5fa2"): "vllm 0.33.0",
-    ("3.8.0", "13d04c8d0cdd005be46f56590729089875c26cdc9028108d723ddca555d8988f"): "sglang 0.5.23",
+    ("3.8.0", "1d1bb61d32d868e46010e17764f84d630a48e23c2790abf2195285d5f635f84e"): VLLM,
+    ("3.8.0", "d11960be50ffb2a71e5f7368165bb44a622c465de9ac8e6ed9b8aacd161b8dc0"): SGLANG,
+    ("3.8.0", "617f495cd848d93a839266fa30ff09329eb3a7f4f509c6ecdc7a2c2c302b5fa2"): VLLM,
+    ("3.8.0", "13d04c8d0cdd005be46f56590729089875c26cdc9028108d723ddca555d8988f"): SGLANG,
 }
 TRITON_VERSIONS = tuple(dict.fromkeys(v for v, _ in CHECKED))
 ENGINES = tuple(dict.fromkeys(CHECKED.values()))

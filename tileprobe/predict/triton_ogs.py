@@ -6,12 +6,12 @@ Keyed by (Triton release, sha256 of the engine files whose text the kernel is bu
 in that order): CHECKED lists the pairs the rules were checked on. Another release or a changed file is
 CannotPredict, saying so. The matmuls themselves (_matmul_ogs, _p_matmul_ogs) have no rule here.
 
-Scope: Triton 3.8.0; vLLM 0.33.0; sm_90 and sm_120 / sm_121 (none of these kernels has a tl.dot: the same bytes were
-measured on sm_90a and sm_120a for every launch below). Each kernel is scoped to the constexprs and num_warps its
-vLLM launcher passes (the routing launchers pass no num_warps: Triton's default, 4), widened where measured.
-metadata.shared is what TritonGPU's AllocateSharedMemory pass lays out: scratch of values live together add,
-scratch live at different times shares space (the largest counts). Sizes: i = 4 B (int32 / uint32), e = the element
-size of the named tensor.
+Scope: Triton 3.8.0; the pin table's vLLM (by sha256); sm_90 and sm_120 / sm_121 (none of these kernels has a tl.dot:
+the same bytes were measured on sm_90a and sm_120a for every launch below). Each kernel is scoped to the constexprs and
+num_warps its vLLM launcher passes (the routing launchers pass no num_warps: Triton's default, 4), widened where
+measured. metadata.shared is what TritonGPU's AllocateSharedMemory pass lays out: scratch of values live together add,
+scratch live at different times shares space (the largest counts). Sizes: i = 4 B (int32 / uint32), e = the element size
+of the named tensor.
 
 1. _topk_forward (topk.py's topk_forward: BLOCK_M = BLOCK_N = 32, 4 warps, USE_PROVIDED_INDX False): the [BLOCK_M,
    k] top-k index tile (k = N_EXPTS_ACT) is re-laid out through shared memory for the bitmatrix packing
@@ -85,7 +85,10 @@ from __future__ import annotations
 
 import hashlib
 
+from tileprobe.engines import pins
 from tileprobe.predict._common import CannotPredict, cc_checked, release_checked, source_checked
+
+VLLM = pins.label("vllm")  # the engine releases whose kernels the tables below were checked on
 
 FAMILY = "triton-ogs"
 TK = "vllm/third_party/triton_kernels/"
@@ -109,18 +112,18 @@ FILES = {
 }
 # (Triton release, kernel, sha256 of FILES[kernel] joined) -> the engine release whose files those are
 CHECKED = {
-    ("3.8.0", "_topk_forward", "b96cd075eec221f009d9a32139605b9966f28edf6385ee166108f3768a6599f6"): "vllm 0.33.0",
-    ("3.8.0", "_sum_bitmatrix_rows", "83c92ebb11a35556c7185e3aeb487802f4e280de158f291e5dddf95407d725fd"): "vllm 0.33.0",
+    ("3.8.0", "_topk_forward", "b96cd075eec221f009d9a32139605b9966f28edf6385ee166108f3768a6599f6"): VLLM,
+    ("3.8.0", "_sum_bitmatrix_rows", "83c92ebb11a35556c7185e3aeb487802f4e280de158f291e5dddf95407d725fd"): VLLM,
     ("3.8.0", "_combined_routing_memset", "56061aa9f35fe06fefdda3ca333f5a50c04cc3d338e920035a6830b7f2ded6b0"):
-        "vllm 0.33.0",
+        VLLM,
     ("3.8.0", "_combined_routing_compute_pow2", "9e28a161090cf94eba926a407cb73186cbadd1d113b49fb61ae43e98a787526a"):
-        "vllm 0.33.0",
+        VLLM,
     ("3.8.0", "matmul_ogs_dflt_dflt._reduce_grouped",
-     "2324f5a7aff109bec41ecafa692c5173b98e38882782a50264854283f843766e"): "vllm 0.33.0",
+     "2324f5a7aff109bec41ecafa692c5173b98e38882782a50264854283f843766e"): VLLM,
     ("3.8.0", "matmul_ogs_dflt_dflt._matmul_ogs", "1023722f2809d309129e639cdf075a5dade813ea01d2677be323dcdfc4db3cd2"):
-        "vllm 0.33.0",
+        VLLM,
     ("3.8.0", "matmul_ogs_swiglu_dflt._matmul_ogs",
-     "68756bd0dee5d31c551a0a9d190626ecfdade7e844d02f9f0d9ff270c951de5b"): "vllm 0.33.0",
+     "68756bd0dee5d31c551a0a9d190626ecfdade7e844d02f9f0d9ff270c951de5b"): VLLM,
 }
 TRITON_VERSIONS = ("3.8.0",)
 CCS = (90, 120, 121)
@@ -143,7 +146,7 @@ def _check_scope(kernel: str, triton_version: str, source_sha256: str, cc: int) 
     if kernel not in FILES:
         raise CannotPredict(f"{kernel}: no stated triton-ogs rule (see tileprobe.predict.triton_ogs); size it")
     if (triton_version, kernel, source_sha256) not in CHECKED:
-        raise source_checked("triton-ogs", kernel, source_sha256, "vllm 0.33.0")
+        raise source_checked("triton-ogs", kernel, source_sha256, VLLM)
     cc_checked("triton-ogs", CCS, cc)
 
 

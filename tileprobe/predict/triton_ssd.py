@@ -6,11 +6,11 @@ Keyed by (Triton release, sha256 of the engine file that defines the kernel): CH
 checked on. Another release or a changed file is CannotPredict, saying so: the pipeliner, the MMA lowering, the
 layout passes and the allocator all change between releases, and the rules read the kernels' text.
 
-Scope: Triton 3.8.0; vLLM 0.33.0; sm_120 / sm_121 (mma.sync: a pipelined tile keeps num_stages - 1 buffers);
-power-of-two blocks 16..256 and num_warps 2, 4, 8; num_stages 2..5 for the kernels with tl.dot; activations
-(x, B, C) bf16 or fp16, dt / dA_cumsum / CB / chunk states fp32 (what vLLM's launchers pass). metadata.shared is
-what TritonGPU's AllocateSharedMemory pass lays out: buffers live together add, buffers live at different times
-share space (the largest phase counts). Sizes: e = the activations' element size (2 B), f = 4 B (fp32).
+Scope: Triton 3.8.0; the pin table's vLLM (by sha256); sm_120 / sm_121 (mma.sync: a pipelined tile keeps num_stages - 1
+buffers); power-of-two blocks 16..256 and num_warps 2, 4, 8; num_stages 2..5 for the kernels with tl.dot; activations
+(x, B, C) bf16 or fp16, dt / dA_cumsum / CB / chunk states fp32 (what vLLM's launchers pass). metadata.shared is what
+TritonGPU's AllocateSharedMemory pass lays out: buffers live together add, buffers live at different times share space
+(the largest phase counts). Sizes: e = the activations' element size (2 B), f = 4 B (fp32).
 
 1. _state_passing_fwd_kernel: 0 B. One-dimensional loads, fp32 arithmetic and stores in one blocked layout: no
    tl.dot, no reduction, no layout conversion, so nothing is placed in shared memory (any BLOCK_SIZE, warps,
@@ -70,15 +70,18 @@ draws new ones every run (one of them compiled in full).
 
 from __future__ import annotations
 
+from tileprobe.engines import pins
 from tileprobe.predict._common import CannotPredict, cc_checked, release_checked, source_checked
+
+VLLM = pins.label("vllm")  # the engine releases whose kernels the tables below were checked on
 
 FAMILY = "triton-ssd"
 # (Triton release, sha256 of the engine file defining the kernel) -> the engine release whose file that is
 CHECKED = {
-    ("3.8.0", "4d0d7dcd63dea72c6a805c0c64a1282edde66c6374a4ccad27a9070bf956b163"): "vllm 0.33.0 ssd_bmm.py",
-    ("3.8.0", "a9acbf4cf8efd5d698edd39ca7a43e451938e3221e142ba13dd19ba691dd729f"): "vllm 0.33.0 ssd_chunk_scan.py",
-    ("3.8.0", "3e789542ad54e65c8d7215078964dd9607cf56f97260e6f83f79f9cdf34b60f9"): "vllm 0.33.0 ssd_chunk_state.py",
-    ("3.8.0", "62388cb710fac94351129ac14e177e6c22305721ade8540bbc24a9dacc7b859e"): "vllm 0.33.0 ssd_state_passing.py",
+    ("3.8.0", "4d0d7dcd63dea72c6a805c0c64a1282edde66c6374a4ccad27a9070bf956b163"): f"{VLLM} ssd_bmm.py",
+    ("3.8.0", "a9acbf4cf8efd5d698edd39ca7a43e451938e3221e142ba13dd19ba691dd729f"): f"{VLLM} ssd_chunk_scan.py",
+    ("3.8.0", "3e789542ad54e65c8d7215078964dd9607cf56f97260e6f83f79f9cdf34b60f9"): f"{VLLM} ssd_chunk_state.py",
+    ("3.8.0", "62388cb710fac94351129ac14e177e6c22305721ade8540bbc24a9dacc7b859e"): f"{VLLM} ssd_state_passing.py",
 }
 TRITON_VERSIONS = tuple(dict.fromkeys(v for v, _ in CHECKED))
 CCS = (120, 121)
@@ -91,7 +94,7 @@ ACTIVATIONS = {"bf16": 2, "fp16": 2}
 F32 = 4
 # rule 5: the largest fp32 epilogue conversion measured per num_warps, over every BM, BN in BLOCKS
 EPILOGUE_BOUND = {2: 16384, 4: 32768, 8: 32768}
-CUMSUM_H = (2, 4, 8, 16, 32, 64)  # the autotune list of vLLM 0.33.0 (and 2..64 checked)
+CUMSUM_H = (2, 4, 8, 16, 32, 64)  # the autotune list of the pin table's vLLM (and 2..64 checked)
 CUMSUM_CHUNK = (32, 64, 128, 256)
 CUMSUM_WARPS = (4, 8)
 
@@ -99,7 +102,7 @@ CUMSUM_WARPS = (4, 8)
 def _check_scope(kernel: str, triton_version: str, source_sha256: str, cc: int) -> None:
     release_checked("triton-ssd", TRITON_VERSIONS, triton_version)
     if (triton_version, source_sha256) not in CHECKED:
-        raise source_checked("triton-ssd", kernel, source_sha256, "vllm 0.33.0")
+        raise source_checked("triton-ssd", kernel, source_sha256, VLLM)
     if kernel not in KERNELS:
         raise CannotPredict(f"{kernel}: no stated triton-ssd rule (see tileprobe.predict.triton_ssd); size it")
     cc_checked("triton-ssd", CCS, cc, " (wgmma / tcgen05 keep other buffers)")

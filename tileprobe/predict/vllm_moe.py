@@ -1,10 +1,11 @@
 """Rules for family vllm-moe (cutlass_harness/families/vllm_moe.cuh VllmMoeKernel): the engines' own NVFP4 MoE grouped
-GEMMs, as read from vLLM 0.33.0 and sgl-kernel 0.3.21 and proven by the wheels' kernel symbols.
+GEMMs, as read from vLLM (the pin table's release, tileprobe.engines.pins) and sgl-kernel 0.3.21 and proven by the
+wheels' kernel symbols.
 
 SM120/SM121: the composition is, type for type, sm120-nvfp4's with-c config (nv_float4_t<e2m1> A row-major / B
 column-major, alignment 32; bf16 C = D row-major, alignment 8; OpClassBlockScaledTensorOp epilogue with
 EpilogueTileAuto and EpilogueScheduleAuto; LinearCombination<bf16, float, bf16, float>; StageCountAutoCarveout<sizeof
-epilogue storage>; cluster 1x1x1), with the engine's schedule: vLLM 0.33.0 KernelScheduleAuto (the builder's
+epilogue storage>; cluster 1x1x1), with the engine's schedule: vLLM's KernelScheduleAuto (the builder's
 cooperative kernel), sgl-kernel 0.3.21 pingpong. So the rules are tileprobe.predict.sm120_nvfp4's (epilogue 'with-c').
 The C element is non-void, so the epilogue reuses C smem for D (StagesC = StagesD + 1): the per-expert alpha pointer
 array and beta = 0 are runtime arguments and change no type.

@@ -1,11 +1,11 @@
 """Stand-ins the MLA entries need: the engines' own small sizing functions, read from the wheel's text (their
 modules import the engines' whole runtime, so they are not served), and the target's SM count they are called with.
 
-- SGLang 0.5.23 `sglang.srt.layers.attention.triton_backend`: `_mla_decode_kv_splits_cap` and
+- SGLang `sglang.srt.layers.attention.triton_backend`: `_mla_decode_kv_splits_cap` and
   `_MLA_DECODE_MIN_BLOCK_KV` (TritonAttnBackend.__init__ sizes max_kv_splits for MLA with them);
   `next_power_of_2` is sglang.srt.utils' (`1 << (n - 1).bit_length()` for n >= 1: Triton's own
   `next_power_of_2`, given here).
-- vLLM 0.33.0 `vllm.v1.attention.backends.mla.triton_mla`: `_compute_num_kv_splits` and its two constants
+- vLLM `vllm.v1.attention.backends.mla.triton_mla`: `_compute_num_kv_splits` and its two constants
   (TritonMLAImpl.forward_mqa sizes num_kv_splits with them).
 
 Each stand-in module is imported by the entry's arguments inside the capture session (importlib.import_module), so

@@ -1,17 +1,17 @@
-"""SGLang 0.5.23's Triton attention launchers (MHA/GQA), as tileprobe audit entries. What each entry's arguments
+"""SGLang's Triton attention launchers (MHA/GQA), as tileprobe audit entries. What each entry's arguments
 are, read from the engine's callers:
-- SGLang 0.5.23 `extend_attention_fwd` (sglang/kernels/ops/attention/extend_attention.py), as
+- SGLang `extend_attention_fwd` (sglang/kernels/ops/attention/extend_attention.py), as
   sglang/srt/layers/attention/triton_backend.py `_forward_extend_kernel` calls it for MHA/GQA: q (T, H, D), k/v
   (T, KV, D) contiguous, o (T, H, D), the KV pool buffers (slots, KV, D), qo_indptr / kv_indptr int32 (B+1),
   kv_indices int64, no custom mask, causal, mask_indptr None, max_extend_len, k/v descale 1.0, sm_scale
   1/sqrt(D), sliding_window_size (the window, -1 for full layers), sinks (fp32 per head, gpt-oss), page_size 1;
   the model's dtype (the layer's q/k/v).
-- SGLang 0.5.23 `decode_attention_fwd` (sglang/kernels/ops/attention/decode_attention.py), as triton_backend.py's
+- SGLang `decode_attention_fwd` (sglang/kernels/ops/attention/decode_attention.py), as triton_backend.py's
   forward_decode calls it: q/o (B, H, D), the KV pool buffers, kv_indptr int32, kv_indices int64, attn_logits fp32
   (B, H, max_kv_splits, D), attn_lse fp32 (B, H, max_kv_splits), num_kv_splits int32 (B), max_kv_splits 8 (the
   CUDA default), k/v descale 1.0, sinks; use_pdl left False (a launch option, not a size); the window is applied
   through kv_indices, not the kernel.
-- SGLang 0.5.23 `context_attention_fwd` (sglang/kernels/ops/attention/prefill_attention.py): called only by the
+- SGLang `context_attention_fwd` (sglang/kernels/ops/attention/prefill_attention.py): called only by the
   vision encoders' attention (srt/layers/attention/vision.py VisionTritonAttention, the `triton_attn` multimodal
   backend, which VisionAttention._determine_attention_backend picks on CUDA other than sm_90 / sm_100): q/k/v/o
   (B*S, H, D) of the vision tower, cu_seqlens, seq_lens, max_seqlen, not causal. A model with no vision_config does
@@ -25,6 +25,7 @@ import math
 from types import SimpleNamespace
 from typing import Optional
 
+from tileprobe.audit.entries import LISTED
 from tileprobe.audit import attention_rule, engine_code
 from tileprobe.audit.entry import TORCH, AuditKernel, Elsewhere, Point, empty, heads, indptr, not_mla, torch
 from tileprobe.errors import UsageError
@@ -127,14 +128,14 @@ DECODE_ALLOW = ("sglang.kernels.ops.attention.decode_attention", "sglang.kernels
                 "sglang.srt.environ")
 
 ENTRIES = (
-    AuditKernel("sglang-extend-attention", "sglang", "0.5.23", "sglang.kernels.ops.attention.extend_attention",
+    AuditKernel("sglang-extend-attention", "sglang", LISTED, "sglang.kernels.ops.attention.extend_attention",
                 "extend_attention_fwd", EXTEND_ALLOW, SGLANG_STAND_INS, _sglang_extend, not_mla,
                 "the model's dtype (the layer's q/k/v)", backend="triton", predict=attention_rule.predict),
-    AuditKernel("sglang-context-attention", "sglang", "0.5.23", "sglang.kernels.ops.attention.prefill_attention",
+    AuditKernel("sglang-context-attention", "sglang", LISTED, "sglang.kernels.ops.attention.prefill_attention",
                 "context_attention_fwd", ("sglang.kernels.ops.attention.prefill_attention",),
                 SGLANG_STAND_INS, _sglang_vision, _vision, "the model's dtype (the vision encoder's q/k/v)",
                 windowed=False, chooses=_vision_backend, predict=attention_rule.predict),
-    AuditKernel("sglang-decode-attention", "sglang", "0.5.23", "sglang.kernels.ops.attention.decode_attention",
+    AuditKernel("sglang-decode-attention", "sglang", LISTED, "sglang.kernels.ops.attention.decode_attention",
                 "decode_attention_fwd", DECODE_ALLOW, SGLANG_STAND_INS, _sglang_decode, not_mla,
                 "the model's dtype; split-K partials in fp32", windowed=False, backend="triton",
                 predict=attention_rule.predict),

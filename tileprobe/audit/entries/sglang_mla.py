@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's Triton MLA attention (DeepSeek-V3 / Kimi-K2) and its SM120 sparse MLA decode (DeepSeek-V4), as
+"""SGLang's Triton MLA attention (DeepSeek-V3 / Kimi-K2) and its SM120 sparse MLA decode (DeepSeek-V4), as
 tileprobe audit entries. SGLang's default attention backend for an MLA model on sm_120 is "triton"
 (sglang/srt/arg_groups/model_override_base.py get_default_attn_backend: MLA, neither Hopper nor sm_100 nor ROCm).
 What each entry's arguments are, read from the engine's callers:
@@ -46,6 +46,7 @@ from __future__ import annotations
 import importlib
 import math
 
+from tileprobe.audit.entries import LISTED
 from tileprobe.audit import attention_rule
 from tileprobe.audit.entries import mla_stand_ins
 from tileprobe.audit.entries.sglang_attention import DECODE_ALLOW, EXTEND_ALLOW, SGLANG_STAND_INS
@@ -194,19 +195,19 @@ def _sparse_chooses(session, model: AttentionConfig, pt: Point) -> Elsewhere | N
 
 
 ENTRIES = (
-    AuditKernel("sglang-mla-decode", "sglang", "0.5.23", "sglang.kernels.ops.attention.decode_attention",
+    AuditKernel("sglang-mla-decode", "sglang", LISTED, "sglang.kernels.ops.attention.decode_attention",
                 "decode_attention_fwd", DECODE_ALLOW, STAND_INS, _decode, _mla,
                 "the model's dtype (the latent KV pool); split-K partials in fp32", windowed=False, backend="triton",
                 predict=attention_rule.predict),
-    AuditKernel("sglang-mla-extend-absorbed", "sglang", "0.5.23", "sglang.kernels.ops.attention.extend_attention",
+    AuditKernel("sglang-mla-extend-absorbed", "sglang", LISTED, "sglang.kernels.ops.attention.extend_attention",
                 "extend_attention_fwd", EXTEND_ALLOW, STAND_INS, _extend_absorbed, _mla,
                 "the model's dtype (q, the latent k/v and pool)", windowed=False, backend="triton",
                 predict=attention_rule.predict),
-    AuditKernel("sglang-mla-extend-mha", "sglang", "0.5.23", "sglang.kernels.ops.attention.extend_attention",
+    AuditKernel("sglang-mla-extend-mha", "sglang", LISTED, "sglang.kernels.ops.attention.extend_attention",
                 "extend_attention_fwd", EXTEND_ALLOW, STAND_INS, _extend_mha, _mla,
                 "the model's dtype (the up-projected q/k/v)", windowed=False, backend="triton",
                 predict=attention_rule.predict),
-    AuditKernel("sglang-mla-sparse-decode", "sglang", "0.5.23",
+    AuditKernel("sglang-mla-sparse-decode", "sglang", LISTED,
                 "sglang.kernels.ops.attention.flash_mla_sm120_triton", "_run_triton_sparse_decode",
                 ("sglang.kernels.ops.attention.flash_mla_sm120_triton", FLASH_MLA_SM120, "sglang.srt.environ"),
                 STAND_INS, _sparse_decode, _v4, "bf16 q and output, the fp8/uint8/bf16 views of the V4 cache",

@@ -1,4 +1,4 @@
-"""vLLM 0.33.0's gated-delta-net (GDN) launchers that Qwen3-Next / Qwen3.5 layers run, as tileprobe audit entries:
+"""vLLM's gated-delta-net (GDN) launchers that Qwen3-Next / Qwen3.5 layers run, as tileprobe audit entries:
 the vendored flash-linear-attention ops under vllm/third_party/flash_linear_attention/ops/, sized as
 vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py (QwenGatedDeltaNetAttention) calls them on CUDA
 (forward_cuda -> qwen_gdn_attention_core -> `_forward_core`). Per rank: H = linear_num_key_heads / tp,
@@ -50,8 +50,8 @@ _aiter_flydsl_unsupported_reasons) is cut from the wheel's file text with its li
 unchanged (tileprobe.audit.engine_code.run_function); the names it reads are the session's current_platform, torch, a
 logger and typing.Literal (rocm_aiter_ops is reached only on ROCm and is not given). Its `get_cuda_runtime_major()`
 (CudaPlatformBase in vllm/platforms/cuda.py: torch.version.cuda's major) answers with the CUDA runtime the wheel's
-extensions link (`libcudart.so.N` in the smallest vllm/*.abi3.so of the wheel that names one: 13 for the PyPI 0.33.0
-wheel). The Elsewhere names the last device test of the selector whose body ran. The packed-decode entry reads
+extensions link (`libcudart.so.N` in the smallest vllm/*.abi3.so of the wheel that names one: 13 for the PyPI wheels
+of the releases with a manifest). The Elsewhere names the last device test of the selector whose body ran. The packed-decode entry reads
 envs.VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE from the engine's own vllm.envs (the flag `_forward_core` tests).
 
 Stand-ins (beside tileprobe.audit.vllm_stand_ins'): `vllm.triton_utils` adds `tldevice` (op.py) and a `triton` whose
@@ -70,6 +70,7 @@ import typing
 import zipfile
 from pathlib import Path
 
+from tileprobe.audit.entries import LISTED
 from tileprobe.audit import conv_rule, engine_code, vllm_stand_ins
 from tileprobe.audit.entry import TORCH, AuditKernel, Elsewhere, Point, empty, indptr, torch
 from tileprobe.engines.triton_configs import EngineSource
@@ -326,24 +327,24 @@ def packed_decode_chooses(session, model: AttentionConfig, pt: Point) -> Elsewhe
 
 
 ENTRIES = (
-    AuditKernel("vllm-gdn-post-conv-prep", "vllm", "0.33.0", f"{FLA}.fused_gdn_prefill_post_conv",
+    AuditKernel("vllm-gdn-post-conv-prep", "vllm", LISTED, f"{FLA}.fused_gdn_prefill_post_conv",
                 "fused_post_conv_prep", (*_BASE, f"{FLA}.fused_gdn_prefill_post_conv"), GDN_STAND_INS, _post_conv,
                 serves, "q/k/v in the model's dtype, g/beta fp32", windowed=False,
                 predict=conv_rule.predict),
-    AuditKernel("vllm-gdn-chunk-prefill", "vllm", "0.33.0", f"{FLA}.chunk", "chunk_gated_delta_rule", CHUNK_ALLOW,
+    AuditKernel("vllm-gdn-chunk-prefill", "vllm", LISTED, f"{FLA}.chunk", "chunk_gated_delta_rule", CHUNK_ALLOW,
                 GDN_STAND_INS, _chunk, serves, "q/k/v in the model's dtype, g/beta fp32, the state the model's",
                 windowed=False, chooses=prefill_chooses, compile_from="module"),
-    AuditKernel("vllm-gdn-packed-decode", "vllm", "0.33.0", f"{FLA}.fused_recurrent",
+    AuditKernel("vllm-gdn-packed-decode", "vllm", LISTED, f"{FLA}.fused_recurrent",
                 "fused_recurrent_gated_delta_rule_packed_decode", (*_BASE, *_UTILS, f"{FLA}.fused_recurrent"),
                 GDN_STAND_INS, _packed_decode, serves, "the model's dtype; A_log fp32", windowed=False,
                 chooses=packed_decode_chooses, compile_from="module", predict=conv_rule.predict),
-    AuditKernel("vllm-gdn-sigmoid-gating-decode", "vllm", "0.33.0", f"{FLA}.fused_sigmoid_gating",
+    AuditKernel("vllm-gdn-sigmoid-gating-decode", "vllm", LISTED, f"{FLA}.fused_sigmoid_gating",
                 "fused_sigmoid_gating_delta_rule_update", (*_BASE, f"{FLA}.fused_sigmoid_gating"), GDN_STAND_INS,
                 _sigmoid_decode, serves, "the model's dtype; A_log fp32", windowed=False, predict=conv_rule.predict),
-    AuditKernel("vllm-gdn-causal-conv1d", "vllm", "0.33.0", CONV, "causal_conv1d_fn", (*_BASE, CONV), GDN_STAND_INS,
+    AuditKernel("vllm-gdn-causal-conv1d", "vllm", LISTED, CONV, "causal_conv1d_fn", (*_BASE, CONV), GDN_STAND_INS,
                 _conv_fn, serves, "the model's dtype (the conv state's)", windowed=False, compile_from="module",
                 predict=conv_rule.predict),
-    AuditKernel("vllm-gdn-causal-conv1d-update", "vllm", "0.33.0", CONV, "causal_conv1d_update", (*_BASE, CONV),
+    AuditKernel("vllm-gdn-causal-conv1d-update", "vllm", LISTED, CONV, "causal_conv1d_update", (*_BASE, CONV),
                 GDN_STAND_INS, _conv_update, serves, "the model's dtype (the conv state's)", windowed=False,
                 compile_from="module", predict=conv_rule.predict),
 )

@@ -1,4 +1,4 @@
-"""vLLM 0.33.0's Mamba-2 (SSD) Triton launchers, as tileprobe audit entries: the `M` layers of a Nemotron-H model,
+"""vLLM's Mamba-2 (SSD) Triton launchers, as tileprobe audit entries: the `M` layers of a Nemotron-H model,
 which vLLM runs through MambaMixer2 (vllm/model_executor/layers/mamba/mamba_mixer2.py). What each entry's arguments
 are, read from the engine's callers:
 
@@ -47,6 +47,7 @@ import math
 import re
 import types
 
+from tileprobe.audit.entries import LISTED
 from tileprobe.audit import conv_rule, mamba_rule, vllm_stand_ins
 from tileprobe.audit.entry import TORCH, AuditKernel, Point, empty, indptr, torch
 from tileprobe.engines.triton_configs import EngineSource
@@ -227,7 +228,7 @@ def has_ssm(model: AttentionConfig) -> str | None:
 
 
 def _entry(name, module, launcher, allow, arguments, dtype_rule, predict=None):
-    return AuditKernel(name, "vllm", "0.33.0", OPS + module, launcher, allow, STAND_INS, arguments, has_ssm,
+    return AuditKernel(name, "vllm", LISTED, OPS + module, launcher, allow, STAND_INS, arguments, has_ssm,
                        dtype_rule, windowed=False, compile_from="module", predict=predict)
 
 

@@ -1,4 +1,4 @@
-"""vLLM 0.33.0's Triton MLA decode (DeepSeek-V3 / Kimi-K2), as a tileprobe audit entry. vLLM's first MLA backend on
+"""vLLM's Triton MLA decode (DeepSeek-V3 / Kimi-K2), as a tileprobe audit entry. vLLM's first MLA backend on
 capability 12.x is TRITON_MLA (vllm/platforms/cuda.py, the MLA priority list for device_capability.major == 12).
 
 - `vllm-mla-decode`: `decode_attention_fwd` (vllm/v1/attention/ops/triton_decode_attention.py) as
@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import math
 
+from tileprobe.audit.entries import LISTED
 from tileprobe.audit import attention_rule, vllm_stand_ins
 from tileprobe.audit.entries import mla_stand_ins
 from tileprobe.audit.entries.sglang_mla import V4_MODEL_TYPE
@@ -64,7 +65,7 @@ def _decode(model: AttentionConfig, pt: Point):
 
 
 ENTRIES = (
-    AuditKernel("vllm-mla-decode", "vllm", "0.33.0", "vllm.v1.attention.ops.triton_decode_attention",
+    AuditKernel("vllm-mla-decode", "vllm", LISTED, "vllm.v1.attention.ops.triton_decode_attention",
                 "decode_attention_fwd", ALLOW, STAND_INS, _decode, _mla,
                 "the model's dtype (q and the latent KV cache); split-K partials in fp32", windowed=False,
                 backend="TRITON_MLA", predict=attention_rule.predict),

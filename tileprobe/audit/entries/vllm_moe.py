@@ -1,4 +1,4 @@
-"""vLLM 0.33.0's Triton fused MoE (`fused_moe_kernel`), as tileprobe audit entries: the engine's own config lookup
+"""vLLM's Triton fused MoE (`fused_moe_kernel`), as tileprobe audit entries: the engine's own config lookup
 (try_get_optimal_moe_config -> get_moe_configs: $VLLM_TUNED_CONFIG_FOLDER, then the shipped
 fused_moe/configs/E=..,N=..,device_name=<the stand-in device's name>[,dtype=..][,block_shape=..].json, else
 get_default_config) and its own launches, run from the wheel under the target's stand-in device.
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ast
 
+from tileprobe.audit.entries import LISTED
 from tileprobe.audit import vllm_moe_oracle as oracle
 from tileprobe.audit import moe_rule
 from tileprobe.audit import vllm_moe_stand_ins
@@ -151,10 +152,10 @@ def tuned_folder(launch, target) -> str:
 
 
 ENTRIES = (
-    AuditKernel("vllm-fused-moe-decode", "vllm", "0.33.0", MODULE, "fused_experts_impl", ALLOW,
+    AuditKernel("vllm-fused-moe-decode", "vllm", LISTED, MODULE, "fused_experts_impl", ALLOW,
                 vllm_moe_stand_ins.STAND_INS, _decode, serves, DTYPE_RULE, windowed=False, chooses=chooses,
                 remedy=tuned_folder, predict=moe_rule.predict),
-    AuditKernel("vllm-fused-moe-prefill", "vllm", "0.33.0", MODULE, "fused_experts_impl", ALLOW,
+    AuditKernel("vllm-fused-moe-prefill", "vllm", LISTED, MODULE, "fused_experts_impl", ALLOW,
                 vllm_moe_stand_ins.STAND_INS, _prefill, serves, DTYPE_RULE, windowed=False, chooses=chooses,
                 remedy=tuned_folder, predict=moe_rule.predict),
 )

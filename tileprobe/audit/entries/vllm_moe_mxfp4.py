@@ -1,4 +1,4 @@
-"""vLLM 0.33.0's MXFP4 MoE (gpt-oss) through the TRITON backend: triton_kernels' matmul_ogs, as the engine runs it,
+"""vLLM's MXFP4 MoE (gpt-oss) through the TRITON backend: triton_kernels' matmul_ogs, as the engine runs it,
 and which backend the engine's own oracle selects on the target (the entry's `chooses` hook).
 
 Selection: vLLM selects with `select_mxfp4_moe_backend` (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py): for
@@ -54,6 +54,7 @@ import importlib
 import types
 import typing
 
+from tileprobe.audit.entries import LISTED
 from tileprobe.audit import capture
 from tileprobe.audit import vllm_moe_oracle as oracle
 from tileprobe.audit import engine_code, ogs_rule, vllm_stand_ins
@@ -210,10 +211,10 @@ def kernel_of(session, function: str):
 
 DTYPE_RULE = "bf16 activations and router logits, mxfp4 weights (W4A16: uint8 pairs, uint8 block scales), fp32 biases"
 ENTRIES = (
-    AuditKernel("vllm-moe-mxfp4-decode", "vllm", "0.33.0", stand_ins.MODULE, "triton_kernel_moe_forward",
+    AuditKernel("vllm-moe-mxfp4-decode", "vllm", LISTED, stand_ins.MODULE, "triton_kernel_moe_forward",
                 stand_ins.ALLOW, stand_ins.STAND_INS, _decode, serves, DTYPE_RULE, windowed=False, chooses=chooses,
                 compile_from="module", kernel_of=kernel_of, predict=ogs_rule.predict),
-    AuditKernel("vllm-moe-mxfp4-prefill", "vllm", "0.33.0", stand_ins.MODULE, "triton_kernel_moe_forward",
+    AuditKernel("vllm-moe-mxfp4-prefill", "vllm", LISTED, stand_ins.MODULE, "triton_kernel_moe_forward",
                 stand_ins.ALLOW, stand_ins.STAND_INS, _prefill, serves, DTYPE_RULE, windowed=False, chooses=chooses,
                 compile_from="module", kernel_of=kernel_of, predict=ogs_rule.predict),
 )

@@ -1,4 +1,4 @@
-"""vLLM 0.33.0's prefix-prefill attention launcher, as a tileprobe audit entry.
+"""vLLM's prefix-prefill attention launcher, as a tileprobe audit entry.
 
 `context_attention_fwd` (vllm/v1/attention/ops/prefix_prefill.py; its `_fwd_kernel` launch, the ALiBi kernel only
 with alibi slopes) has one caller in the release: `chunked_prefill_paged_decode`
@@ -30,6 +30,7 @@ from __future__ import annotations
 import ast
 import math
 
+from tileprobe.audit.entries import LISTED
 from tileprobe.audit import vllm_stand_ins
 from tileprobe.audit.entry import TORCH, AuditKernel, Elsewhere, Point, empty, heads, indptr, not_mla, torch
 from tileprobe.models import AttentionConfig
@@ -91,7 +92,7 @@ def _chooses(session, model: AttentionConfig, pt: Point) -> Elsewhere | None:
 
 
 ENTRIES = (
-    AuditKernel("vllm-prefix-prefill", "vllm", "0.33.0", "vllm.v1.attention.ops.prefix_prefill",
+    AuditKernel("vllm-prefix-prefill", "vllm", LISTED, "vllm.v1.attention.ops.prefix_prefill",
                 "context_attention_fwd", ("vllm.v1.attention.ops.prefix_prefill", "vllm.platforms.interface",
                                           "vllm.v1.attention.backends.registry"),
                 vllm_stand_ins.STAND_INS, _arguments, _serves,

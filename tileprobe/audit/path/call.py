@@ -42,7 +42,7 @@ class KernelCall:
     op: str  # the engine's call as the engine names it (flash_attn_varlen_func, cutlass_fused_moe, F.linear, ...)
     params: dict  # what the family needs, as the engine passes it (head_dim, heads, kv_heads, dtype, page_size, ...)
     chosen_by: str  # the engine line (file:line in the wheel) or rule that chose this kernel, and why
-    engine: str  # "vllm 0.33.0"
+    engine: str  # "vllm <release>" (EngineSource.label)
 
     def param(self, name: str, default=None):
         return self.params.get(name, default)

@@ -8,9 +8,9 @@ each with the launch's arguments, which the user supplies as stand-ins by parame
 that dtype (16-byte aligned, as torch allocates), a number, true/false, null, or "tl.bfloat16" a dtype. The
 autotuner's own `prune_configs_by` hooks run at launch on real tensors and are not reproduced (said when present).
 
-Built in: SGLang 0.5.23's DeepSeek-V4 sparse decode kernel, with the arguments `_run_triton_sparse_decode` passes
-(`sglang/kernels/ops/attention/flash_mla_sm120_triton.py`), for a page size of 64 tokens, 64 heads and top-k 2048
-(override any of them with --kernel-args).
+Built in: SGLang's DeepSeek-V4 sparse decode kernel (the pin table's release, tileprobe.engines.pins), with the
+arguments `_run_triton_sparse_decode` passes (`sglang/kernels/ops/attention/flash_mla_sm120_triton.py`), for a page size
+of 64 tokens, 64 heads and top-k 2048 (override any of them with --kernel-args).
 """
 
 from __future__ import annotations

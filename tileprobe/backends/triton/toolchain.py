@@ -1,9 +1,9 @@
 """Which Triton compiles, and whose bytes those are.
 
-The engines this backend mirrors pin one Triton: vLLM 0.33.0 pins torch 2.14.0 and SGLang 0.5.23 pins torch 2.14.1,
-both of which require `triton~=3.8.0` (3.8.0 is the only 3.8 release). The same config needs different shared bytes
-under different Triton releases (sglang #5995: 163840 under 3.2; #8513: 147456 under 3.3+), so another installed
-release is refused unless the user asks for its bytes (`--any-triton`).
+The engines this backend mirrors pin one Triton: the engine releases of the pin table (tileprobe.engines.pins) pin
+torch releases (TORCH_PINS) that both require `triton~=3.8.0` (3.8.0 is the only 3.8 release). The same config needs
+different shared bytes under different Triton releases (sglang #5995: 163840 under 3.2; #8513: 147456 under 3.3+), so
+another installed release is refused unless the user asks for its bytes (`--any-triton`).
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from pathlib import Path
 
 from platformdirs import user_cache_dir
 
+from tileprobe.engines import pins
 from tileprobe.errors import UsageError
 
 ENGINE_TRITON = "3.8.0"
 ANY_TRITON_ENV = "TILEPROBE_ANY_TRITON"  # set (by --any-triton): another installed release is used, its bytes said
-ENGINES_PINNING = "vLLM 0.33.0 (torch 2.14.0) and SGLang 0.5.23 (torch 2.14.1)"
+ENGINES_PINNING = pins.torch_pinning()  # 'vLLM <release> (torch <release>) and SGLang ...'
 
 
 @dataclass(frozen=True)

@@ -19,17 +19,17 @@ kv_cache_dtype ("auto"), paged (True), page_size (16), window (None or the model
 prefill or spec-decode token in the batch), "decode" a pure decode step (max_seqlen_q == 1).
 
 Source quoted: github.com/vllm-project/flash-attention at 617264c1 (2026-08-06, the newest commit of the snapshot
-read here); csrc/flash_attn last changed in 28e862d2 "Make vllm's FA2 ABI stable (#175)". The GIT_TAG vLLM 0.33.0 /
-0.34.0 build (cmake/external_projects/vllm_flash_attn.cmake) is not in their wheels and could not be read (the vLLM
-repository snapshot was too large to fetch; the indexed copy of that file is older). What ties the wheels' .so to
+read here); csrc/flash_attn last changed in 28e862d2 "Make vllm's FA2 ABI stable (#175)". The GIT_TAG the vLLM
+releases of the manifests build (cmake/external_projects/vllm_flash_attn.cmake) is not in their wheels and could not
+be read (the vLLM repository snapshot was too large to fetch; the indexed copy of that file is older). What ties the wheels' .so to
 this source: both FA2 .so import the torch stable ABI (aoti_torch_*, #175); every check message quoted below is in
 the .so's .rodata (the gate says so, read per audit); every kernel the dispatch below names is instantiated in the
 .so (the arch part finds it by its demangled name, or says it did not); the wheels' cute/ files match no commit of the
 snapshot (they are newer or from another branch), so line numbers may have moved; the checks are the .so's own.
 
 1. arch [read]: `_vllm_fa2_C.abi3.so` holds sm_80 cubins and compute_80 PTX only (76 + 76 images, 2224 distinct
-   kernels in 0.33.0 and 0.34.0), so on sm_120/sm_121 (and sm_90: an sm_80 cubin runs only on 8.x) the driver
-   JIT-compiles the kernel's compute_80 PTX; `_vllm_fa3_C.abi3.so` holds sm_90a cubins only: no code on SM120
+   kernels in each vLLM release with a manifest), so on sm_120/sm_121 (and sm_90: an sm_80 cubin runs only on 8.x)
+   the driver JIT-compiles the kernel's compute_80 PTX; `_vllm_fa3_C.abi3.so` holds sm_90a cubins only: no code on SM120
    ("no kernel image is available"). The kernel is the exact instantiation the dispatch below names (its mangled
    name, in the cubin and as a PTX .entry).
 2. gate [quoted, with vLLM's own checks run]: csrc/flash_attn/flash_api.cpp `mha_varlen_fwd`:

@@ -1,11 +1,11 @@
 """SGLang's fused MoE experts: its Triton `fused_moe_kernel`, with the config SGLang picks on the target.
 
-SGLang 0.5.23 runs its routed experts through the Triton fused MoE (sglang/srt/layers/moe/fused_moe_triton) on
-sm_120 by default. The kernel is Triton, but it is not one of the audit's captured launchers: the config each
-launch gets comes from SGLang's own lookup, which tileprobe's triton-moe family already follows (the user folder,
-the shipped file for the exact device name, else SGLang's default, shared-memory aware on small-opt-in GPUs:
-tileprobe.engines.sglang, tileprobe.engines.triton_lookup), and its bytes from the triton-moe rules
-(tileprobe.predict.triton_moe, checked exact against Triton 3.8.0's own compile) or Triton's allocation pass.
+SGLang (the releases its manifests list) runs its routed experts through the Triton fused MoE
+(sglang/srt/layers/moe/fused_moe_triton) on sm_120 by default. The kernel is Triton, but it is not one of the audit's
+captured launchers: the config each launch gets comes from SGLang's own lookup, which tileprobe's triton-moe family
+already follows (the user folder, the shipped file for the exact device name, else SGLang's default, shared-memory aware
+on small-opt-in GPUs: tileprobe.engines.sglang, tileprobe.engines.triton_lookup), and its bytes from the triton-moe
+rules (tileprobe.predict.triton_moe, checked exact against Triton 3.8.0's own compile) or Triton's allocation pass.
 
 - arch: Triton compiles the kernel for the device at its first launch (no shipped binary: never no-code on sm_80+);
   evidence `compiled` when a launch was sized by Triton for the target here, else `quoted`.
