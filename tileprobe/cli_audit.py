@@ -39,6 +39,7 @@ def audit(
     kernel: Annotated[Optional[list[str]], typer.Option("--kernel", help="only these audited kernels (comma list; an unknown name is refused with the list)")] = None,
     attention_backend: Annotated[Optional[str], typer.Option("--attention-backend", metavar="NAME", help="the attention backend you pass the engine, spelled as its flag spells it (SGLang: triton, ...; vLLM: TRITON_ATTN, ...); default: the engine's own choice for the model and target")] = None,
     moe_backend: Annotated[Optional[str], typer.Option("--moe-backend", metavar="NAME", help="vLLM's --moe-backend as you pass it (e.g. triton): its MXFP4 MoE oracle's explicit branch (gpt-oss)")] = None,
+    mm_encoder_attn_backend: Annotated[Optional[str], typer.Option("--mm-encoder-attn-backend", metavar="NAME", help="vLLM's --mm-encoder-attn-backend as you pass it (e.g. TRITON_ATTN): the vision encoder's attention backend; default: vLLM's own pick for the target")] = None,
     gpu_name: Annotated[Optional[str], typer.Option("--gpu-name", metavar="NAME", help="the device name the engine sees (its tuned-config files are named after it; default: the target's first SKU name)")] = None,
     compile_all: CompileAllOpt = False,
     verify: VerifyOpt = 0,
@@ -57,7 +58,8 @@ def audit(
                                   tuple(ints(seq_len, "--seq-len") or (1024,)), out, jobs,
                                   cache_dir, engine_wheel, sw.command_line(),
                                   tuple(split_csv(kernel) or ()), attention_backend,
-                                  moe_backend, gpu_name, Policy(compile_all, verify, verify_seed), rules_off)
+                                  moe_backend, gpu_name, Policy(compile_all, verify, verify_seed), rules_off,
+                                  mm_encoder_attn_backend=mm_encoder_attn_backend)
     res = audit_run.run_audit(opts)
     console = Console(width=WIDTH)
     if res.banner:
