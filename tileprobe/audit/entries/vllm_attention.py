@@ -13,6 +13,7 @@ arguments are, read from the engine's callers:
 from __future__ import annotations
 
 from tileprobe.audit import attention_rule, vllm_backend, vllm_backend_stand_ins, vllm_selection, vllm_stand_ins
+from tileprobe.audit.entries import LISTED
 from tileprobe.audit.entry import TORCH, AuditKernel, Elsewhere, Point, empty, heads, not_mla, torch
 from tileprobe.errors import UsageError
 from tileprobe.models import AttentionConfig
@@ -77,17 +78,17 @@ def _linear(model: AttentionConfig) -> str | None:
 
 
 ENTRIES = (
-    AuditKernel("vllm-unified-attention", "vllm", "0.33.0", "vllm.v1.attention.ops.triton_unified_attention",
+    AuditKernel("vllm-unified-attention", "vllm", LISTED, "vllm.v1.attention.ops.triton_unified_attention",
                 "unified_attention", BACKEND_ALLOW, vllm_backend_stand_ins.STAND_INS_SERVED, None, not_mla,
                 "the model's dtype (the layer's query and KV cache)", compile_from="module", backend="TRITON_ATTN",
                 predict=attention_rule.predict, drive=vllm_backend.triton_attention,
                 phases=("prefill", "decode", "mixed"), reads=vllm_backend.BUILDER_FILES),
-    AuditKernel("vllm-lightning-attention", "vllm", "0.33.0", "vllm.model_executor.layers.lightning_attn",
+    AuditKernel("vllm-lightning-attention", "vllm", LISTED, "vllm.model_executor.layers.lightning_attn",
                 "lightning_attention", ("vllm.model_executor.layers.lightning_attn", "vllm.platforms.interface",
                                         "vllm.v1.attention.backends.registry"),
                 vllm_stand_ins.STAND_INS, _vllm_lightning, _linear, "fp32 (the layer casts q/k/v to float)",
                 windowed=False, predict=attention_rule.predict),
-    AuditKernel("vllm-vit-attention", "vllm", "0.34.0", "vllm.v1.attention.ops.vit_attn_wrappers",
+    AuditKernel("vllm-vit-attention", "vllm", LISTED, "vllm.v1.attention.ops.vit_attn_wrappers",
                 "triton_attn_wrapper", ("vllm.v1.attention.ops.vit_attn_wrappers",
                                         "vllm.v1.attention.ops.triton_prefill_attention", "vllm.utils.math_utils",
                                         "vllm.platforms.interface", "vllm.v1.attention.backends.registry"),
