@@ -109,7 +109,8 @@ def test_a_modified_copy_is_refused_by_check_configs_and_export_and_read_with_ru
         assert p.returncode == 2 and len(lines) == 1 and HELPER in lines[0] and "--rules-off" in lines[0], p.stderr
         assert not (tmp_path / "out").exists()
     p = _cli("check-configs", config, *common, "--rules-off")
-    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.returncode in (0, 1) and "0 of 2 entry launches do not fit, 0 did not compile" in p.stdout, \
+        p.stdout + p.stderr  # read, not refused (1: a file check-configs could not tie to the engine's MoE choice)
     assert any(ln.startswith("note: RULES OFF") and HELPER in ln for ln in p.stdout.splitlines()), p.stdout
     assert "0 distinct launches predicted" in p.stdout and "2 compiled" in p.stdout, p.stdout  # no rule asked
     p = _cli("export", "triton-configs", config, "--out", tmp_path / "out", *common, "--rules-off")
