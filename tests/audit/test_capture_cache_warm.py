@@ -127,3 +127,20 @@ def test_a_file_changed_in_the_engine_wheel_misses_the_cache(sglang, rng, tmp_pa
     _audit(tmp_path, "changed", model, point, str(wheel))
     assert len(sessions) == 1 and sessions[0].launches, "a changed wheel was answered from the old wheel's capture"
     assert _csv(tmp_path / "changed") == _csv(tmp_path / "first")
+
+
+@pytest.mark.parametrize("variable", capture_cache.ENV_FOLDERS)
+def test_the_tuned_config_folder_the_engine_reads_is_in_every_key(sglang, rng, tmp_path, monkeypatch, variable):
+    """A tuned-config file written into the folder the engine's lookup reads (the remedy an over-limit row names)
+    changes what the launcher picks: the audit run again must capture again."""
+    folder = tmp_path / "tuned"
+    folder.mkdir()
+    monkeypatch.setenv(variable, str(folder))
+    empty = capture_cache.fingerprint(sglang)
+    name = f"E={rng.choice([8, 64, 128])},N={rng.choice([128, 256])},device_name=NVIDIA_RTX_PRO_6000.json"
+    (folder / name).write_text(json.dumps({"1": {"BLOCK_SIZE_M": 16}}))
+    written = capture_cache.fingerprint(sglang)
+    (folder / name).write_text(json.dumps({"1": {"BLOCK_SIZE_M": 32}}))
+    edited = capture_cache.fingerprint(sglang)
+    assert empty != written != edited != empty
+    assert capture_cache.fingerprint(sglang) == edited

@@ -16,7 +16,9 @@ entry's own inputs) covers:
 - tileprobe itself: its version and the sha256 of every file of the tileprobe package (the entries, stand-ins,
   manifests, target profiles, the capture and the job code: any edit is another key), and this cache's FORMAT;
 - Python's version, and the environment variables the engines' code and the libraries under it read (ENV_PREFIXES:
-  VLLM_*, SGLANG_*, FLASHINFER_*, CUDA_*, TRITON_*, TORCH_*, ...; other variables do not reach the key);
+  VLLM_*, SGLANG_*, FLASHINFER_*, CUDA_*, TRITON_*, TORCH_*, ...; other variables do not reach the key), and the
+  files of the tuned-config folder VLLM_TUNED_CONFIG_FOLDER / SGLANG_MOE_CONFIG_DIR names (ENV_FOLDERS: each
+  file's name and sha256; the engine's own lookup reads them);
 - per entry: its name, the target (every field of its profile, the device name the engine sees included), the
   model's AttentionConfig (every field), the points (batch, sequence length, tp, window, phase), the capability, and
   every audit option but those that cannot reach the capture (out, jobs, command, policy, kernels, rules_off,
@@ -62,6 +64,9 @@ FORMAT = 1
 FOLDER = "audit-capture"
 ENV_PREFIXES = ("VLLM_", "SGLANG_", "SGL_", "FLASHINFER_", "CUDA_", "NVIDIA_", "TRITON_", "TORCH_", "PYTORCH_",
                 "HF_", "TRANSFORMERS_", "LOCAL_RANK", "RANK", "WORLD_SIZE")
+# variables naming a folder of tuned configs the engine's own lookup reads (vLLM's get_moe_configs, SGLang's fused MoE
+# config lookup): the files in it are inputs too (`tileprobe export triton-configs` writes them, the audit is run again)
+ENV_FOLDERS = ("VLLM_TUNED_CONFIG_FOLDER", "SGLANG_MOE_CONFIG_DIR")
 OPTIONS_NOT_KEYED = ("out", "jobs", "command", "policy", "kernels", "rules_off", "cache_dir")
 _CLASSES = {c.__name__: c for c in (Launch, TensorArg, KernelJob, KernelSource, Point, Elsewhere, Selection)}
 
@@ -147,12 +152,23 @@ def _wheel_content(origin: str, *stat) -> str:
     return hashlib.sha256(listing.encode()).hexdigest()
 
 
+def _folder(path: str) -> list:
+    """The files of a tuned-config folder (or the file) an ENV_FOLDERS variable names: name and sha256 each."""
+    p = Path(path)
+    try:
+        files = [p] if p.is_file() else sorted(f for f in p.iterdir() if f.is_file()) if p.is_dir() else []
+        return [[f.name, hashlib.sha256(f.read_bytes()).hexdigest()] for f in files]
+    except OSError as exc:
+        return [f"unreadable: {type(exc).__name__}"]
+
+
 def fingerprint(src) -> dict:
     """The inputs every key of this process and engine shares."""
     return {"format": FORMAT, "tileprobe": [tileprobe.__version__, _tileprobe_files()],
             "python": sys.version, "installed": _installed(),
             "torch": _version("torch"), "triton": _version("triton"),
             "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
+            "env_folders": {k: _folder(os.environ[k]) for k in ENV_FOLDERS if os.environ.get(k)},
             "engine": {"engine": src.engine, "version": src.version, "origin": str(src.origin), "kind": src.kind,
                        "content": engine_content(src)},
             "wheels": _wheels()}
