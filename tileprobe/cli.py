@@ -265,6 +265,7 @@ def check_configs(
     out: Annotated[Optional[Path], typer.Option("--out", help="write the rows here, like a sweep's")] = None,
     hidden: Annotated[Optional[int], typer.Option("--hidden", help="the model's hidden size K, for files no workload preset matches (default 4096, marked assumed)")] = None,
     jobs: Annotated[int, typer.Option("--jobs", help="parallel compiles", show_default="cores")] = os.cpu_count() or 1,
+    model: Annotated[Optional[str], typer.Option("--model", help="a workload preset or config.json: with --target, say whether the engine runs the Triton fused MoE (whose files these are) for it there, or what it runs instead")] = None,
     any_triton: AnyTritonOpt = False,
     rules_off: RulesOffOpt = False,
     cache_dir: CacheOpt = None,
@@ -278,7 +279,7 @@ def check_configs(
     when every entry was checked and fits, 2 when nothing could be checked, else 1."""
 
     res = triton_audit.run(path, engine, engine_wheel, target, out, jobs, cache_dir, hidden, any_triton,
-                           sw.command_line(), PredictPolicy(compile_all, verify, verify_seed), rules_off)
+                           sw.command_line(), PredictPolicy(compile_all, verify, verify_seed), rules_off, model)
     for n in res.notes:
         sys.stdout.write(f"note: {n}\n")
     if res.answers.get("verify_seed") is not None:

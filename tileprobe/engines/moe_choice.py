@@ -14,10 +14,11 @@ from __future__ import annotations
 from tileprobe.audit import capture
 from tileprobe.audit.entry import Elsewhere, Point
 from tileprobe.audit.kernels import KERNELS
-from tileprobe.models import AttentionConfig, Quantization
+from tileprobe.models import AttentionConfig, Quantization, read_config
 from tileprobe.targets import Target
-from tileprobe.workloads import MoEModel
+from tileprobe.workloads import PRESETS, MoEModel
 
+ENV_VARS = {"vllm": "VLLM_TUNED_CONFIG_FOLDER", "sglang": "SGLANG_MOE_CONFIG_DIR"}  # the engines' folder variable
 QUANTS = {"bf16": None, "fp8": Quantization("fp8", None), "fp8-block": Quantization("fp8", (128, 128))}
 
 
@@ -38,3 +39,26 @@ def note(src, target: Target, model: MoEModel, quant: str, env_var: str, cache_d
         return []
     return [f"NOT USED: {src.label()} runs {e.runs} for {model.name}'s experts on {target.name} ({e.line}), not the "
             f"Triton fused_moe_kernel: {env_var} takes effect only with vLLM's `--moe-backend triton`"]
+
+
+UNKNOWN_MODEL = ("which MoE kernel the engine runs depends on the model and the GPU (vLLM's own oracle may run "
+                 "FlashInfer's CUTLASS MoE or Marlin instead of the Triton fused MoE, and then these files are not "
+                 "read): pass --model (a workload preset or config.json) with --target to have it checked")
+
+
+def model_of(name: str) -> tuple[MoEModel, str]:
+    """--model as check-configs takes it: a workload preset (bf16) or a config.json (its experts and its
+    quantization_config's scheme)."""
+    if name in PRESETS:
+        return PRESETS[name], "bf16"
+    cfg = read_config(name)
+    return cfg.moe(), cfg.scheme()
+
+
+def check_configs_note(src, target: Target | None, model: str | None, cache_dir=None) -> list[str]:
+    """What `check-configs` says about the engine's choice: the NOT USED line for the model on the target, else
+    that it was not checked (no model, or no single target to check it for)."""
+    if model is None or target is None:
+        return [UNKNOWN_MODEL] if src.engine == "vllm" else []
+    moe, quant = model_of(model)
+    return note(src, target, moe, quant, ENV_VARS[src.engine], cache_dir)

@@ -27,7 +27,7 @@ from tileprobe.backends.triton.compile import KernelJob, compile_many
 from tileprobe.backends.triton.source import KernelSource
 from tileprobe.backends.triton.toolchain import require_triton
 from tileprobe.engines import triton_configs as tc
-from tileprobe.engines import triton_lookup
+from tileprobe.engines import moe_choice, triton_lookup
 from tileprobe.errors import UsageError
 from tileprobe.families import arch_for, family
 from tileprobe.families import triton_moe as tm
@@ -192,7 +192,8 @@ class AuditResult:
 
 def run(path: Path | None, engine: str | None, wheel: str | None, target_name: str | None, out: Path | None,
         jobs: int, cache_dir: str | None, hidden: int | None, any_triton: bool, command: str,
-        policy: pred_mod.Policy = pred_mod.Policy(), rules_off: bool = False) -> AuditResult:
+        policy: pred_mod.Policy = pred_mod.Policy(), rules_off: bool = False, model: str | None = None
+        ) -> AuditResult:
     if path is None and engine is None:
         raise UsageError("check-configs needs PATH (a config file or folder) or --engine vllm|sglang")
     if jobs < 1:
@@ -215,6 +216,7 @@ def run(path: Path | None, engine: str | None, wheel: str | None, target_name: s
     policy = rules_off_policy(policy, banner)
     files = files if files is not None else tc.read_source_tree(src, mod.CONFIGS_DIR)
     checks, notes = plan(files, engine, source, target, hidden)
+    choice = moe_choice.check_configs_note(src, target, model, cache_dir)  # does the engine read these files?
     t_plan = time.perf_counter() - t0
     todo = [c for c in checks if c.job is not None]
     ans = pred_mod.answer([c.config for c in todo], [c.job for c in todo], source, triton.version, policy)
@@ -270,5 +272,5 @@ def run(path: Path | None, engine: str | None, wheel: str | None, target_name: s
         with recording(out, meta, ans.mode(), command) as rec:
             for row in rows:
                 rec.write(row)
-    return AuditResult(rows, over, [banner] if banner else [], len(todo), len(checks) - len(todo), seconds, errors,
+    return AuditResult(rows, over, ([banner] if banner else []) + choice, len(todo), len(checks) - len(todo), seconds, errors,
                        not_checked, mismatches, record)

@@ -31,7 +31,7 @@ from tileprobe.workloads import PRESETS, MoEModel, check_split
 # vLLM's benchmarks/kernels/benchmark_moe.py batch sizes, which its shipped files are keyed by (SGLang's tuner uses
 # the same list).
 DEFAULT_KEYS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096)
-ENV_VARS = {"vllm": "VLLM_TUNED_CONFIG_FOLDER", "sglang": "SGLANG_MOE_CONFIG_DIR"}
+ENV_VARS = moe_choice.ENV_VARS
 
 
 @dataclass(frozen=True)
