@@ -2,7 +2,8 @@
 --cache-dir opens no engine session (the engine's launchers do not run again) and writes the same rows; an input the
 capture depends on (the model's head_dim, a file of the engine wheel) is another key, so the capture runs again; a
 broken cache entry is one warning line and is captured again. One cheap entry (SGLang's Triton decode attention, its
-backend forced), one point, a random GQA model."""
+backend forced), one point, a random GQA model. Also: the tuned-config folder the engine reads is in every key, and
+`memo` keeps plain answers (None too) and never a live object."""
 
 from __future__ import annotations
 
@@ -144,3 +145,29 @@ def test_the_tuned_config_folder_the_engine_reads_is_in_every_key(sglang, rng, t
     edited = capture_cache.fingerprint(sglang)
     assert empty != written != edited != empty
     assert capture_cache.fingerprint(sglang) == edited
+
+
+def test_memo_keeps_plain_values_none_included_and_refuses_live_objects(sglang, rng, tmp_path):
+    """capture_cache.memo, for a step that runs the engine's code on every audit: computed once per key (a None
+    answer too), read back equal (tuples stay tuples), another input is another key; a value that is no plain data
+    is returned uncached, never pickled."""
+    calls = []
+
+    def compute(value):
+        def run():
+            calls.append(value)
+            return value
+        return run
+
+    inputs = {"target": "rtx-pro-6000", "head_dim": rng.choice([64, 128])}
+    value = (["a", 1], {"k": (2.5, None)}, rng.randrange(10**6))
+    for _ in range(2):
+        assert capture_cache.memo("t", sglang, inputs, tmp_path, compute(value)) == value
+        assert capture_cache.memo("t-none", sglang, inputs, tmp_path, compute(None)) is None
+    assert calls == [value, None]
+    assert capture_cache.memo("t", sglang, {**inputs, "head_dim": 256}, tmp_path, compute(value)) == value
+    assert len(calls) == 3
+    live = object()
+    for _ in range(2):
+        assert capture_cache.memo("t-live", sglang, inputs, tmp_path, compute(live)) is live
+    assert calls[3:] == [live, live]

@@ -33,6 +33,9 @@ converts as the engine's did; a value of any other type makes the entry's captur
 never guessed). The live objects of a session (its @triton.jit functions) are not kept: a compile that needs the
 kernel object imports it again in a session of its own (tileprobe.audit.loader), as it does uncached.
 
+`memo(kind, source, inputs, cache_dir, compute)` keeps another plain answer the same way (the selection is one), for
+a step of the audit that runs the engine's own code on every run.
+
 Entries are written whole (a temporary file renamed over the entry: processes writing the same key at once write
 the same text, the last rename wins; no lock is needed). An entry that cannot be read back (truncated, not JSON, a
 field missing, another key inside) is one warning line and is computed again and rewritten, never a crash.
@@ -94,8 +97,12 @@ def _tileprobe_files() -> str:
     for path in sorted(root.rglob("*")):
         if "__pycache__" in path.parts or path.suffix in (".pyc", ".pyo") or not path.is_file():
             continue
-        h.update(f"{path.relative_to(root).as_posix()}\0{path.stat().st_size}\0".encode())
-        h.update(path.read_bytes())
+        try:
+            data = path.read_bytes()
+        except OSError:  # gone since the listing (an editor's temporary file): not part of the package
+            continue
+        h.update(f"{path.relative_to(root).as_posix()}\0{len(data)}\0".encode())
+        h.update(data)
     return h.hexdigest()
 
 
@@ -125,8 +132,11 @@ def _wheels() -> list:
         except OSError:
             continue
         for p in found:
-            with_stat = p.stat()
-            out.append([str(p), with_stat.st_size, with_stat.st_mtime_ns])
+            try:
+                st = p.stat()
+            except OSError:  # gone since the listing (another process's download, renamed)
+                continue
+            out.append([str(p), st.st_size, st.st_mtime_ns])
     return out
 
 
@@ -247,12 +257,15 @@ def _path(cache_dir, key: str) -> Path:
     return cache_root(cache_dir) / FOLDER / key[:2] / f"{key}.json"
 
 
+_MISS = object()  # _read's answer when there is no usable entry
+
+
 def _read(path: Path, key: str, kind: str):
-    """The stored document's `value` with its codec, or None (absent; broken: one warning line, recomputed)."""
+    """The stored document's `value`, or _MISS (absent; broken: one warning line, and the caller computes it)."""
     try:
         text = path.read_text()
     except FileNotFoundError:
-        return None
+        return _MISS
     except OSError as exc:
         return _broken(path, f"{type(exc).__name__}: {exc}")
     try:
@@ -266,10 +279,10 @@ def _read(path: Path, key: str, kind: str):
         return _broken(path, f"{type(exc).__name__}: {exc}")
 
 
-def _broken(path: Path, why: str) -> None:
+def _broken(path: Path, why: str):
     sys.stderr.write(f"tileprobe: warning: audit capture cache entry {path.name[:16]} is broken ({why}); "
-                     "capturing it again\n")
-    return None
+                     "computing it again\n")
+    return _MISS
 
 
 def _write(path: Path, key: str, kind: str, inputs: str, value) -> bool:
@@ -302,12 +315,13 @@ class Store:
     def get(self, k, points) -> EntryCapture | None:
         key, _ = self._key(k, points)
         value = _read(_path(self.cache_dir, key), key, "capture")
-        if value is None:
+        if value is _MISS:
             return None
         try:
             return EntryCapture(**value)
         except TypeError as exc:
-            return _broken(_path(self.cache_dir, key), f"TypeError: {exc}")
+            _broken(_path(self.cache_dir, key), f"TypeError: {exc}")
+            return None
 
     def put(self, k, points, got: EntryCapture) -> bool:
         key, inputs = self._key(k, points)
@@ -315,15 +329,25 @@ class Store:
         return _write(_path(self.cache_dir, key), key, "capture", inputs, value)
 
 
+def memo(kind: str, src, inputs: dict, cache_dir, compute: Callable[[], object]):
+    """`compute()`'s value (plain data: what _Codec stores), from the cache when computed before for the same engine
+    files, tileprobe, host (fingerprint) and `inputs` (JSON-able: the target's and model's fields, the options, as
+    the caller's value depends on them); else computed and stored. A value that raises is not cached; a value the
+    codec does not keep is returned, uncached. For a step of the audit that runs the engine's own code from its wheel
+    on every run (the attention backend selection here)."""
+    key, text = _keyed({"fingerprint": fingerprint(src), **inputs, "kind": kind})
+    path = _path(cache_dir, key)
+    got = _read(path, key, kind)
+    if got is not _MISS:
+        return got
+    value = compute()
+    _write(path, key, kind, text, value)
+    return value
+
+
 def selection(src, target, model, forced: str | None, cache_dir, select: Callable[[], Selection]) -> Selection:
     """The engine's attention backend selection (`select()`), from the cache when its key was computed before; a
     selection that raises is not cached."""
-    key, inputs = _keyed({"fingerprint": fingerprint(src), "target": dataclasses.asdict(target),
-                          "model": dataclasses.asdict(model), "forced": forced, "kind": "selection"})
-    path = _path(cache_dir, key)
-    got = _read(path, key, "selection")
-    if isinstance(got, Selection):
-        return got
-    sel = select()
-    _write(path, key, "selection", inputs, sel)
-    return sel
+    got = memo("selection", src, {"target": dataclasses.asdict(target), "model": dataclasses.asdict(model),
+                                  "forced": forced}, cache_dir, select)
+    return got if isinstance(got, Selection) else select()
