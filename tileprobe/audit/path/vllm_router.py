@@ -17,9 +17,10 @@ hashes; `OPS` says which line):
 from __future__ import annotations
 
 import ast
+import dataclasses
 from dataclasses import dataclass
 
-from tileprobe.audit import capture, vllm_stand_ins
+from tileprobe.audit import capture, capture_cache, vllm_stand_ins
 from tileprobe.audit.vllm_backend_stand_ins import aiter_ops, from_text
 from tileprobe.engines.triton_configs import EngineSource
 from tileprobe.models import AttentionConfig
@@ -66,7 +67,18 @@ def _config_module(target: Target, source: EngineSource) -> dict:
 
 
 def choose(source: EngineSource, target: Target, model: AttentionConfig, cache_dir=None) -> RouterChoice | None:
-    """The router vLLM builds for the model's MoE layers and the op it runs; None: the model's routing was not read."""
+    """The router vLLM builds for the model's MoE layers and the op it runs; None: the model's routing was not read.
+    Kept across audits by tileprobe.audit.capture_cache (the engine's files, tileprobe, the target and the model in
+    its key): the factory's session imports torch, seconds a warm audit need not spend again."""
+    if model.routing is None or model.moe is None:
+        return None
+    got = capture_cache.memo("vllm-router", source, {"target": dataclasses.asdict(target),
+                                                      "model": dataclasses.asdict(model)}, cache_dir,
+                             lambda: dataclasses.asdict(_choose(source, target, model, cache_dir)))
+    return RouterChoice(**got)
+
+
+def _choose(source: EngineSource, target: Target, model: AttentionConfig, cache_dir=None) -> RouterChoice:
     r, m = model.routing, model.moe
     if r is None or m is None:
         return None

@@ -75,6 +75,7 @@ import mmap
 import re
 from dataclasses import dataclass
 
+from tileprobe.audit import capture_cache
 from tileprobe.audit.path import binaries
 from tileprobe.audit.path.call import CompiledAnswer, Context, KernelCall, Part, unanswered
 
@@ -289,6 +290,15 @@ def _vllm_checks(call: KernelCall, ctx: Context) -> tuple[list[str] | None, int 
            p.get("window") is not None, float(p.get("softcap", 0.0) or 0.0) > 0, bool(p.get("alibi")))
     if key in ctx.memo:
         return ctx.memo[key]
+    # kept across audits (the engine's files, tileprobe and the inputs in the key): vLLM's own checks need torch and
+    # the wheel's modules served, seconds a warm audit need not spend again
+    got = capture_cache.memo("fa2-vllm-checks", ctx.engine_source, {"key": list(key[2:])}, ctx.cache_dir,
+                             lambda: list(_run_vllm_checks(p, ctx)))
+    ctx.memo[key] = out = (got[0], got[1], got[2])
+    return out
+
+
+def _run_vllm_checks(p: dict, ctx: Context) -> tuple[list[str] | None, int | None, str]:
     try:
         import torch
 
@@ -320,7 +330,6 @@ def _vllm_checks(call: KernelCall, ctx: Context) -> tuple[list[str] | None, int 
         out = (reasons, version, "")
     except Exception as exc:  # noqa: BLE001 - a stand-in the wheel's text outgrew: said, never raised
         out = (None, None, f"vLLM's own checks could not be run here ({type(exc).__name__}: {exc})")
-    ctx.memo[key] = out
     return out
 
 
