@@ -42,9 +42,16 @@ def _wheel(tmp_path) -> Path:
     return whl
 
 
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The one wheel both tests read (built once for this file from this checkout: each test's own build took about
+    5 CPU s of pip for the same bytes)."""
+    return _wheel(tmp_path_factory.mktemp("wheel"))
+
+
 @pytest.mark.skipif(not _setuptools_ok(), reason="building the wheel here needs setuptools>=68")
-def test_wheel_carries_every_module_harness_source_and_schema(tmp_path):
-    whl = _wheel(tmp_path)
+def test_wheel_carries_every_module_harness_source_and_schema(wheel):
+    whl = wheel
     names = set(zipfile.ZipFile(whl).namelist())
     harness = [f for f in (ROOT / "cutlass_harness").rglob("*") if f.is_file() and "__pycache__" not in f.parts]
     assert any(f.parent.name == "families" for f in harness) and any(f.parent.name == "stubs" for f in harness)
@@ -75,11 +82,11 @@ def test_harness_dir_prefers_the_checkout(monkeypatch, tmp_path):
 
 @pytest.mark.nvcc
 @pytest.mark.skipif(not _setuptools_ok(), reason="building the wheel here needs setuptools>=68")
-def test_installed_wheel_alone_sizes_one_config_of_every_family(tmp_path):
+def test_installed_wheel_alone_sizes_one_config_of_every_family(tmp_path, wheel):
     """The wheel in a fresh venv (no system site-packages; the test environment's dependencies reached through a .pth
     line, tileprobe itself only from the wheel), run from outside the checkout with `python -I`: the console script
     answers --help, and a static sweep of each registered family's first config gives `sized` rows."""
-    whl = _wheel(tmp_path)
+    whl = wheel
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
     py = venv / "bin" / "python"
