@@ -34,6 +34,7 @@ from tileprobe.families import triton_moe as tm
 from tileprobe.results.rows import make_row
 from tileprobe.results.writer import recording
 from tileprobe.targets import Target, profile
+from tileprobe.triton import captured
 from tileprobe.triton import predicted as pred_mod
 from tileprobe.triton.sweep import (engine_release, kernel_source, outcome, predicted_outcome, rules_off_policy,
                                     toolchain_columns)
@@ -115,14 +116,18 @@ class Check:
     job: KernelJob | None
     problem: Problem
     why_not: str = ""  # the entry is not compiled: why
+    said: str = ""  # the launch as the engine made it (tileprobe.triton.captured: its line and path), if captured
 
 
-def plan(files: list[tc.ConfigFile], engine: str, source: KernelSource, target: Target | None, hidden: int | None
-         ) -> tuple[list[Check], list[str]]:
-    """Every (file, entry, GEMM) to compile, and notes for files skipped (scheme not sized, device unknown)."""
+def plan(files: list[tc.ConfigFile], engine: str, source: KernelSource, target: Target | None, hidden: int | None,
+         src: tc.EngineSource | None = None, banner: str = "", cache_dir=None) -> tuple[list[Check], list[str]]:
+    """Every (file, entry, GEMM) to compile, and notes for files skipped (scheme not sized, device unknown). With the
+    engine's files `src` (and the --rules-off `banner`), a vLLM launch is the engine's own where tileprobe's
+    re-typed one was not checked on the release (tileprobe.triton.captured); else it is re-typed (launch_job)."""
     by_device = device_targets(engine)
     consts = constexpr_positions(source)
-    checks, notes = [], []
+    capture = src is not None and not captured.retyped(src, banner)
+    checks, notes, asks = [], [], []
     downs = {(f.triton_dir, replace(f.name, down=False)) for f in files if f.name.down}
     for f in files:
         scheme = tc.scheme_of(f.name)
@@ -130,6 +135,10 @@ def plan(files: list[tc.ConfigFile], engine: str, source: KernelSource, target: 
             notes.append(f"{f.rel}: not sized (dtype={f.name.dtype}, block_shape={f.name.block_shape}, "
                          f"per_channel_quant={f.name.per_channel_quant}, backend={f.name.backend}: a launch "
                          f"tileprobe does not reproduce)")
+            continue
+        if engine == "vllm" and f.name.down:
+            notes.append(f"{f.rel}: a vLLM _down file, read only by TritonExperts' sorted-activation TMA down "
+                         "launch (DeepGEMM E8M0 scales, capability 9.0), which tileprobe does not drive: not checked")
             continue
         t = target or by_device.get(f.name.device_name)
         if t is None:
@@ -148,7 +157,7 @@ def plan(files: list[tc.ConfigFile], engine: str, source: KernelSource, target: 
         else:
             gemms = ("gate_up",) if (f.triton_dir, f.name) in downs else tm.GEMMS
         for key, raw in f.entries.items():
-            e, why = tm.check_entry(raw)
+            e, why = tm.check_entry(raw, tma=capture)  # the engine's launcher reads USE_TMA itself
             for gemm in gemms:
                 if e is None:
                     checks.append(Check(f, key, gemm, t, None, None, prob, why))
@@ -156,10 +165,27 @@ def plan(files: list[tc.ConfigFile], engine: str, source: KernelSource, target: 
                 n, k = tm.gemm_shape(gemm, prob.hidden, f.name.N)
                 cfg = tm.make_config(engine, scheme.name, gemm, prob.experts_global, n, k, prob.top_k, e, arch,
                                      f"{f.rel}#{key}", prob.ep)
+                if capture:
+                    asks.append((len(checks), t, cc, captured.request(scheme.name, gemm, prob.experts_global, n, k,
+                                                                      key, prob.top_k, e, raw, prob.ep)))
+                    checks.append(Check(f, key, gemm, t, cfg, None, prob))
+                    continue
                 job = tm.launch_job(engine, source, scheme.name, gemm, prob.experts_global, n, k, key, prob.top_k,
                                     e, cc, prob.ep)
                 checks.append(Check(f, key, gemm, t, cfg, canonical(job, consts), prob))
+    for (t, cc), group in _by_target(asks):
+        for i, got in zip([i for i, _ in group], captured.launches(src, source, t, cc, [r for _, r in group],
+                                                                   cache_dir)):
+            checks[i] = replace(checks[i], job=got.job, said=got.said)
     return checks, notes
+
+
+def _by_target(asks: list) -> list[tuple[tuple, list]]:
+    """The captures to make, one engine session per (target, capability)."""
+    out: dict = {}
+    for i, t, cc, r in asks:
+        out.setdefault((t.name, cc), ((t, cc), []))[1].append((i, r))
+    return list(out.values())
 
 
 @dataclass
@@ -211,11 +237,12 @@ def run(path: Path | None, engine: str | None, wheel: str | None, target_name: s
     target = profile(target_name) if target_name else None
     files = tc.read_tree(Path(path), engine) if path is not None else None  # bad input first: before Triton
     triton = require_triton(any_triton)
-    src, banner = engine_release(engine, wheel, rules_off)  # the one release rule (tileprobe.engines.manifest)
+    # the one release rule (tileprobe.engines.manifest); vLLM's launch is its own launcher's (captured.needs)
+    src, banner = engine_release(engine, wheel, rules_off, needs=captured.needs(engine))
     source = kernel_source(src)
     policy = rules_off_policy(policy, banner)
     files = files if files is not None else tc.read_source_tree(src, mod.CONFIGS_DIR)
-    checks, notes = plan(files, engine, source, target, hidden)
+    checks, notes = plan(files, engine, source, target, hidden, src, banner, cache_dir)
     choice = moe_choice.check_configs_note(src, target, model, cache_dir)  # does the engine read these files?
     t_plan = time.perf_counter() - t0
     todo = [c for c in checks if c.job is not None]
@@ -227,15 +254,16 @@ def run(path: Path | None, engine: str | None, wheel: str | None, target_name: s
     with progress.track(len(build_these), "check-configs") as bar:
         built = iter(compile_many([c.job for c in build_these], jobs, cache_dir, on_result=bar.each(
             [f"{progress.unit(c.config, c.key)} on {c.target.name}" for c in build_these],
-            lambda i, b: outcome(build_these[i].config, b, build_these[i].target, triton))))
+            lambda i, b: outcome(build_these[i].config, b, build_these[i].target, triton,
+                                 build_these[i].said or None))))
     builds = [next(built) if yes else None for yes in ans.compile]
     t_compile = time.perf_counter() - t1
     cols = toolchain_columns(triton)
     rows, over, errors = [], [], []
     for i, (c, b) in enumerate(zip(todo, builds)):
         shared = ans.predicted(i)
-        o = outcome(c.config, b, c.target, triton) if shared is None else \
-            predicted_outcome(c.config, c.target, shared, triton.version)
+        o = outcome(c.config, b, c.target, triton, c.said or None) if shared is None else \
+            predicted_outcome(c.config, c.target, shared, triton.version, c.said or None)
         point = {"workload": c.file.rel, "gemm": c.gemm, "batch": c.key, "routing": "config-file",
                  "device_name": c.file.name.device_name,
                  "problem": f"M={c.key} E={c.file.name.E} N={c.config.get('gemm_n')} K={c.config.get('gemm_k')} ({c.problem.how})",

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from tileprobe import preflight, progress
 from tileprobe.backends.triton.compile import TritonBuild, compile_many
+from tileprobe.triton import captured
 from tileprobe.triton import predicted as pred_mod
 from tileprobe.backends.triton.toolchain import require_triton
 from tileprobe.engines import sglang
@@ -124,8 +125,11 @@ def run(inputs: Path | None, engine: str | None, wheel: str | None, target_name:
     engine, target, arch, cc, devs, files = inp.engine, inp.target, inp.arch, inp.cc, inp.devs, inp.files
     triton = require_triton(any_triton)
     preflight.check_triton(triton, cc, cache_dir)  # a Triton that compiles nothing: one line
-    src, banner = engine_release(engine, wheel, rules_off)  # the one release rule (tileprobe.engines.manifest)
+    # the one release rule (tileprobe.engines.manifest); vLLM's launch is its own launcher's (captured.needs)
+    src, banner = engine_release(engine, wheel, rules_off, needs=captured.needs(engine))
     source = kernel_source(src)
+    capture = not captured.retyped(src, banner)  # the engine's own launch (tileprobe.triton.captured), else re-typed
+    formed: dict = {}  # captured.Request -> captured.Captured
     policy = rules_off_policy(policy, banner)
     consts = constexpr_positions(source)
     written: list[Written] = []
@@ -154,15 +158,36 @@ def run(inputs: Path | None, engine: str | None, wheel: str | None, target_name:
         gemms = ("down",) if f.name.down else ("gate_up",) if (f.triton_dir, replace(f.name, down=True)) in downs \
             else tm.GEMMS
 
+        def configs_for(entry: dict, key: int) -> list:
+            return [tm.make_config(engine, scheme.name, g, prob.experts_global, *tm.gemm_shape(g, prob.hidden,
+                                                                                              f.name.N),
+                                   prob.top_k, entry, arch, f"{f.rel}#{key}", prob.ep) for g in gemms]
+
+        def requests_for(entry: dict, key: int) -> list:
+            """The captured launches of `entry` at M = key (the file's entry's engine keys, USE_TMA, kept)."""
+            return [captured.request(scheme.name, g, prob.experts_global, *tm.gemm_shape(g, prob.hidden, f.name.N),
+                                     key, prob.top_k, entry, raw_keep.get(key), prob.ep) for g in gemms]
+
+        def form(pairs: list[tuple[int, dict]]) -> None:
+            """The engine's own launches of these entries, captured in one session (capture only)."""
+            todo = list(dict.fromkeys(r for key, e in pairs for r in requests_for(e, key) if r not in formed))
+            if capture and todo:
+                formed.update(zip(todo, captured.launches(src, source, target, cc, todo, cache_dir)))
+
         def launches_for(entry: dict, key: int):
-            return [(tm.make_config(engine, scheme.name, g, prob.experts_global, *tm.gemm_shape(g, prob.hidden, f.name.N),
-                                    prob.top_k, entry, arch, f"{f.rel}#{key}", prob.ep),
-                     canonical(tm.launch_job(engine, source, scheme.name, g, prob.experts_global,
-                                             *tm.gemm_shape(g, prob.hidden, f.name.N), key, prob.top_k, entry, cc,
-                                             prob.ep), consts)) for g in gemms]
+            if capture:
+                return [(c, formed[r].job) for c, r in zip(configs_for(entry, key), requests_for(entry, key))]
+            return [(c, canonical(tm.launch_job(engine, source, scheme.name, g, prob.experts_global,
+                                                *tm.gemm_shape(g, prob.hidden, f.name.N), key, prob.top_k, entry,
+                                                cc, prob.ep), consts)) for c, g in zip(configs_for(entry, key), gemms)]
+
+        def said(entry: dict, key: int) -> dict:
+            """Per GEMM, the launch as the engine made it (its line and path: TMA or pointer); {} when re-typed."""
+            return {r.gemm: formed[r].said for r in requests_for(entry, key)} if capture else {}
 
         def sized(pairs: list[tuple[int, dict]], label: str) -> list[tuple[list, str]]:
             """Per (key, entry): its launches' answers (bytes predicted, or Triton's build) and their evidence."""
+            form(pairs)
             launches = [x for key, e in pairs for x in launches_for(e, key)]
             ans = pred_mod.answer([c for c, _ in launches], [j for _, j in launches], source, triton.version,
                                   pred_mod.Policy(policy.compile_all))  # --verify: a sample at the end
@@ -185,7 +210,7 @@ def run(inputs: Path | None, engine: str | None, wheel: str | None, target_name:
         entries: dict[int, dict] = {}
         raw_keep: dict[int, dict] = {}
         for key, raw in f.entries.items():
-            e, why = tm.check_entry(raw)
+            e, why = tm.check_entry(raw, tma=capture)  # a captured launch: the engine's launcher reads USE_TMA
             if e is None:
                 raise UsageError(f"{f.rel} [{key}]: cannot size this entry ({why})")
             entries[key], raw_keep[key] = e, raw
@@ -194,7 +219,7 @@ def run(inputs: Path | None, engine: str | None, wheel: str | None, target_name:
             if policy.compile_all:
                 return cs
             for i, c in enumerate(cs):
-                got = [pred_mod.predict_launch(cfg, source, triton.version) for cfg, _ in launches_for(c, key)]
+                got = [pred_mod.predict_launch(cfg, source, triton.version) for cfg in configs_for(c, key)]
                 if all(isinstance(g, int) for g in got) and max(got) <= target.smem_optin:
                     return cs[:i + 1]
             return cs
@@ -213,7 +238,7 @@ def run(inputs: Path | None, engine: str | None, wheel: str | None, target_name:
             if need <= target.smem_optin:
                 out_entries[str(key)] = raw_keep[key]
                 prov_entries[str(key)] = {"original": e, "original_bytes": need, "original_evidence": how,
-                                          "kept": True}
+                                          "kept": True, **({"launches": said(e, key)} if capture else {})}
             else:
                 over_keys.append((key, e, need, how))
         # Substitutes, nearest first: each round compiles the next few candidates of every entry still open (in
@@ -236,10 +261,12 @@ def run(inputs: Path | None, engine: str | None, wheel: str | None, target_name:
                 raise UsageError(f"{f.rel} [{key}]: no substitute by the rule fits {target.smem_optin} B "
                                  f"(original {need} B)")
             c, got, sub_how = chosen[key]
-            out_entries[str(key)] = c
+            # the engine keys the entry carried (USE_TMA) go with the substitute: it was sized launched with them
+            out_entries[str(key)] = c | {k: raw_keep[key][k] for k in captured.ENGINE_KEYS
+                                         if capture and k in raw_keep[key]}
             prov_entries[str(key)] = {"original": e, "original_bytes": need, "original_evidence": how,
                                       "substitute": c, "substitute_bytes": got, "substitute_evidence": sub_how,
-                                      "kept": False}
+                                      "kept": False, **({"launches": said(c, key)} if capture else {})}
             subs += 1
         out_entries = {str(k): out_entries[str(k)] for k in f.entries}  # the input's key order (the tie rule's)
         for dev in inp.devs_of.get(f.path, devs):

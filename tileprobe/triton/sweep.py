@@ -83,13 +83,16 @@ def shape_for(presets: list[str] | None, tp: int, ep: int) -> Shape:
     return Shape(model, tp, ep)
 
 
-def engine_release(engine: str, wheel: str | None, rules_off: bool = False) -> tuple[tc.EngineSource, str]:
+def engine_release(engine: str, wheel: str | None, rules_off: bool = False, needs: str | None = tm.PIECE
+                   ) -> tuple[tc.EngineSource, str]:
     """The engine's files, under the one release rule every command applies (tileprobe.engines.manifest.check): a
-    release with no manifest, files that differ from it, or one on which tileprobe's re-typed fused_moe_kernel launch
-    (triton_moe.PIECE) was not checked, is one UsageError line (exit 2); the first two are read with `rules_off`
-    (--rules-off), and the banner to show then is returned ('' for a release tileprobe answers for)."""
+    release with no manifest, or files that differ from it, is one UsageError line (exit 2), read instead with
+    `rules_off` (--rules-off), and the banner to show then is returned ('' for a release tileprobe answers for).
+    `needs`: the manifest piece the command runs (default triton_moe.PIECE, tileprobe's re-typed fused_moe_kernel
+    launch: a release whose manifest records it as not checked is refused too); None for a command that forms the
+    launch with the engine's own launcher (check-configs and export for vLLM: tileprobe.triton.captured)."""
     src = tc.find_engine(engine, wheel)
-    return src, manifest.check(src, rules_off, needs=tm.PIECE).text
+    return src, manifest.check(src, rules_off, needs=needs).text
 
 
 def engine_kernel_source(engine: str, wheel: str | None, rules_off: bool = False
