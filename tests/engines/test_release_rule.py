@@ -83,18 +83,33 @@ def test_every_command_that_reads_an_engine_or_triton_takes_rules_off_and_any_tr
         assert "--any-triton" in flags or path in engine_only, path
 
 
-def test_check_configs_refuses_a_release_whose_manifest_records_its_launch_as_not_holding(config):
-    """vLLM 0.34.0 has a manifest (the audit reads it), and that manifest records that tileprobe's re-typed
-    fused_moe_kernel launch does not bind to 0.34.0's kernel: check-configs and export say so in one line, exit 2,
-    instead of compiling a launch with the wrong arguments."""
+def test_check_configs_and_export_answer_vllm_0_34_0_through_its_own_launcher(config, tmp_path, rng):
+    """vLLM 0.34.0 has a manifest, and its fused_moe_kernel takes parameters tileprobe's re-typed launch does not
+    pass (b_desc, a_desc, group_n/group_k positions): check-configs and export form the launch with the release's own
+    launcher (tileprobe.triton.captured) and answer with bytes, exit 0/1, where they used to refuse in one line
+    (exit 2). A random entry each run. The triton-moe sweep, which still re-types the launch, still refuses it."""
+    from tileprobe.triton.sweep import engine_release
+
     wheel = _wheel("0.34.0")
     assert manifest.supported("vllm", "0.34.0")
-    for args in (("check-configs", config), ("export", "triton-configs", config, "--out", config.parent / "out")):
-        p = _cli(*args, "--engine", "vllm", "--engine-wheel", wheel, "--target", "rtx-pro-6000", "--hidden", "1024")
-        lines = p.stderr.strip().splitlines()
-        assert p.returncode == 2 and len(lines) == 1, (args, p.stderr)
-        assert "vllm 0.34.0" in lines[0] and "triton-moe-launch" in lines[0] and "group_n" in lines[0], lines[0]
-        assert "reproduces the launcher" not in lines[0]
+    entry = {"BLOCK_SIZE_M": rng.choice([16, 32, 64]), "BLOCK_SIZE_N": rng.choice([32, 64, 128]),
+             "BLOCK_SIZE_K": rng.choice([32, 64, 128]), "GROUP_SIZE_M": rng.choice([1, 8]),
+             "num_warps": rng.choice([4, 8]), "num_stages": rng.choice([2, 3, 4])}
+    path = tmp_path / "in" / CONFIG
+    path.parent.mkdir()
+    path.write_text(json.dumps({str(rng.choice([1, 16, 256])): entry}))
+    common = ("--engine", "vllm", "--engine-wheel", wheel, "--target", "rtx-pro-6000", "--hidden", "1024")
+    p = _cli("check-configs", path, *common)
+    assert p.returncode in (0, 1) and "of 2 entry launches do not fit" in p.stdout, p.stdout + p.stderr
+    p = _cli("export", "triton-configs", path, "--out", tmp_path / "out", *common)
+    assert p.returncode == 0, p.stdout + p.stderr
+    prov = json.loads((tmp_path / "out" / "tileprobe-provenance.json").read_text())
+    assert prov["engine"] == "vllm 0.34.0"
+    got = next(iter(next(iter(prov["files"].values()))["entries"].values()))
+    assert isinstance(got["original_bytes"], int) and all(
+        "vllm 0.34.0's own launch" in s and "pointer path" in s for s in got["launches"].values()), got
+    with pytest.raises(UsageError, match="triton-moe-launch.*group_n"):
+        engine_release("vllm", str(wheel))
 
 
 def test_a_modified_copy_is_refused_by_check_configs_and_export_and_read_with_rules_off(config, tmp_path, rng):
