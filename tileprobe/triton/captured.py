@@ -1,31 +1,34 @@
 """vLLM's fused_moe_kernel launch for one config entry, formed by the engine itself: `tileprobe check-configs` and
 `tileprobe export triton-configs` ask the release's own launcher (read from the wheel) how it launches an entry, so
-the bound arguments are that release's, whatever parameters its kernel gained (0.34.0's `b_desc`, `a_desc`,
-`USE_TMA_A/B`, `C_IS_SORTED`).
+the bound arguments are that release's, whatever parameters its kernel gained (the newer manifest release's
+`b_desc`, `a_desc`, `USE_TMA_A/B`, `C_IS_SORTED`, and `group_n`/`group_k` moved).
 
 How: the audit's capture machinery (tileprobe.audit.capture, with the stand-ins of tileprobe.audit.entries.vllm_moe:
 the same served modules, so the release's manifest covers every engine file that runs) serves
 vllm/model_executor/layers/fused_moe/fused_moe.py from the wheel under the target's stand-in device and calls its
 `fused_experts_impl` with the entry as vLLM's override config (`fused_moe.get_config()`: try_get_optimal_moe_config
-returns it before any file is read). The engine then does everything itself: the expert assignment
-(`_prepare_expert_assignment`: the naive path or moe_align_block_size's buffers), the activation quantization's
-shapes, and both `dispatch_fused_moe_kernel -> invoke_fused_moe_triton_kernel` calls (gate_up, then down with
-top_k 1), each a recorded `fused_moe_kernel[grid](...)` that is never launched. The recorded launch becomes the
-compile job (tileprobe.audit.jobs.job_of: every parameter by name, ints by Triton's specialisation class), built
-from the same cut kernel module the commands compile (so the predictor and the compile cache key by it).
+returns it before any file is read). The engine then does everything itself: the expert assignment (the naive path
+or moe_align_block_size's buffers), the activation quantization's shapes, and both `dispatch_fused_moe_kernel ->
+invoke_fused_moe_triton_kernel` calls (gate_up, then down with top_k 1), each a recorded `fused_moe_kernel[grid]
+(...)` that is never launched. The recorded launch becomes the compile job (tileprobe.audit.jobs.job_of: every
+parameter by name, ints by Triton's specialisation class), built from the same cut kernel module the commands
+compile (so the predictor and the compile cache key by it). One difference from the modular path vLLM's oracle
+selects (TritonExperts.apply): fused_experts_impl passes the router weights to the gate_up launch, TritonExperts
+None; both launch it with MUL_ROUTED_WEIGHT False, so the pointer is never read (the test compiles both: same bytes).
 
 The stand-in tensors are meta tensors (shapes, strides, dtypes; no memory), as the audit's; the expert weights
-(w1, w2) answer `device.type == "cuda"`, as they do in the engine, so a launcher test on the weights' device
-(0.34.0's `use_tma_b`: fp8 [128, 128] blocks on capability family 9.0 or 10.0 with B contiguous and divisible by
-the tile) decides as it does on the GPU. Each launch says which path it took (`Captured.path`): `TMA` (B, and A where
-the engine sorts it, read through host TMA descriptors: the job compiles with those descriptors, Triton's
-`tensordesc<...>` arguments) or `pointer` (no descriptor). On sm_120 (no 9.0/10.0 family) vLLM takes the pointer path.
+(w1, w2) answer `device.type == "cuda"`, as they do in the engine, so a launcher test on the weights' device (the
+newer launcher's `use_tma_b`: fp8 [128, 128] blocks on capability family 9.0 or 10.0, B contiguous and divisible by
+the tile) decides as it does on the GPU. Each launch says which path it took (`Captured.path`, and in words
+`Captured.said`, which the rows' reasons and the export's provenance carry): `TMA` (B, and A where the engine sorts
+it, read through host TMA descriptors: the job compiles with those descriptors, Triton's `tensordesc<...>`
+arguments) or `pointer` (no descriptor). On sm_120 (no 9.0/10.0 family) vLLM takes the pointer path.
 
-Where the engine manifest records tileprobe's re-typed launch (tileprobe.families.triton_moe.launch_job,
-manifest piece triton_moe.PIECE) as checked for the release, the commands keep that faster path (no torch, no
-capture); tests/triton/test_captured_launch.py proves it binds exactly what the capture records on such a release.
-Everywhere else (vLLM 0.34.0) the capture answers. SGLang's launch is re-typed (triton_moe._sglang_args) and keeps
-needing the piece.
+Where the engine manifest records tileprobe's re-typed launch (tileprobe.families.triton_moe.launch_job, manifest
+piece triton_moe.PIECE) as checked for the release, the commands keep that faster path (no torch, no capture);
+tests/triton/test_captured_launch.py proves it binds what the capture records on such a release. Everywhere else (a
+release whose manifest records the piece as not holding, or any --rules-off read) the capture answers. SGLang's
+launch is re-typed (triton_moe._sglang_args) and keeps needing the piece.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ torch = LazyModule("torch")
 
 PACKAGE = "vllm.model_executor.layers.fused_moe"
 ENGINES = ("vllm",)  # engines whose launch can be captured here
-# entry keys the engine's launcher reads beyond the six (0.34.0 pops USE_TMA from the config; default True)
+# entry keys the engine's launcher reads beyond the six (the newer launcher pops USE_TMA, default True)
 ENGINE_KEYS = ("USE_TMA",)
 
 
