@@ -17,7 +17,7 @@ from triton.runtime.jit import JITFunction
 
 from tileprobe.audit import capture, jobs, kernels, loader
 from tileprobe.backends.triton.compile import compile_job
-from tileprobe.models import AttentionConfig
+from tileprobe.models import ATTENTION_PRESETS, AttentionConfig
 from tileprobe.targets import profile
 
 pytestmark = pytest.mark.triton
@@ -102,7 +102,7 @@ def test_a_module_outside_the_allowlist_is_an_import_error_naming_it(sglang, rng
     with capture.engine_session(sglang, profile("h200"), [m for m in EXTEND.allow if m != left_out],
                                 EXTEND.stand_ins) as s:
         with pytest.raises(ImportError, match=f"{left_out} is not among the engine modules"):
-            s.module(EXTEND.module)
+            EXTEND.drive(s, ATTENTION_PRESETS["qwen3-30b-a3b"], kernels.Point(2, 64))  # the step imports every module
     assert dict(sys.modules) == before
 
 

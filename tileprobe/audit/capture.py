@@ -177,9 +177,9 @@ class _Finder(importlib.abc.MetaPathFinder):
         top = name.split(".")[0]
         if isinstance(s.stand_ins.get(top), Alias):
             return s.alias_spec(name, s.stand_ins[top].package + name[len(top):])
-        if top != s.package:
-            return None
         parent = any(a.startswith(name + ".") for a in (*s.allow, *s.stand_ins))
+        if top != s.package and not (name in s.stand_ins or parent):
+            return None  # another distribution's module, not stood in: imported as Python finds it
         if name in s.stand_ins:
             spec = importlib.util.spec_from_loader(name, _StandIn(s, name), is_package=parent)
             if parent:
@@ -532,9 +532,10 @@ def engine_session(source: EngineSource, target: Target, allow, stand_ins: dict,
         _open.remove(session)
         sys.meta_path.remove(finder)
         aliases = {n for n, v in session.stand_ins.items() if isinstance(v, Alias)}
+        others = {n.split(".")[0] for n in session.stand_ins}  # stand-ins of another distribution's modules
         for name in list(sys.modules):  # the engine's modules go; a library they imported stays (like torch and
             # triton: torch._dynamo, which @torch.compiler.disable imports, registers TORCH_LIBRARYs, once a process)
-            if name not in modules_before and name.split(".")[0] in {session.package, *aliases}:
+            if name not in modules_before and name.split(".")[0] in {session.package, *aliases, *others}:
                 del sys.modules[name]
         for name, mod in modules_before.items():
             if sys.modules.get(name) is not mod:

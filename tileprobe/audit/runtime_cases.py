@@ -58,7 +58,7 @@ VLLM_MLA = ("vllm.v1.attention.ops.triton_decode_attention", "vllm.platforms.int
 # files the stand-ins read beside the served modules (vllm_stand_ins.kv_cache_interface, backend_utils)
 VLLM_READ = ("vllm/v1/kv_cache_interface.py", "vllm/v1/attention/backends/utils.py")
 
-SGLANG_SPLITS = 8  # max_kv_splits on CUDA (the audit entry's MAX_KV_SPLITS)
+SGLANG_SPLITS = 8  # max_kv_splits on CUDA (SGLang's server-args default; the audit reads it from the wheel)
 VLLM_BLOCK = 16  # vLLM's KV block size on CUDA
 VLLM_SEGMENTS = 16  # NUM_PAR_SOFTMAX_SEGMENTS (triton_attn.py)
 VLLM_GRID_2D = 128  # MIN_LAUNCH_GRID_SIZE_2D (triton_attn.py): seq_threshold_3D = 128 // KV
