@@ -68,7 +68,7 @@ def audit(
     if res.path:
         console.print(path_rows.terminal_table(res.path, res.target))
     try:
-        write_reports(res.out, console)
+        write_reports(res.out, console, chart_cache=audit_run.kept_answers(opts.cache_dir))
         if res.banner:
             report = res.out / "report.md"
             report.write_text(f"> **{res.banner}**\n\n" + report.read_text())

@@ -17,12 +17,15 @@ from that cache offline (HF_HUB_OFFLINE=1); with neither network nor cache, one 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
+import sys
 import warnings
 from pathlib import Path
 
+from tileprobe import content_key
 from tileprobe.errors import UsageError
 
 # config.json keys whose values are taken from the config class (each level: the top, text_config, vision_config).
@@ -101,8 +104,42 @@ def _overlay(raw: dict, cfg, keys: tuple[str, ...]) -> dict:
     return view
 
 
-def engine_view(doc: dict) -> dict:
-    """The config as the engine's config object holds it, in config.json's key names (module docstring)."""
+VIEW_FORMAT = 1
+VIEW_FOLDER = "model-views"
+
+
+def _view_key(doc: dict) -> str:
+    """The content key of engine_view(doc): the file's object, transformers' version and installed files (its RECORD's
+    sha256), the distributions installed here, Python's version, the HF_* / TRANSFORMERS_* variables and this
+    module's bytes."""
+    return content_key.digest({"format": VIEW_FORMAT, "doc": doc, "transformers": content_key.distribution(
+        "transformers"), "installed": content_key.installed(), "python": sys.version,
+        "env": content_key.env("HF_", "TRANSFORMERS_"), "code": content_key.files(Path(__file__))})
+
+
+def engine_view(doc: dict, cache: Path | None = None) -> dict:
+    """The config as the engine's config object holds it, in config.json's key names (module docstring). `cache`: a
+    build cache root where the view is kept by content key (_view_key), so reading the same file again imports no
+    transformers (nor the torch it imports)."""
+    if cache is None:
+        return _engine_view(doc)
+    key = _view_key(doc)
+    path = Path(cache) / VIEW_FOLDER / key[:2] / f"{key}.json"
+    try:
+        stored = json.loads(path.read_text())
+        if isinstance(stored, dict) and stored.get("key") == key and isinstance(stored.get("view"), dict):
+            return stored["view"]
+    except (OSError, ValueError):
+        pass  # absent or broken: computed again and rewritten
+    view = _engine_view(doc)
+    try:
+        content_key.write_whole(path, json.dumps({"key": key, "view": view}).encode())
+    except (TypeError, ValueError):  # not plain JSON: not kept
+        pass
+    return view
+
+
+def _engine_view(doc: dict) -> dict:
     cls = config_class(doc.get("model_type"))
     if cls is None:
         return doc

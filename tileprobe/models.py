@@ -340,13 +340,14 @@ def _ssm(doc: dict, model_type: str | None, arch: str | None, path: str, where: 
     return SSMDims(*(_int(doc, k, path, where) for k in SSM_FIELDS[family]))
 
 
-def read_attention(path: str | Path, name: str | None = None) -> AttentionConfig:
+def read_attention(path: str | Path, name: str | None = None, cache: Path | None = None) -> AttentionConfig:
     """The attention fields of a Hugging Face config.json (AttentionConfig's names), read as the engine's config
     object holds them (tileprobe.model_config.engine_view); a missing or wrong-typed field is a UsageError naming
-    it. `name`: the model's name (default: model_name of the path)."""
+    it. `name`: the model's name (default: model_name of the path). `cache`: a build cache root keeping the engine
+    view by content key (engine_view)."""
     p = Path(path)
     raw = read_json(p)
-    top = engine_view(raw)
+    top = engine_view(raw, cache)
     doc, where, raw_doc = top, "", raw
     if "num_attention_heads" not in doc and isinstance(doc.get("text_config"), dict):
         doc, where, raw_doc = doc["text_config"], "text_config.", raw["text_config"]
@@ -441,13 +442,14 @@ GDN_FIELDS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head
               "linear_conv_kernel_dim")
 
 
-def attention_model(name_or_path: str) -> AttentionConfig:
+def attention_model(name_or_path: str, cache: Path | None = None) -> AttentionConfig:
     """A preset's AttentionConfig, else the config.json at the path (a folder: its config.json), else a Hugging Face
-    model id's config.json (tileprobe.model_config.config_file: huggingface_hub's cache, offline or fetched)."""
+    model id's config.json (tileprobe.model_config.config_file: huggingface_hub's cache, offline or fetched).
+    `cache`: a build cache root keeping the file's engine view (tileprobe.model_config.engine_view)."""
     if name_or_path in ATTENTION_PRESETS:
         return ATTENTION_PRESETS[name_or_path]
     p, hub_name = config_file(name_or_path, "--model", ATTENTION_PRESETS, "--model")
     if not p.exists():
         raise UsageError(f"--model {name_or_path}: neither a preset ({', '.join(ATTENTION_PRESETS)}), a config.json "
                          "or its folder, nor a Hugging Face model id (org/name)")
-    return read_attention(p, hub_name)
+    return read_attention(p, hub_name, cache)

@@ -26,7 +26,7 @@ from tileprobe.audit.kernels import AuditKernel, Point, kernels_for
 from tileprobe.audit.path import compiled
 from tileprobe.audit.nearest import Variant, nearest
 from tileprobe.backends.triton.compile import KernelJob, compile_job, compile_many
-from tileprobe.backends.triton.toolchain import TritonInstall, require_triton
+from tileprobe.backends.triton.toolchain import TritonInstall, cache_root, require_triton
 from tileprobe.engines import manifest
 from tileprobe.engines.triton_configs import EngineSource, find_engine
 from tileprobe.errors import UsageError
@@ -369,11 +369,20 @@ def _build(planned: list[Planned], configs: list, ans: Answers, opts: AuditOptio
     return builds, checked
 
 
+def kept_answers(cache_dir) -> Path | None:
+    """The build cache root that keeps a config.json's engine view (tileprobe.model_config.engine_view) and report.md's
+    charts (tileprobe.reports.chart_cache); None when it cannot be made (the audit says so where it needs the cache)."""
+    try:
+        return cache_root(cache_dir)
+    except UsageError:
+        return None
+
+
 def run_audit(opts: AuditOptions) -> Audit:
     """The audit's rows, written into opts.out (results.jsonl, results.csv, run.json)."""
     check(opts)
     opts.policy.check()
-    model = attention_model(opts.model)
+    model = attention_model(opts.model, kept_answers(opts.cache_dir))
     entries = serving(opts.engine, model, opts.kernels)
     if opts.moe_backend and not (opts.engine == "vllm" and any(k.name.startswith("vllm-moe-mxfp4") for k in entries)):
         raise UsageError(f"--moe-backend {opts.moe_backend}: tileprobe follows vLLM's --moe-backend for its MXFP4 MoE "
@@ -437,7 +446,7 @@ def run_audit(opts: AuditOptions) -> Audit:
         meta["rules_off"] = banner
         head.insert(0, banner)
         res.banner = banner
-    with recording(out, meta, ans.mode(), opts.command) as rec:
+    with recording(out, meta, ans.mode(), opts.command, fsync_each=False) as rec:
         for i, (p, cfg, o) in enumerate(zip(planned, configs, outcomes)):
             row = make_row(cfg, target, columns, o, point={"problem": f"{model.name}: {_shape(p)}"},
                            extra={"engine": src.label(), "engine_hash": p.job.source.sha256[:16],

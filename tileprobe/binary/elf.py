@@ -68,10 +68,21 @@ class Elf:
     symbols: list[Symbol]
 
     def section(self, name: str) -> Section | None:
-        return next((s for s in self.sections if s.name == name), None)
+        """The first section of that name (by name: a cubin has thousands, looked up per kernel)."""
+        return self._by_name("_sections_by_name", self.sections).get(name)
 
     def symbol(self, name: str) -> Symbol | None:
-        return next((s for s in self.symbols if s.name == name), None)
+        """The first symbol of that name."""
+        return self._by_name("_symbols_by_name", self.symbols).get(name)
+
+    def _by_name(self, attr: str, items: list) -> dict:
+        index = self.__dict__.get(attr)
+        if index is None or index[0] != (id(items), len(items)):  # built once; again if the list changed since
+            index = ((id(items), len(items)), {})
+            for it in items:
+                index[1].setdefault(it.name, it)
+            self.__dict__[attr] = index
+        return index[1]
 
 
 def _cstr(blob: bytes, at: int) -> str:

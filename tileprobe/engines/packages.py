@@ -84,12 +84,14 @@ def _requires(meta_text: str) -> tuple[str, ...]:
 
 
 def from_wheel(whl: Path) -> Package:
+    from tileprobe.engines import triton_configs  # noqa: PLC0415 (it imports locate, which imports this module)
+
     try:
-        with zipfile.ZipFile(whl) as z:
-            meta = next((n for n in z.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)), None)
-            if meta is None:
-                raise UsageError(f"{whl} has no .dist-info/METADATA: not a wheel")
-            text = z.read(meta).decode(errors="replace")
+        z = triton_configs._zip(str(whl))  # the process's one reader of a wheel: the engine's is read once
+        meta = next((n for n in z.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)), None)
+        if meta is None:
+            raise UsageError(f"{whl} has no .dist-info/METADATA: not a wheel")
+        text = z.read(meta).decode(errors="replace")
     except (OSError, zipfile.BadZipFile) as exc:
         raise UsageError(f"cannot read the wheel {whl}: {exc}") from None
     msg = email.parser.Parser().parsestr(text, headersonly=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tileprobe.families import report_spec
 from tileprobe.families.columns import Column, ReportSpec, evidence_text, visible
+from tileprobe.reports import chart_cache as chart_cache_mod
 from tileprobe.reports import plots
 from tileprobe.lazy import LazyModule
 from tileprobe.reports.tactics_report import tactics_section
@@ -277,16 +278,15 @@ def foreign_section(rs: ResultSet) -> list[str]:
             f"{evidence_words(rows, with_meaning=False)}).", ""]
 
 
-def chart_section(rs: ResultSet, folder: Path) -> list[str]:
+def chart_section(rs: ResultSet, folder: Path, chart_cache: Path | None = None) -> list[str]:
+    """The charts' section, their PNGs drawn into `folder`. `chart_cache`: a build cache root whose kept
+    SharedStorage charts (tileprobe.reports.chart_cache, by content key) are copied instead of drawn when every
+    chart of the report is kept there (then matplotlib is not imported)."""
     for pattern in CHART_GLOBS:
         for old in folder.glob(pattern):
             old.unlink()
-    why = plots.matplotlib_missing()
-    if why:
-        return ["## Charts", "", f"_Charts skipped: {why}. Install matplotlib and run `tileprobe report "
-                                 f"{folder}` to draw them._", ""]
-    lines = ["## Charts", ""]
     spec = _spec(rs)
+    charts = []  # (args of plots.smem_chart, its keyword args, the file's name, its section lines)
     for target in rs.targets():
         rows = [spec.complete(r) for r in rs.static if r.get("target") == target]
         if spec.order:
@@ -297,12 +297,30 @@ def chart_section(rs: ResultSet, folder: Path) -> list[str]:
         name = f"smem__{_slug(target)}.png"
         tool = ", ".join(sorted({spec.chart_tool(r) for r in rows})) if spec.chart_tool else ""
         words = evidence_words([r for r in rows if r.get("smem_bytes") is not None], with_meaning=False)
-        plots.smem_chart(rows, limit, spec.chart_title.format(target=target, tool=tool, words=words), folder / name,
-                         **({} if spec.chart_xlabel is None else
-                            {"xlabel": spec.chart_xlabel, "names": [spec.label(r, CELLS) for r in rows]}))
-        lines += [spec.chart_caption.format(target=target, limit=limit, words=words), "",
-                  f"![{spec.smem} vs limit on {target}]({name})", ""]
-    if any(r.get("verdict") == "ok" for r in rs.runtime):
+        title = spec.chart_title.format(target=target, tool=tool, words=words)
+        kw = {} if spec.chart_xlabel is None else \
+            {"xlabel": spec.chart_xlabel, "names": [spec.label(r, CELLS) for r in rows]}
+        charts.append(((rows, limit, title), kw, name,
+                       [spec.chart_caption.format(target=target, limit=limit, words=words), "",
+                        f"![{spec.smem} vs limit on {target}]({name})", ""]))
+    runtime = any(r.get("verdict") == "ok" for r in rs.runtime)
+    keys = [chart_cache_mod.key("smem", plots.chart_inputs(*a, **kw)) if chart_cache is not None else None
+            for a, kw, _, _ in charts]
+    if chart_cache is not None and charts and not runtime and all(chart_cache_mod.has(chart_cache, k) for k in keys) \
+            and all(chart_cache_mod.fetch(chart_cache, k, folder / c[2]) for k, c in zip(keys, charts)):
+        return ["## Charts", ""] + [ln for c in charts for ln in c[3]]
+    why = plots.matplotlib_missing()
+    if why:
+        for c in charts:  # a chart copied before one could not be read: none is left without its section
+            (folder / c[2]).unlink(missing_ok=True)
+        return ["## Charts", "", f"_Charts skipped: {why}. Install matplotlib and run `tileprobe report "
+                                 f"{folder}` to draw them._", ""]
+    lines = ["## Charts", ""]
+    for (a, kw, name, section), k in zip(charts, keys):
+        plots.smem_chart(*a, folder / name, **kw)
+        chart_cache_mod.store(chart_cache, k, folder / name)
+        lines += section
+    if runtime:
         for metric, what in (("gbps", "GB/s"), ("us_median", "µs")):
             name = f"throughput__{metric}.png"
             plots.throughput_chart(rs.runtime, folder / name, metric, **({} if spec.chart_xlabel is None else
@@ -312,7 +330,7 @@ def chart_section(rs: ResultSet, folder: Path) -> list[str]:
     return lines
 
 
-def render_markdown(rs: ResultSet, folder: Path, charts: bool = True) -> str:
+def render_markdown(rs: ResultSet, folder: Path, charts: bool = True, chart_cache: Path | None = None) -> str:
     lines = header(rs)
     lines += tactics_section(rs)
     errors = [r for r in rs.static if str(r.get("prediction") or "").startswith("MODEL ERROR")]
@@ -325,14 +343,15 @@ def render_markdown(rs: ResultSet, folder: Path, charts: bool = True) -> str:
     lines += throughput_section(rs)
     lines += foreign_section(rs)
     if charts:
-        lines += chart_section(rs, folder)
+        lines += chart_section(rs, folder, chart_cache)
     return "\n".join(lines).rstrip() + "\n"
 
 
-def render_report(folder: Path, charts: bool = True) -> Path:
-    """Write report.md (and its PNG charts) into `folder`; return the report's path."""
+def render_report(folder: Path, charts: bool = True, chart_cache: Path | None = None) -> Path:
+    """Write report.md (and its PNG charts) into `folder`; return the report's path. `chart_cache`: a build cache
+    root to keep and serve the SharedStorage charts (chart_section)."""
     folder = Path(folder)
     rs = load(folder)
     path = folder / REPORT_NAME
-    path.write_text(render_markdown(rs, folder, charts))
+    path.write_text(render_markdown(rs, folder, charts, chart_cache))
     return path

@@ -35,6 +35,22 @@ def _plt():
     return plt
 
 
+# the row fields smem_chart draws (with each bar's name): a chart kept by tileprobe.reports.chart_cache is keyed by
+# exactly these, so a field smem_chart starts reading must be added here
+CHART_FIELDS = ("verdict", "smem_bytes", "smem_mainloop_bytes", "smem_epilogue_bytes", "reason")
+
+
+def chart_inputs(rows: list[dict], limit: int, title: str, xlabel: str | None = None,
+                 names: list[str] | None = None) -> dict:
+    """What smem_chart's picture depends on, as plain data (tileprobe.reports.chart_cache's key)."""
+    rows = list(rows)
+    return {"rows": [[r.get(f) for f in CHART_FIELDS] for r in rows], "limit": limit, "title": title,
+            "xlabel": xlabel, "names": names or [label(r) for r in rows], "dpi": DPI}
+
+
+DPI = 110
+
+
 def smem_chart(rows: list[dict], limit: int, title: str, path: Path, xlabel: str | None = None,
                names: list[str] | None = None) -> Path:
     """Horizontal bars of SharedStorage per config (mainloop / epilogue / rest stacked), colored by verdict, with the
@@ -82,7 +98,7 @@ def smem_chart(rows: list[dict], limit: int, title: str, path: Path, xlabel: str
     ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.9 / (1.2 + 0.3 * n)),
               ncol=min(len(handles), 6), frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path
 

@@ -34,9 +34,10 @@ def devices_table() -> Table:
     return t
 
 
-def write_reports(out: Path, console) -> None:
-    """Write report.md next to the results (the full report lives in tileprobe.reports.markdown)."""
-    path = render_report(Path(out))
+def write_reports(out: Path, console, chart_cache: Path | None = None) -> None:
+    """Write report.md next to the results (the full report lives in tileprobe.reports.markdown). `chart_cache`: a
+    build cache root whose kept charts are served (tileprobe.reports.chart_cache)."""
+    path = render_report(Path(out), chart_cache=chart_cache)
     console.print(f"results: {Path(out) / 'results.csv'}; report: {path}")
 
 

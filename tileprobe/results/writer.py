@@ -43,8 +43,9 @@ class ResultsWriter:
     results.jsonl.N, run.json.N), never deleted. One writer holds a folder at a time (provenance.lock).
     """
 
-    def __init__(self, out: Path, resume: bool = False) -> None:
+    def __init__(self, out: Path, resume: bool = False, fsync_each: bool = True) -> None:
         self.out = Path(out)
+        self.fsync_each = fsync_each  # False: each row flushed to the OS at once, synced to disk once at close
         try:
             self.out.mkdir(parents=True, exist_ok=True)
             probe = self.out / ".tileprobe-write-test"
@@ -104,11 +105,19 @@ class ResultsWriter:
         self._jsonl.write(json.dumps(row) + "\n")
         for f in (self._csv, self._jsonl):
             f.flush()
-            os.fsync(f.fileno())
+            if self.fsync_each:
+                os.fsync(f.fileno())
         if not _transient(row):
             self.done.add(key)
 
     def close(self) -> None:
+        if not self.fsync_each:
+            for f in (self._csv, self._jsonl):
+                try:
+                    f.flush()
+                    os.fsync(f.fileno())
+                except (OSError, ValueError):  # closed already, or a file system without fsync: close it anyway
+                    pass
         self._csv.close()
         self._jsonl.close()
         self._lock.release()
@@ -147,14 +156,16 @@ class Recorder:
 
 @contextmanager
 def recording(out: Path, meta: dict, mode: str, command: str, resume: bool = False, seed: int | None = None,
-              shard: tuple[int, int] | None = None) -> Iterator[Recorder]:
+              shard: tuple[int, int] | None = None, fsync_each: bool = True) -> Iterator[Recorder]:
     """With --resume, check the folder's run.json first (family, toolchain, evidence mode: provenance.check_resume);
     open the folder, write run.json (meta with the command, date, seed, shard and evidence mode), yield the Recorder,
-    and write run.json again at the end (with whatever the run added to rec.meta: phases, references)."""
+    and write run.json again at the end (with whatever the run added to rec.meta: phases, references).
+    `fsync_each=False`: rows are flushed as written and synced to disk once at the end (a run that writes all its
+    rows at once and has no --resume: the audit)."""
     if resume:
         held = read_rows(out)[0] if (Path(out) / JSONL_NAME).is_file() else []
         provenance.check_resume(out, meta["family"], meta["toolchain"], mode, held)
-    with ResultsWriter(out, resume=resume) as writer:
+    with ResultsWriter(out, resume=resume, fsync_each=fsync_each) as writer:
         rec = Recorder(writer, {"command": command, "date": now(), "seed": seed, **meta, "shard": shard,
                                 "evidence_mode": mode})
         rec.save()

@@ -16,7 +16,6 @@ import os
 import pickle
 import re
 import tempfile
-import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from tileprobe.audit.path.call import Part
 from tileprobe.binary.cubin import Kernel, kernels
 from tileprobe.binary.elf import Image, images_in
 from tileprobe.binary.inspect import ptx_entries, runs_on
+from tileprobe.engines import triton_configs
 from tileprobe.errors import UsageError
 from tileprobe.targets import Target
 
@@ -35,17 +35,17 @@ def member(origin: str, kind: str, rel: str, cache: Path) -> Path:
         if not path.is_file():
             raise UsageError(f"{origin} has no {rel}")
         return path
-    with zipfile.ZipFile(origin) as z:
-        try:
-            info = z.getinfo(rel)
-        except KeyError:
-            raise UsageError(f"{origin} has no {rel}") from None
-        out = Path(cache) / "binaries" / f"{Path(rel).name}-{info.CRC:08x}-{info.file_size}"
-        if out.is_file() and out.stat().st_size == info.file_size:
-            return out
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with z.open(info) as src:
-            _write_whole(out, lambda f: _copy(src, f))
+    z = triton_configs._zip(str(origin))  # the process's one reader of the wheel: its central directory read once
+    try:
+        info = z.getinfo(rel)
+    except KeyError:
+        raise UsageError(f"{origin} has no {rel}") from None
+    out = Path(cache) / "binaries" / f"{Path(rel).name}-{info.CRC:08x}-{info.file_size}"
+    if out.is_file() and out.stat().st_size == info.file_size:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with z.open(info) as src:
+        _write_whole(out, lambda f: _copy(src, f))
     return out
 
 
