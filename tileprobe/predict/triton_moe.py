@@ -45,6 +45,7 @@ by tests/predict/test_triton_predict.py. Outside that scope: CannotPredict(<why>
 from __future__ import annotations
 
 from tileprobe.engines import pins
+from tileprobe.predict import recheck
 from tileprobe.predict._common import CannotPredict
 
 VLLM = pins.label("vllm")  # the engine releases whose kernels the tables below were checked on
@@ -108,7 +109,11 @@ def predict(engine: str, quant: str, entry: dict, cc: int, triton_version: str, 
     if not kernel_sha256:
         raise TypeError("triton_moe.predict needs kernel_sha256= (KernelSource.sha256 of the launched kernel): the "
                         "rules hold for the kernel sources they were checked on only")
-    checked = CHECKED.get((triton_version, kernel_sha256))
+    if triton_version in TRITON_VERSIONS or recheck.load(triton_version) is None:
+        checked = CHECKED.get((triton_version, kernel_sha256))
+    else:  # a release whose reviewed recheck file lists this kernel's rule 0-differ (tileprobe.predict.recheck)
+        checked = recheck.lookup(FAMILY, CHECKED, TRITON_VERSIONS, triton_version, "fused_moe_kernel",
+                                 (kernel_sha256,))
     if checked is None:
         if triton_version not in TRITON_VERSIONS:
             raise CannotPredict(f"triton-moe rules were checked on Triton {', '.join(TRITON_VERSIONS)} only, not "

@@ -71,7 +71,8 @@ draws new ones every run (one of them compiled in full).
 from __future__ import annotations
 
 from tileprobe.engines import pins
-from tileprobe.predict._common import CannotPredict, cc_checked, release_checked, source_checked
+from tileprobe.predict import recheck
+from tileprobe.predict._common import CannotPredict, cc_checked, source_checked
 
 VLLM = pins.label("vllm")  # the engine releases whose kernels the tables below were checked on
 
@@ -100,8 +101,8 @@ CUMSUM_WARPS = (4, 8)
 
 
 def _check_scope(kernel: str, triton_version: str, source_sha256: str, cc: int) -> None:
-    release_checked("triton-ssd", TRITON_VERSIONS, triton_version)
-    if (triton_version, source_sha256) not in CHECKED:
+    # the table's own releases, or one whose reviewed recheck file lists this rule 0-differ (tileprobe.predict.recheck)
+    if recheck.lookup("triton-ssd", CHECKED, TRITON_VERSIONS, triton_version, kernel, (source_sha256,)) is None:
         raise source_checked("triton-ssd", kernel, source_sha256, VLLM)
     if kernel not in KERNELS:
         raise CannotPredict(f"{kernel}: no stated triton-ssd rule (see tileprobe.predict.triton_ssd); size it")

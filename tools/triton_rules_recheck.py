@@ -1,0 +1,217 @@
+"""Re-check every stated Triton rule against the installed Triton's own bytes, and write the result as data.
+
+    python tools/triton_rules_recheck.py [--per-kernel N] [--seed S] [--family triton-ssd ...] [--out FILE]
+
+With Triton R installed, for each rule of tileprobe.predict.triton_{moe,ssd,conv,attention,ogs} (kernel and table key
+of the engines the pin table names), draws random launches the rule answers (the tests' draws: tests/_triton_rules.py
+and tests/predict/test_triton_*.py; the audit's captured launches on the tests' targets, half of them varied), asks
+the rule as checked on Triton FROM (the pinned engine Triton, tileprobe.backends.triton.toolchain.ENGINE_TRITON), and
+compares with R's own metadata.shared: its allocation pass alone where tileprobe.backends.triton.allocate runs
+under R, else (and for --full launches) a full compile. Writes tileprobe/predict/rechecked/<R>.json: per (family,
+kernel, key) the launches checked, compiled in full, and differing, with the engine release, the date and the
+command. tileprobe.predict.recheck reads it: a rule listed with differ 0 answers under R; any other declines.
+
+Review the file's diff before committing it: it is what moves the rules to R.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "predict"), str(ROOT)]
+
+FAMILIES = ("triton-moe", "triton-ssd", "triton-conv", "triton-attention", "triton-ogs")
+
+
+def capture(target_name: str, plans):
+    """tests/_triton_rules.capture without its skips (the allocation pass need not run under this Triton)."""
+    import dataclasses
+
+    from tileprobe.audit.kernels import KERNELS
+    from tileprobe.audit.run import AuditOptions, capture_all, gpu_name
+    from tileprobe.engines.triton_configs import find_engine
+    from tileprobe.models import attention_model
+    from tileprobe.targets import resolve_target
+
+    target, _ = resolve_target(target_name)
+    target = dataclasses.replace(target, device_name=gpu_name(target, None))
+    out = []
+    for engine, model, entries in plans:
+        m = attention_model(str(ROOT / model) if model.endswith(".json") else model)
+        opts = AuditOptions(engine, m.name, target.name, batches=(1,))
+        cap = capture_all(find_engine(engine), target, m, [KERNELS[e] for e in entries], opts, target.cc_int)
+        out += [(p.launch, p.job) for p in cap.planned]
+    return out
+
+
+def captured_families(families):
+    """family -> (table, base release, [(kernel, draw(rng, varied) -> (launch, job, bytes))], key(launch, job))."""
+    from tileprobe.audit import mamba_rule, ogs_rule
+    from tileprobe.predict import triton_attention, triton_conv, triton_ogs, triton_ssd
+
+    out = {}
+    if "triton-ssd" in families:
+        import test_triton_ssd as t
+        cap = capture("rtx-pro-6000", [("vllm", "nemotron-h-8b", t.ENTRIES)])
+        out["triton-ssd"] = (triton_ssd.CHECKED, t.RULED, lambda k, r, v, c=cap, t=t: t._draw(r, c, k, v),
+                             lambda la, j: (mamba_rule.source_sha256(la, j),))
+    if "triton-conv" in families:
+        import test_triton_conv as t
+        cap = [(la, j) for la, j in capture("rtx-pro-6000", [("vllm", m, e) for m, e in t.MODELS.items()])
+               if la.kernel in t.RULED]
+        out["triton-conv"] = (triton_conv.CHECKED, t.RULED, lambda k, r, v, c=cap, t=t: t._draw(r, c, k, v),
+                              lambda la, j: (mamba_rule.source_sha256(la, j),))
+    if "triton-attention" in families:
+        import test_triton_attention as t
+        cap = capture("rtx-pro-6000", t.CAPTURES)
+        out["triton-attention"] = (triton_attention.CHECKED, t.RULED,
+                                   lambda k, r, v, c=cap, t=t: t._draw(r, c, k, v),
+                                   lambda la, j: (mamba_rule.source_sha256(la, j),))
+    if "triton-ogs" in families:
+        import test_triton_ogs as t
+        cap = capture("h200", [("vllm", "gpt-oss-120b", ("vllm-moe-mxfp4-decode",))])
+        out["triton-ogs"] = (triton_ogs.CHECKED, t.RULED, lambda k, r, v, c=cap, t=t: t.draw_ruled(r, c, k, v),
+                             lambda la, j: (la.kernel, ogs_rule.source_sha256(la, j)))
+    return out
+
+
+def moe_draws(base: str):
+    """triton-moe: per engine, tests/predict/test_triton_predict.py's draw (a real model's GEMM, a random entry and
+    capability) asked of the rule as checked on `base`, built by the family's launch_job."""
+    import test_triton_predict as t
+
+    from tileprobe.families import triton_moe as tm
+    from tileprobe.predict import CannotPredict
+    from tileprobe.predict.triton_moe import predict
+    from tileprobe.triton.sweep import engine_kernel_source
+
+    rows = []
+    for engine in ("vllm", "sglang"):
+        src, ks = engine_kernel_source(engine, None)
+
+        def draw(rng, varied, engine=engine, src=src, ks=ks):
+            for _ in range(200):
+                quant, (gemm, e, n, k, top_k), entry, cc, m = (
+                    rng.choice(tm.QUANTS), t._random_gemm(rng), t._random_entry(rng), rng.choice(t.ARCHS),
+                    rng.choice([1, 8, 64, 512]))
+                try:
+                    b = predict(src.label(), quant, entry, cc, base, n, k, kernel_sha256=ks.sha256)
+                except CannotPredict:
+                    continue
+                job = tm.launch_job(engine, ks, quant, gemm, e, n, k, m, top_k, entry, cc)
+                return {"quant": quant, "N": n, "K": k, **entry}, job, b
+            raise AssertionError("no launch the triton-moe rule answers in 200 draws")
+        rows.append(("fused_moe_kernel", (ks.sha256,), draw))
+    return rows
+
+
+def tritons_bytes(job, full: bool, cache: str):
+    """(metadata.shared or None, 'allocate' / 'cubin', error text)."""
+    from tileprobe.backends.triton.compile import TritonBuild, compile_job
+    job = job.compiled() if full else job.sized()
+    build = compile_job(job, cache)
+    if isinstance(build, TritonBuild):
+        return build.shared, job.upto, None
+    return None, job.upto, str(build)[:300]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--per-kernel", type=int, default=2, help="launches per rule kernel (half captured, half varied)")
+    ap.add_argument("--full", type=int, default=1, help="of them, how many compiled in full when the allocation "
+                    "pass runs alone (all of them otherwise)")
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--family", action="append", choices=FAMILIES, help="only these families (default: all)")
+    ap.add_argument("--out", default=None, help="default: tileprobe/predict/rechecked/<installed Triton>.json")
+    args = ap.parse_args(argv)
+
+    import triton
+
+    from tileprobe.backends.triton import allocate
+    from tileprobe.backends.triton.toolchain import ENGINE_TRITON
+    from tileprobe.engines import pins
+
+    release, base = triton.__version__, ENGINE_TRITON
+    seed = args.seed if args.seed is not None else random.randrange(2**32)
+    rng = random.Random(seed)
+    families = tuple(args.family or FAMILIES)
+    why_not_sized = allocate.unavailable()
+    print(f"Triton {release}: re-checking the Triton {base} rules, seed {seed}; Triton's bytes by "
+          f"{'its allocation pass' if why_not_sized is None else 'full compiles (' + why_not_sized + ')'}",
+          flush=True)
+    cache = tempfile.mkdtemp(prefix="tileprobe-recheck-")
+    rows: dict[tuple, dict] = {}
+    failures = []
+
+    def check(family, kernel, key, engine_label, launch_desc, job, predicted, full):
+        got, upto, err = tritons_bytes(job, full or why_not_sized is not None, cache)
+        r = rows.setdefault((family, kernel, key), {
+            "family": family, "kernel": kernel, "key": list(key), "from": base, "engine": engine_label,
+            "checked": 0, "compiled": 0, "differ": 0, "differences": []})
+        r["checked"] += 1
+        r["compiled"] += upto == "cubin"
+        ok = got == predicted
+        if not ok:
+            r["differ"] += 1
+            r["differences"].append({"launch": launch_desc, "cc": job.cc, "rule": predicted, "triton": got,
+                                     "error": err})
+        print(f"  {family} {kernel} [{key[-1][:12]}] sm_{job.cc}: rule {predicted} B, Triton {release} "
+              f"{got if got is not None else err} ({upto}){'' if ok else '  DIFFERS'}", flush=True)
+
+    t0 = time.time()
+    if "triton-moe" in families:
+        from tileprobe.predict import triton_moe
+        for kernel, key, draw in moe_draws(base):
+            for i in range(args.per_kernel):
+                desc, job, b = draw(rng, True)
+                check("triton-moe", kernel, key, triton_moe.CHECKED.get((base, *key)), desc, job, b,
+                      i < args.full)
+    for family, (table, ruled, draw, key_of) in captured_families(families).items():
+        for kernel in ruled:
+            for i in range(args.per_kernel):
+                try:
+                    launch, job, b = draw(kernel, rng, i % 2 == 1)
+                except AssertionError as exc:
+                    failures.append(f"{family} {kernel}: {exc}")
+                    print(f"  {family} {kernel}: no draw ({exc})", flush=True)
+                    break
+                key = key_of(launch, job)
+                check(family, kernel, key, table.get((base, *key)),
+                      {k: (v.dtype if hasattr(v, "dtype") else v) for k, v in launch.args}
+                      | dict(launch.options), job, b, i < args.full)
+
+    stated = {f: t for f, t in (("triton-moe", "triton_moe"), ("triton-ssd", "triton_ssd"),
+                                ("triton-conv", "triton_conv"), ("triton-attention", "triton_attention"),
+                                ("triton-ogs", "triton_ogs")) if f in families}
+    import importlib
+    reached = {(f, key) for f, _kernel, key in rows}
+    unreached = sorted(f"{f} {k[-1][:16]}" for f, mod in stated.items()
+                       for k in importlib.import_module(f"tileprobe.predict.{mod}").CHECKED
+                       if k[0] == base and (f, k[1:]) not in reached)
+    doc = {"triton": release, "from": base, "date": datetime.date.today().isoformat(),
+           "engines": {e: pins.label(e) for e in ("vllm", "sglang")}, "seed": seed,
+           "command": "python tools/triton_rules_recheck.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+           "tritons_bytes": "allocation pass (full compile for --full)" if why_not_sized is None
+           else f"full compile: {why_not_sized}",
+           "rules": sorted(rows.values(), key=lambda r: (r["family"], r["kernel"], r["key"])),
+           "not_drawn": failures, "keys_not_rechecked": unreached}
+    out = Path(args.out) if args.out else ROOT / "tileprobe" / "predict" / "rechecked" / f"{release}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    n = sum(r["checked"] for r in rows.values())
+    bad = [r for r in rows.values() if r["differ"]]
+    print(f"{len(rows)} rules, {n} launches, {sum(r['differ'] for r in rows.values())} differ "
+          f"({len(bad)} rules decline), {len(unreached)} table keys not re-checked, {time.time() - t0:.0f} s -> {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
