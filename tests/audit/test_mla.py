@@ -79,12 +79,15 @@ def test_sglang_mla_launches_compile_to_tritons_own_bytes_on_the_engines_branch(
     entry = KERNELS[name]
     target = profile(rng.choice(["rtx-pro-6000", "h200"]))
     model, pt = _mla_model(rng)
+    (phase,) = entry.phases  # decode, extend (over a cached prefix) or prefill (no prefix): the engine's step
+    pt = replace(pt, phase=phase)
     launches = _bytes_are_tritons_own(sglang, target, entry, model, pt, tmp_path, monkeypatch)
     _branches_are_the_files(sglang, launches)
     latent = model.kv_lora_rank + model.qk_rope_head_dim
     h = model.heads // pt.tp
     if name == "sglang-mla-decode":
-        stage1, stage2 = launches
+        counts, stage1, stage2 = launches
+        assert counts.kernel == "get_num_kv_splits_triton"  # the backend's per-sequence split count, then the two stages
         assert (stage1.kernel, stage2.kernel) == ("_fwd_grouped_kernel_stage1", "_fwd_kernel_stage2")
         args = dict(stage1.args)
         assert args["Q"].shape == (pt.batch, h, latent) and args["K_Buffer"].shape[1:] == (1, latent)

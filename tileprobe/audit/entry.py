@@ -26,9 +26,10 @@ TORCH = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}  # the model'
 class Point:
     """Where the model is sized: batch (sequences), seq_len (tokens each), tp (ranks the heads are split over),
     window (the layer's sliding window, None for full attention), phase (the engine step: "prefill", each sequence's
-    seq_len tokens new; "decode", one new token each over seq_len cached; "mixed", decodes and one prefill chunk in
-    one batch, as vLLM's scheduler forms them; only entries that drive the engine's own call site take the last
-    two, see AuditKernel.drive)."""
+    seq_len tokens new; "extend", seq_len new tokens each over seq_len cached (a later prefill chunk, or a prompt
+    after a prefix-cache hit, as SGLang's scheduler forms it); "decode", one new token each over seq_len cached;
+    "mixed", decodes and one prefill chunk in one batch, as vLLM's scheduler forms them; only entries that drive the
+    engine's own call site take the last three, see AuditKernel.drive)."""
 
     batch: int
     seq_len: int

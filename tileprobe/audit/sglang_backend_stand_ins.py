@@ -29,6 +29,13 @@ Stood in, each with why:
   pool's, not a Triton launch of this backend);
 - the speculative-decoding, DCP, verify-mask and MLA-fp8-pack helpers: `_unused` (a call means the engine took a
   path tileprobe does not set up: the capture fails naming it).
+
+The MLA step (tileprobe.audit.sglang_backend.mla_attention) needs no module beyond these: with `use_mla` the backend
+reads `is_kimi_k3` (the model_config stand-in: False, and reached only on gfx95) and, on its gfx95-only FP8 paths,
+the fp8 pack (`_unused`). The DeepSeek-V2 model's own dispatch, `handle_attention_triton`, is not served (its file
+imports the model's runtime): the driver runs it from the wheel's text (`from_text`) in a scope whose names answer
+as these stand-ins do: outside any CUDA graph (`is_in_tc_piecewise_cuda_graph`, `is_in_breakable_cuda_graph`
+False), the runtime-context getters above, CUDA (`_is_hip`, `is_gfx95_supported`, `use_intel_amx_backend` False).
 """
 
 from __future__ import annotations

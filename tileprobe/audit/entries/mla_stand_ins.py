@@ -1,10 +1,8 @@
-"""Stand-ins the MLA entries need: the engines' own small sizing functions, read from the wheel's text (their
-modules import the engines' whole runtime, so they are not served), and the target's SM count they are called with.
+"""Stand-ins the vLLM MLA entry needs: the engine's own small sizing function, read from the wheel's text (its module
+imports the engine's whole runtime, so it is not served), and the target's SM count it is called with. (SGLang's MLA
+entries need none: they run SGLang's TritonAttnBackend itself, whose __init__ calls its own `_mla_decode_kv_splits_cap`;
+tileprobe.audit.sglang_backend.)
 
-- SGLang `sglang.srt.layers.attention.triton_backend`: `_mla_decode_kv_splits_cap` and
-  `_MLA_DECODE_MIN_BLOCK_KV` (TritonAttnBackend.__init__ sizes max_kv_splits for MLA with them);
-  `next_power_of_2` is sglang.srt.utils' (`1 << (n - 1).bit_length()` for n >= 1: Triton's own
-  `next_power_of_2`, given here).
 - vLLM `vllm.v1.attention.backends.mla.triton_mla`: `_compute_num_kv_splits` and its two constants
   (TritonMLAImpl.forward_mqa sizes num_kv_splits with them).
 
@@ -23,7 +21,6 @@ from tileprobe.targets import Target
 torch = LazyModule("torch")
 triton = LazyModule("triton")
 
-SGLANG_TRITON_BACKEND = "sglang.srt.layers.attention.triton_backend"
 VLLM_TRITON_MLA = "vllm.v1.attention.backends.mla.triton_mla"
 
 
@@ -37,13 +34,6 @@ def top_level(source: EngineSource, path: str, names: tuple[str, ...], scope: di
     return {n: ns[n] for n in names}
 
 
-def sglang_triton_backend(target: Target, source: EngineSource) -> dict:
-    tr = triton.load()
-    return top_level(source, SGLANG_TRITON_BACKEND.replace(".", "/") + ".py",
-                     ("_MLA_DECODE_MIN_BLOCK_KV", "_mla_decode_kv_splits_cap"),
-                     {"triton": tr, "next_power_of_2": tr.next_power_of_2})
-
-
 def vllm_triton_mla(target: Target, source: EngineSource) -> dict:
     return top_level(source, VLLM_TRITON_MLA.replace(".", "/") + ".py",
                      ("_MIN_WORK_PER_SPLIT", "_SPLIT_OCCUPANCY_MULTIPLIER", "_compute_num_kv_splits"),
@@ -51,6 +41,6 @@ def vllm_triton_mla(target: Target, source: EngineSource) -> dict:
 
 
 def sm_count() -> int:
-    """The device's SM count as the engines read it (SGLang get_device_core_count, vLLM num_compute_units: CUDA's
-    multi_processor_count), which the capture session answers as the target's."""
+    """The device's SM count as vLLM reads it (num_compute_units: CUDA's multi_processor_count), which the capture
+    session answers as the target's."""
     return int(torch.cuda.get_device_properties(0).multi_processor_count)

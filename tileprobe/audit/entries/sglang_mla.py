@@ -1,33 +1,28 @@
 """SGLang's Triton MLA attention (DeepSeek-V3 / Kimi-K2) and its SM120 sparse MLA decode (DeepSeek-V4), as
 tileprobe audit entries. SGLang's default attention backend for an MLA model on sm_120 is "triton"
 (sglang/srt/arg_groups/model_override_base.py get_default_attn_backend: MLA, neither Hopper nor sm_100 nor ROCm).
-What each entry's arguments are, read from the engine's callers:
 
-- `sglang-mla-decode`: `decode_attention_fwd` (sglang/kernels/ops/attention/decode_attention.py) as
-  sglang/srt/layers/attention/triton_backend.py `TritonAttnBackend.forward_decode` calls it for the absorbed MLA
-  layer (sglang/srt/models/deepseek_v2.py `attn_mqa`: head dim kv_lora_rank + qk_rope_head_dim, one KV head,
-  v_head_dim kv_lora_rank; deepseek_common/attention_forward_methods/forward_mla.py `forward_absorb_core` passes
-  q = cat(q_nope_out, q_pe), k = cat(k_nope, k_pe), v = k_nope, triton not being a
-  FORWARD_ABSORB_CORE_ATTENTION_BACKENDS backend): q (B, H, rank+rope) and o (B, H, rank) views of the layer's
-  buffers; the KV pool's one buffer (sglang/srt/mem_cache/memory_pool.py MLATokenToKVPool: (size + page_size, 1,
-  rank+rope), get_value_buffer its [..., :rank] view, strides shared); kv_indptr int32, kv_indices int64; attn_logits
-  fp32 (B, H, max_kv_splits, v_head_dim of the pool = rank), attn_lse fp32 (B, H, max_kv_splits), num_kv_splits
-  int32 (B); max_kv_splits as TritonAttnBackend.__init__ sizes it for MLA: `_mla_decode_kv_splits_cap`(8, the
-  device's SM count, the model's context length) (the engine's function, tileprobe.audit.entries.mla_stand_ins);
-  sm_scale the layer's scaling (qk_nope+rope)^-0.5 (the YaRN mscale factor, a runtime float, left out); k/v
-  descale 1.0; has_mla True; uneven_batch int32 (1,); page_size 1. use_pdl is left False (SGLang sets it on sm_90+:
-  a launch option, not a size) and the Lean buffers (read on ROCm only) are not passed.
-- `sglang-mla-extend-absorbed`: `extend_attention_fwd` (sglang/kernels/ops/attention/extend_attention.py) as
-  TritonAttnBackend.forward_extend calls it for `attn_mqa` when the batch has a cached prefix
-  (deepseek_common/attention_backend_handler.py handle_attention_triton: an extend with prefix lengths -> MLA):
-  q (T, H, rank+rope), k (T, 1, rank+rope), v (T, 1, rank) contiguous (the backend's .contiguous()), o (T, H,
-  rank), the pool's buffers as above, qo_indptr int64 (TritonAttnBackend.qo_indptr), kv_indptr int32 over the
-  prefixes, kv_indices int64, no custom mask, causal, sliding_window_size -1, page_size 1. The point's batch each
-  extends seq_len tokens after a cached prefix of seq_len tokens.
-- `sglang-mla-extend-mha`: the same launcher for `attn_mha` (deepseek_v2.py: head dim qk_nope+rope, H KV heads,
-  v_head_dim), which handle_attention_triton picks for an extend without prefix (AttnForwardMethod.MHA;
-  forward_mha.py forward_normal_core: save_kv_cache False): q/k (T, H, qk_nope+rope), v (T, H, v_head_dim)
-  contiguous, o (T, H, v_head_dim), still the MLA pool's buffers, kv_indptr all zero (no prefix), kv_indices empty.
+The three dense entries are driven through SGLang's own attention step, `TritonAttnBackend` with `use_mla`
+(model_config.attention_arch == AttentionArch.MLA), as the DeepSeek-V2 model calls it
+(tileprobe.audit.sglang_backend.mla_attention, which says what the model runner, the latent KV pool and the batch
+are): `init_forward_metadata`, the engine's own `handle_attention_triton` (deepseek_common/attention_backend_handler.py,
+read from the wheel) picking the layer, then that `RadixAttention` layer's forward into `forward_extend` /
+`forward_decode`. So the engine forms every argument: `max_kv_splits` (TritonAttnBackend.__init__: the
+`--triton-attention-num-kv-splits` default raised by the engine's `_mla_decode_kv_splits_cap` with the target's SM
+count and the runner's context length), the per-sequence split launch (`get_num_kv_splits_triton`), the split-K
+scratch, has_mla, use_pdl (`is_arch_support_pdl`: on from sm_90), the pool views, the indptrs and the extend
+kernel's arguments.
+
+- `sglang-mla-decode`: `decode_attention_fwd` (sglang/kernels/ops/attention/decode_attention.py) at the `decode`
+  phase, for the absorbed `attn_mqa` layer (deepseek_v2.py: head dim kv_lora_rank + qk_rope_head_dim, one KV head,
+  v_head_dim kv_lora_rank; forward_mla.py forward_absorb_core, triton not being a FORWARD_ABSORB_CORE_ATTENTION_BACKENDS
+  backend) over the MLATokenToKVPool buffer and its [..., :rank] value view.
+- `sglang-mla-extend-absorbed`: `extend_attention_fwd` (sglang/kernels/ops/attention/extend_attention.py) at the
+  `extend` phase (seq_len new tokens after a cached prefix of seq_len), where handle_attention_triton picks MLA (an
+  extend with prefix lengths): `attn_mqa` as above.
+- `sglang-mla-extend-mha`: the same launcher at the `prefill` phase (no prefix), where handle_attention_triton picks
+  MHA: `attn_mha` (deepseek_v2.py: head dim qk_nope+rope, H KV heads, v_head_dim; forward_mha.py forward_normal_core,
+  save_kv_cache False), still over the MLA pool's buffers.
 - `sglang-mla-sparse-decode`: `_run_triton_sparse_decode` (sglang/kernels/ops/attention/flash_mla_sm120_triton.py,
   @triton.autotune `_tiled_sparse_decode_kernel`) as flash_mla_sparse_decode_triton calls it for the sliding-window
   cache, reached from sglang/srt/layers/attention/deepseek_v4_backend.py `_forward_attention` (DeepSeek-V4:
@@ -43,21 +38,13 @@ What each entry's arguments are, read from the engine's callers:
 
 from __future__ import annotations
 
-import importlib
-import math
-
 from tileprobe.audit.entries import LISTED
-from tileprobe.audit import attention_rule
-from tileprobe.audit.entries import mla_stand_ins
-from tileprobe.audit.entries.sglang_attention import DECODE_ALLOW, EXTEND_ALLOW, SGLANG_STAND_INS
-from tileprobe.audit.entry import TORCH, AuditKernel, Elsewhere, Point, empty, heads, indptr, torch
+from tileprobe.audit import attention_rule, sglang_backend
+from tileprobe.audit.entries.sglang_attention import DRIVEN_ALLOW, DRIVEN_STAND_INS, SGLANG_STAND_INS
+from tileprobe.audit.entry import AuditKernel, Elsewhere, Point, empty, torch
 from tileprobe.models import AttentionConfig
 
-STAND_INS = {**SGLANG_STAND_INS, mla_stand_ins.SGLANG_TRITON_BACKEND: mla_stand_ins.sglang_triton_backend}
-BASE_KV_SPLITS = 8  # --triton-attention-num-kv-splits on CUDA (arg_groups/fields/exec_.py default)
-# The model's context length (max_position_embeddings: DeepSeek-V3 163840, Kimi-K2 131072), which tileprobe's
-# AttentionConfig does not carry; it caps max_kv_splits at next_power_of_2(context / 32), above any GPU's SM cap here
-CONTEXT_LEN = 131072
+STAND_INS = SGLANG_STAND_INS  # the sparse decode's
 V4_MODEL_TYPE = "deepseek_v4"  # sglang/srt/configs/deepseek_v4.py model_type
 
 
@@ -73,71 +60,6 @@ def _v4(model: AttentionConfig) -> str | None:
     return None if model.model_type == V4_MODEL_TYPE else \
         f"not DeepSeek-V4 (config.json model_type {V4_MODEL_TYPE}): SGLang reaches its SM120 sparse MLA decode " \
         "only from the DeepSeek-V4 attention backend"
-
-
-def _pool(model: AttentionConfig, slots: int, dt):
-    """MLATokenToKVPool's layer buffer (slots + the padded slot 0, 1, rank+rope) and its value view [..., :rank]."""
-    kv = empty((slots + 1, 1, model.kv_lora_rank + model.qk_rope_head_dim), dt)
-    return kv, kv[..., :model.kv_lora_rank]
-
-
-def _scale(model: AttentionConfig) -> float:
-    return 1.0 / math.sqrt(model.qk_nope_head_dim + model.qk_rope_head_dim)
-
-
-def _indptr64(batch: int, each: int):
-    return torch.arange(batch + 1, dtype=torch.int64) * each
-
-
-def max_kv_splits() -> int:
-    """TritonAttnBackend.__init__'s max_kv_splits for an MLA model, by the engine's own `_mla_decode_kv_splits_cap`
-    (imported under the session: its stand-in reads it from the wheel) on the target's SM count."""
-    backend = importlib.import_module(mla_stand_ins.SGLANG_TRITON_BACKEND)
-    return backend._mla_decode_kv_splits_cap(BASE_KV_SPLITS, mla_stand_ins.sm_count(), CONTEXT_LEN)
-
-
-def _decode(model: AttentionConfig, pt: Point):
-    h, _ = heads(model, pt.tp)
-    rank, dq, dt, b = model.kv_lora_rank, model.kv_lora_rank + model.qk_rope_head_dim, \
-        getattr(torch, TORCH[model.dtype]), pt.batch
-    kbuf, vbuf = _pool(model, b * pt.seq_len, dt)
-    splits = max_kv_splits()
-    args = (empty((b, h, dq), dt), kbuf, vbuf, empty((b, h, rank), dt), indptr(b, pt.seq_len),
-            torch.empty(b * pt.seq_len, dtype=torch.int64), empty((b, h, splits, rank), torch.float32),
-            empty((b, h, splits), torch.float32), torch.full((b,), splits, dtype=torch.int32), splits,
-            _scale(model), 1.0, 1.0)
-    return args, dict(logit_cap=0.0, sinks=None, xai_temperature_len=-1, has_mla=True, use_pdl=False, page_size=1,
-                      score_mod=None, aux_tensors=None, uneven_batch=torch.zeros((1,), dtype=torch.int32))
-
-
-def _extend_kwargs(model: AttentionConfig, pt: Point) -> dict:
-    return dict(sm_scale=_scale(model), logit_cap=0.0, sliding_window_size=-1, sinks=None, window_kv_offsets=None,
-                xai_temperature_len=-1, page_size=1, score_mod=None, aux_tensors=None,
-                extend_seq_lens_cpu=[pt.seq_len] * pt.batch)
-
-
-def _extend_absorbed(model: AttentionConfig, pt: Point):
-    h, _ = heads(model, pt.tp)
-    rank, dq, dt = model.kv_lora_rank, model.kv_lora_rank + model.qk_rope_head_dim, getattr(torch, TORCH[model.dtype])
-    b, s = pt.batch, pt.seq_len
-    t = b * s
-    kbuf, vbuf = _pool(model, 2 * t, dt)
-    args = (empty((t, h, dq), dt), empty((t, 1, dq), dt), empty((t, 1, rank), dt), empty((t, h, rank), dt),
-            kbuf, vbuf, _indptr64(b, s), indptr(b, s), torch.empty(t, dtype=torch.int64), None, True, None, s,
-            1.0, 1.0)
-    return args, _extend_kwargs(model, pt)
-
-
-def _extend_mha(model: AttentionConfig, pt: Point):
-    h, _ = heads(model, pt.tp)
-    dqk, dv, dt = model.qk_nope_head_dim + model.qk_rope_head_dim, model.v_head_dim, getattr(torch, TORCH[model.dtype])
-    b, s = pt.batch, pt.seq_len
-    t = b * s
-    kbuf, vbuf = _pool(model, t, dt)
-    args = (empty((t, h, dqk), dt), empty((t, h, dqk), dt), empty((t, h, dv), dt), empty((t, h, dv), dt),
-            kbuf, vbuf, _indptr64(b, s), indptr(b, 0), torch.empty(0, dtype=torch.int64), None, True, None, s,
-            1.0, 1.0)
-    return args, _extend_kwargs(model, pt)
 
 
 # DeepSeek-V4's SWA cache, as deepseek_v4_memory_pool.py lays it out (KVLayout.V4) and the backend views it
@@ -194,19 +116,21 @@ def _sparse_chooses(session, model: AttentionConfig, pt: Point) -> Elsewhere | N
                      f"{path}:{_line_of(text, test, 'def flash_mla_with_kvcache_sm120')}", test)
 
 
+READS = sglang_backend.READS + sglang_backend.MLA_READS
+
 ENTRIES = (
     AuditKernel("sglang-mla-decode", "sglang", LISTED, "sglang.kernels.ops.attention.decode_attention",
-                "decode_attention_fwd", DECODE_ALLOW, STAND_INS, _decode, _mla,
+                "decode_attention_fwd", DRIVEN_ALLOW, DRIVEN_STAND_INS, None, _mla,
                 "the model's dtype (the latent KV pool); split-K partials in fp32", windowed=False, backend="triton",
-                predict=attention_rule.predict),
+                predict=attention_rule.predict, drive=sglang_backend.mla_attention, phases=("decode",), reads=READS),
     AuditKernel("sglang-mla-extend-absorbed", "sglang", LISTED, "sglang.kernels.ops.attention.extend_attention",
-                "extend_attention_fwd", EXTEND_ALLOW, STAND_INS, _extend_absorbed, _mla,
+                "extend_attention_fwd", DRIVEN_ALLOW, DRIVEN_STAND_INS, None, _mla,
                 "the model's dtype (q, the latent k/v and pool)", windowed=False, backend="triton",
-                predict=attention_rule.predict),
+                predict=attention_rule.predict, drive=sglang_backend.mla_attention, phases=("extend",), reads=READS),
     AuditKernel("sglang-mla-extend-mha", "sglang", LISTED, "sglang.kernels.ops.attention.extend_attention",
-                "extend_attention_fwd", EXTEND_ALLOW, STAND_INS, _extend_mha, _mla,
+                "extend_attention_fwd", DRIVEN_ALLOW, DRIVEN_STAND_INS, None, _mla,
                 "the model's dtype (the up-projected q/k/v)", windowed=False, backend="triton",
-                predict=attention_rule.predict),
+                predict=attention_rule.predict, drive=sglang_backend.mla_attention, phases=("prefill",), reads=READS),
     AuditKernel("sglang-mla-sparse-decode", "sglang", LISTED,
                 "sglang.kernels.ops.attention.flash_mla_sm120_triton", "_run_triton_sparse_decode",
                 ("sglang.kernels.ops.attention.flash_mla_sm120_triton", FLASH_MLA_SM120, "sglang.srt.environ"),
