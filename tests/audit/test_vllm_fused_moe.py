@@ -3,7 +3,10 @@ launches fused_moe_kernel twice with the config its own lookup picked. Two indep
 config the capture records against tileprobe's emulation of the lookup (tileprobe.engines.triton_lookup, the
 triton-moe family's), for the same device name and shape; and the captured launch's bytes against Triton's own
 compile of the engine's own kernel object. A random MoE shape each run (a preset of tileprobe.workloads.PRESETS, or
-the shape of a file the wheel ships for a device tileprobe knows, so the shipped-file branch is exercised too)."""
+the shape of a file the wheel ships for a device tileprobe knows, so the shipped-file branch is exercised too).
+vLLM 0.34.0's TMA launch: fp8 [128, 128]-block experts on sm_90 launch with host TMA descriptors (the weights answer
+device cuda, as the engine's), on sm_120 with pointers, each with Triton's own bytes; 0.33.0 (no TMA branch) captures
+the same launches whether the weights answer cuda or meta."""
 
 from __future__ import annotations
 
@@ -16,6 +19,9 @@ from _engine_own import answered, captured, tritons_own
 
 from tileprobe.audit import capture, jobs, kernels
 from tileprobe.audit.entries import vllm_moe, vllm_moe_mxfp4
+from tileprobe.audit import vllm_moe_stand_ins
+from tileprobe.audit.entry import empty
+from tileprobe.engines import locate
 from tileprobe.engines import triton_configs as tc
 from tileprobe.engines import triton_lookup
 from tileprobe.engines import vllm as vllm_engine
@@ -192,3 +198,77 @@ def test_fused_moe_chooses_by_the_engines_oracle_on_sm120(vllm, rng):
     fn = next(n for n in ast.walk(ast.parse(vllm.read_text(rel))) if isinstance(n, ast.FunctionDef)
               and n.lineno == int(line))
     assert fn.name == "_supports_current_device" and "is_device_capability_family(120)" in ast.unparse(fn)
+
+
+def _release(version: str) -> tc.EngineSource:
+    found = [p.wheel for p in locate.releases("vllm") if p.wheel is not None and p.version == version]
+    if not found:
+        pytest.skip(f"no cached vllm {version} wheel")
+    return tc.find_engine("vllm", found[0])
+
+
+def _fp8_block_case(rng):
+    """A preset MoE with fp8 [128, 128] blocks, a tp that keeps inter / tp a multiple of 128 (gate_up's N and K then
+    divide every BLOCK_SIZE_N / capped BLOCK_SIZE_K: its TMA test passes on sm_90), a random token count, decode or
+    prefill entry."""
+    moe = rng.choice([m for m in PRESETS.values() if m.hidden % 128 == 0 and m.inter % 128 == 0])
+    tp = rng.choice([t for t in (1, 2, 4, 8) if (moe.inter // t) % 128 == 0 and moe.inter % t == 0])
+    entry = rng.choice([DECODE, kernels.KERNELS["vllm-fused-moe-prefill"]])
+    pt = kernels.Point(rng.choice([rng.randint(1, 32), rng.randint(33, 1024)]), 1, tp)
+    return _model(moe, "fp8-block"), entry, pt
+
+
+def _tma_line(src) -> str:
+    """file:line of invoke_fused_moe_triton_kernel's `use_tma_b = ...` in the wheel's fused_moe.py."""
+    rel = vllm_moe.MODULE.replace(".", "/") + ".py"
+    node = next(n for n in ast.walk(ast.parse(src.read_text(rel))) if isinstance(n, ast.Assign)
+                and ast.unparse(n.targets[0]) == "use_tma_b")
+    return f"{rel}:{node.lineno}"
+
+
+def test_vllm_0_34_0_fp8_block_experts_launch_through_tma_on_sm90_and_pointers_on_sm120(rng, tmp_path, monkeypatch):
+    """vLLM 0.34.0, a random fp8-block MoE point: the engine's oracle runs the Triton experts on h200 and on
+    rtx-pro-6000; on h200 the captured fused_moe_kernel launch is the TMA one wherever the engine's own test passes
+    (capability family 9.0, B's N and K divisible by the tile: always for gate_up here), b_desc a host TMA descriptor
+    of the weight's tile and the `use_tma_b` line recorded as True; on rtx-pro-6000 no descriptor and the line False.
+    Both targets' bytes are Triton's own compile of the engine's kernel object on the launcher's real arguments."""
+    src = _release("0.34.0")
+    model, entry, pt = _fp8_block_case(rng)
+    monkeypatch.delenv("VLLM_TUNED_CONFIG_FOLDER", raising=False)
+    line = _tma_line(src)
+    for name in ("h200", "rtx-pro-6000"):
+        target = profile(name)
+        with capture.engine_session(src, target, entry.allow, entry.stand_ins) as s:
+            assert entry.chooses(s, model, pt) is None, name  # TRITON: the launches below are what the engine runs
+        launches = captured(src, target, entry, model, pt)
+        assert [la.kernel for la in launches] == ["fused_moe_kernel"] * 2
+        tmas = []
+        for la in launches:
+            bn, bk = la.arg("BLOCK_SIZE_N"), la.arg("BLOCK_SIZE_K")
+            tma = target.cc_int == 90 and la.arg("N") % bn == 0 and la.arg("K") % bk == 0
+            tmas.append(tma)
+            assert la.arg("USE_TMA_B") is tma, (name, model.moe, pt, bn, bk)
+            assert la.arg("b_desc") == (f"tensordesc<fp8e4nv[1, {bn}, {bk}]>" if tma else None), la.arg("b_desc")
+            (said,) = [b for b in la.branches if b.startswith(f"{line} use_tma_b = ")]
+            assert said.endswith(f"-> {tma}"), said
+        assert tmas[0] == (target.cc_int == 90), (name, model.moe, pt)  # gate_up: the TMA path exactly on sm_90
+        ours = [answered(jobs.job_of(src, la, target.cc_int)) for la in launches]
+        own = [b for _, _, b in tritons_own(src, target, entry, model, pt, tmp_path / name, monkeypatch)]
+        assert ours == own, (name, model.moe, pt, tmas)
+
+
+def test_vllm_0_33_0_captures_the_same_launch_whether_the_weights_answer_cuda_or_meta(rng, monkeypatch):
+    """vLLM 0.33.0 has no TMA branch: a random point (scheme, target among sm_90 / sm_100 / sm_120) captures the very
+    same launches (arguments, options, grid, branches) with the weights answering device cuda as with plain meta
+    weights; and it has no descriptor parameter at all."""
+    src = _release("0.33.0")
+    monkeypatch.delenv("VLLM_TUNED_CONFIG_FOLDER", raising=False)
+    model, entry, pt = _fp8_block_case(rng)
+    model = replace(model, quant=QUANT[rng.choice(list(QUANT))])
+    target = profile(rng.choice(["h200", "b200", "rtx-pro-6000"]))
+    on_gpu = captured(src, target, entry, model, pt)
+    monkeypatch.setattr(vllm_moe_stand_ins, "expert_weight", empty)
+    meta = captured(src, target, entry, model, pt)
+    assert [(la.identity(), la.grid, la.branches) for la in on_gpu] == \
+        [(la.identity(), la.grid, la.branches) for la in meta], (target.name, model, pt)
+    assert all(la.arg("b_desc") is None and "b_desc" not in dict(la.args) for la in on_gpu)

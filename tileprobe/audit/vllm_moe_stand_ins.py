@@ -18,7 +18,13 @@ What is the engine's own code and what is not, exactly:
   (M, cdiv(K, 128)) fp32), `direct_register_custom_op` (registers torch.ops.vllm.fused_experts: nothing here calls
   it), `set_triton_allocator` (only on the tensor-descriptor path, off on CUDA unless VLLM_TRITON_USE_TD=1);
 - the platform: tileprobe.audit.vllm_stand_ins' (vLLM's own Platform class answering as the target) with the CUDA
-  platform's `supports_fp8` from vllm/platforms/cuda.py's text.
+  platform's `supports_fp8` from vllm/platforms/cuda.py's text;
+- the expert weights' device (`expert_weight`): w1 / w2 are meta tensors (shapes, strides, dtype; no memory) whose
+  `device` answers the GPU's (`cuda:0`), as the engine's weights do, so a launcher test on the weights' device
+  decides as on the GPU: vLLM 0.34.0's `use_tma_b` (invoke_fused_moe_triton_kernel: fp8 [128, 128] blocks on
+  capability family 9.0 or 10.0, `B.device.type == "cuda"`, B contiguous and divisible by the tile) takes the TMA
+  launch (`b_desc`, and `a_desc` where the engine sorts A) exactly where the engine does; 0.33.0 reads no weight's
+  device. Everything else about them is meta: nothing is allocated or launched on a GPU.
 """
 
 from __future__ import annotations
@@ -37,6 +43,22 @@ from tileprobe.targets import Target
 torch = LazyModule("torch")
 
 FUSED_MOE = "vllm/model_executor/layers/fused_moe"
+
+
+@functools.cache
+def _on_gpu():
+    """The meta tensor class whose `device` is the GPU's (torch is imported on first use, hence not module level)."""
+    class OnGpu(torch.Tensor):
+        @property
+        def device(self):
+            return torch.device("cuda", 0)
+    return OnGpu
+
+
+def expert_weight(shape, dtype):
+    """An expert weight (w1 / w2) as the launcher sees it: a meta tensor of `shape` and `dtype` whose `device` answers
+    `cuda:0` (the module docstring); views and slices of it answer the same."""
+    return torch.empty(shape, dtype=dtype, device="meta").as_subclass(_on_gpu())
 
 
 def package(target: Target, source: EngineSource) -> dict:

@@ -22,6 +22,13 @@ quantization/fp8.py Fp8MoEMethod.create_weights for fp8):
   (E, cdiv(2 * inter / tp, 128), cdiv(hidden, 128)), w2_scale (E, cdiv(hidden, 128), cdiv(inter / tp, 128)) fp32,
   block_shape [128, 128];
 - activation "silu", no router weight on the input, global_num_experts E, no expert map.
+Every tensor is a meta tensor (shapes, strides, dtypes; no memory); the expert weights w1 / w2 answer
+`device.type == "cuda"` as they do in the engine (vllm_moe_stand_ins.expert_weight), so vLLM 0.34.0's launcher test
+`use_tma_b` (fp8 [128, 128] blocks on capability family 9.0 or 10.0, B contiguous and divisible by the tile) takes
+its TMA launch (`b_desc` / `a_desc` host TMA descriptors, recorded as Triton's `tensordesc<...>` arguments and compiled
+with them) where the engine takes it: h100 / h200 (the fp8 oracle picks TRITON first there); b200's fp8-block experts
+go to FLASHINFER_TRTLLM (`chooses`), its per-tensor fp8 ones have no block shape; sm_120 (no 9.0/10.0 family) and
+0.33.0 (no TMA branch) launch with pointers.
 Other quantization methods are served elsewhere (gpt-oss mxfp4: tileprobe.audit.entries.vllm_moe_mxfp4 says which
 backend); the entry's `serves` gives the reason.
 
@@ -82,8 +89,9 @@ def arguments(model: AttentionConfig, tokens: int, tp: int):
     dt = getattr(torch, TORCH[model.dtype])
     n = inter_per_rank(model, tp)
     wdt = torch.float8_e4m3fn if kind != "bf16" else dt
-    args = (empty((tokens, moe.hidden), dt), empty((moe.experts, 2 * n, moe.hidden), wdt),
-            empty((moe.experts, moe.hidden, n), wdt), empty((tokens, moe.top_k), torch.float32),
+    weight = vllm_moe_stand_ins.expert_weight  # meta, answering device cuda as the engine's weights do
+    args = (empty((tokens, moe.hidden), dt), weight((moe.experts, 2 * n, moe.hidden), wdt),
+            weight((moe.experts, moe.hidden, n), wdt), empty((tokens, moe.top_k), torch.float32),
             empty((tokens, moe.top_k), torch.int32))
     kwargs = dict(activation="silu", apply_router_weight_on_input=False, global_num_experts=moe.experts)
     if kind == "fp8":
