@@ -8,6 +8,7 @@ import re
 import pytest
 
 from tileprobe import cli
+from tileprobe.reports import report
 
 
 def _boom(*args, **kwargs):
@@ -16,7 +17,7 @@ def _boom(*args, **kwargs):
 
 @pytest.mark.parametrize("debug", [False, True])
 def test_an_internal_error_is_one_line_and_exit_4(monkeypatch, capsys, debug, rng):
-    monkeypatch.setattr(cli, "devices_table", _boom)
+    monkeypatch.setattr(report, "devices_table", _boom)  # `devices` imports it when it runs
     monkeypatch.setattr("sys.argv", ["tileprobe", "devices"])
     if debug:
         monkeypatch.setenv("TILEPROBE_DEBUG", "1")

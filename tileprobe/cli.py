@@ -11,33 +11,74 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from typer.core import TyperGroup
 
-from tileprobe import doctor as tileprobe_doctor
-from tileprobe import cli_audit, cli_export
 from tileprobe.cli_options import AnyTritonOpt, CacheOpt, CompileAllOpt, NvccOpt, RulesOffOpt, VerifyOpt, VerifySeedOpt
 from tileprobe.cli_options import console
 from tileprobe.cli_options import mismatch_exit as _mismatch_exit
 from tileprobe.cli_options import ints as _ints
 from tileprobe.cli_options import split_csv as _split_csv
-from tileprobe import families, ray_sweep
-from tileprobe.triton import sweep as triton_sweep
-from tileprobe.triton import audit as triton_audit
 from tileprobe.triton.predicted import Policy as PredictPolicy, PredictionMismatch
-from tileprobe.reports import compare
-from tileprobe.results import known_good
-from tileprobe.results import resultset
-from tileprobe.results import schema as schemas
-from tileprobe.reports import recommend as rec
-from tileprobe import sweep as sw
-from tileprobe.engines import fetch
 from tileprobe.errors import DOCTOR_HELP, ToolchainError, UsageError
-from tileprobe.reports.explain import explain as run_explain
-from tileprobe.results.merge import merge as run_merge
-from tileprobe.reports.report import write_text, devices_table, export, write_reports
-from tileprobe.reports.terminal import print_rows
-from tileprobe.binary import inspect as binary_inspect
-from tileprobe.binary.jit import find_jit
-from tileprobe.guard import include_dir
+
+# Start-up time: a command imports the machinery it runs inside its body, and `audit` and `export` (whose modules
+# import the audit and export machinery at their top) are built only when named (_Commands), so `tileprobe doctor`,
+# `inspect`, `schema` or a bad option no longer import every other command's work first (~1 s of CPU per start
+# before, ~0.3 s now). These are start-up choices, not cycle dodges: every module also imports on its own
+# (tests/test_imports.py).
+
+
+def _audit_command():
+    from tileprobe import cli_audit
+
+    holder = typer.Typer(add_completion=False, rich_markup_mode=None)
+    holder.command()(cli_audit.audit)
+    return typer.main.get_group(holder).commands["audit"]
+
+
+def _export_group():
+    from tileprobe import cli_export
+
+    holder = typer.Typer(add_completion=False, rich_markup_mode=None)
+    holder.add_typer(cli_export.export_app, name="export")
+    return typer.main.get_group(holder).commands["export"]
+
+
+# name: (the command it is listed after in --help, or None for the end; its builder)
+_LAZY = {"audit": ("check-configs", _audit_command), "export": (None, _export_group)}
+
+
+class _LazyCommands(dict):
+    """The group's commands: a lazy one is built on first lookup, so `group.commands["audit"]` works as before."""
+
+    def __missing__(self, name):
+        if name not in _LAZY:
+            raise KeyError(name)
+        self[name] = _LAZY[name][1]()
+        return self[name]
+
+    def keys(self):  # the names typer suggests from for a mistyped command ("Did you mean 'audit'?")
+        return [*dict.keys(self), *(n for n in _LAZY if not dict.__contains__(self, n))]
+
+
+class _Commands(TyperGroup):
+    """tileprobe's top-level group: the eager commands plus the lazy ones (_LAZY), listed in their usual places."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.commands = _LazyCommands(self.commands)
+
+    def list_commands(self, ctx) -> list[str]:
+        names = [n for n in super().list_commands(ctx) if n not in _LAZY]
+        for name, (after, _) in _LAZY.items():
+            names.insert(names.index(after) + 1 if after in names else len(names), name)
+        return names
+
+    def get_command(self, ctx, cmd_name: str):
+        if cmd_name in _LAZY:
+            return self.commands[cmd_name]
+        return super().get_command(ctx, cmd_name)
+
 
 EXAMPLES = """\b
 Examples:
@@ -60,7 +101,7 @@ Examples:
 
 # Plain click help and errors (rich_markup_mode=None): no markup to misread ("E:M:N:K" is not an emoji), and neither
 # --help nor a bad option waits for typer's rich formatter to load.
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, epilog=EXAMPLES,
+app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True, rich_markup_mode=None, epilog=EXAMPLES,
                   help="Which kernel configs fit a GPU's shared-memory limit (101376 B per block on RTX PRO 6000, "
                        "RTX 5090, DGX Spark), in bytes, with evidence, no GPU needed: every Triton kernel vLLM or "
                        "SGLang launches for your model (audit), vLLM's and SGLang's Triton "
@@ -139,6 +180,11 @@ def sweep(
     cache_dir: CacheOpt = None,
 ) -> None:
     """Probe tiles: static on any machine, runtime where a GPU of the family's arch is present."""
+    from tileprobe import families, ray_sweep
+    from tileprobe import sweep as sw
+    from tileprobe.reports.report import write_reports
+    from tileprobe.reports.terminal import print_rows
+    from tileprobe.triton import sweep as triton_sweep
 
     if jobs < 1:
         raise UsageError("--jobs must be at least 1")
@@ -205,6 +251,7 @@ def autotune(
 ) -> None:
     """Size every config of an @triton.autotune kernel for a GPU you don't have: which would be OutOfResources there,
     and what the autotuner is left to choose from."""
+    from tileprobe.triton import sweep as triton_sweep
 
     report = triton_sweep.autotune_report(kernel, target, engine, engine_wheel, kernel_args, any_triton, max(1, jobs),
                                           cache_dir, rules_off)
@@ -225,6 +272,7 @@ def explain(
     cache_dir: CacheOpt = None,
 ) -> None:
     """The shared-memory budget of one config in words and bytes, and which stage count or K would fit."""
+    from tileprobe.reports.explain import explain as run_explain
 
     st = _ints([stages], "--stages")[0]  # type: ignore[index]
     console.print(run_explain(tile, family, target, schedule, epilogue, st, cutlass_dir, nvcc, cache_dir, predict_only), soft_wrap=True,
@@ -234,6 +282,7 @@ def explain(
 @app.command()
 def devices() -> None:
     """List visible GPUs through cuda-python; with none, the built-in offline target profiles."""
+    from tileprobe.reports.report import devices_table
 
     console.print(devices_table())
 
@@ -248,6 +297,7 @@ def report(
     out: Annotated[Optional[Path], typer.Option("--out", help="csv/json: write to this file instead of stdout")] = None,
 ) -> None:
     """The report of a results folder: markdown with charts, or its rows as CSV or JSON."""
+    from tileprobe.reports.report import export
 
     text = export(results, fmt, out)
     if fmt == "md" or out is not None:
@@ -277,6 +327,8 @@ def check_configs(
     the target; not launched). One line per entry that
     does not fit (OVER), that Triton did not compile (COMPILE-ERROR) or that was not checked (NOT-CHECKED); exit 0
     when every entry was checked and fits, 2 when nothing could be checked, else 1."""
+    from tileprobe import sweep as sw
+    from tileprobe.triton import audit as triton_audit
 
     res = triton_audit.run(path, engine, engine_wheel, target, out, jobs, cache_dir, hidden, any_triton,
                            sw.command_line(), PredictPolicy(compile_all, verify, verify_seed), rules_off, model)
@@ -302,9 +354,6 @@ def check_configs(
         raise typer.Exit(res.exit_code())
 
 
-app.command()(cli_audit.audit)
-
-
 known_good_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Known-good tile sets (results/known_good/<target>__<family>.json).")
 app.add_typer(known_good_app, name="known-good")
 
@@ -316,6 +365,7 @@ def known_good_write(
     accept_versions: Annotated[bool, typer.Option("--accept-versions", help="update a file made with another CUTLASS or nvcc")] = False,
 ) -> None:
     """Make or update known-good files from a sweep (one per target and family)."""
+    from tileprobe.results import known_good, resultset
 
     for path, notes in known_good.write(resultset.load(results), out, accept_versions=accept_versions):
         doc = known_good.load_file(path)
@@ -333,6 +383,8 @@ def check(
     cache_dir: CacheOpt = None,
 ) -> None:
     """Re-probe known-good tiles statically against their targets; exit 1 listing each regression on one line."""
+    from tileprobe import sweep as sw
+    from tileprobe.results import known_good
 
     if jobs < 1:
         raise UsageError("--jobs must be at least 1")
@@ -361,6 +413,9 @@ def diff(
     out: Annotated[Optional[Path], typer.Option("--out", help="also write the markdown here")] = None,
 ) -> None:
     """Two results folders side by side: verdicts changed, SharedStorage moved, timings moved beyond noise."""
+    from tileprobe.reports import compare
+    from tileprobe.reports.report import write_text
+    from tileprobe.results import resultset
 
     text = compare.render(compare.diff(resultset.load(a), resultset.load(b)))
     if out is not None:
@@ -377,6 +432,8 @@ def recommend(
     target: TargetOpt = None,
 ) -> None:
     """Per workload and GEMM: batch-size buckets -> best verified-correct tile and runner-up, as JSON."""
+    from tileprobe.reports import recommend as rec
+    from tileprobe.results import resultset
 
     text = rec.write_recommendations(resultset.load(results), out, epilogue=epilogue, routing=routing, target=target)
     if out is None:
@@ -392,6 +449,9 @@ def merge(
     force: Annotated[bool, typer.Option("--force", help="merge even when CUTLASS or nvcc versions differ")] = False,
 ) -> None:
     """Join results folders into one without duplicate rows; writes results, run.json and report.md into --out."""
+    from tileprobe import sweep as sw
+    from tileprobe.reports.report import write_reports
+    from tileprobe.results.merge import merge as run_merge
 
     res = run_merge(folders, out, force, sw.command_line())
     console.print(f"merged {res.inputs} folder(s): {res.rows} rows, {res.duplicates} duplicate(s) dropped"
@@ -415,6 +475,8 @@ def inspect(
 ) -> None:
     """Per kernel and arch, read from the binary (no GPU): static shared memory, registers, stack frame, max threads;
     per target: does its code run there, and the largest dynamic shared memory a launch may request."""
+    from tileprobe.binary import inspect as binary_inspect
+    from tileprobe.binary.jit import find_jit
 
     if (set_ or solve) and not dynamic:
         raise UsageError("--set and --solve apply with --dynamic only")
@@ -441,6 +503,7 @@ def doctor(
     """One line per thing a run needs (nvcc, CUTLASS, host compiler, Triton, the engines, flashinfer, GPU, cache):
     ok, or what is wrong and the command that fixes it; exit 2 when a run of this kind would fail, or when the
     engine or Triton a run would read is a release tileprobe cannot answer for."""
+    from tileprobe import doctor as tileprobe_doctor
 
     checks = tileprobe_doctor.diagnose(engine, target, cutlass_dir, nvcc, cache_dir, engine_wheel, rules_off,
                                        any_triton)
@@ -459,6 +522,7 @@ def doctor(
 def include() -> None:
     """Print the folder holding the C++ launch guard, for `nvcc -I"$(tileprobe include)"` and
     `#include <tileprobe/guard.h>`."""
+    from tileprobe.guard import include_dir
 
     sys.stdout.write(f"{include_dir()}\n")
 
@@ -479,6 +543,8 @@ def engines_fetch(
     into the wheel cache, for triton-moe, check-configs and the export commands on a machine without them. An engine
     release tileprobe has no manifest for is cached and refused (exit 2) unless --rules-off; a pinned flashinfer
     release the index does not serve is one line naming the fallback to choose."""
+    from tileprobe.engines import fetch
+
     if dry_run:
         for w in fetch.plan(engines, dest, flashinfer):
             sys.stdout.write(f"{w.dist} {w.version or '(its pin)'}: {w.why}\n")
@@ -491,14 +557,13 @@ def engines_fetch(
     sys.stdout.writelines(f"{banner}\n" for banner in fetch.answerable(got, rules_off))
 
 
-app.add_typer(cli_export.export_app, name="export")
-
-
 @app.command()
 def schema(
     name: Annotated[str, typer.Argument(help="row, run, known-good or recommend")],
 ) -> None:
     """Print the versioned JSON Schema of a tileprobe format (result rows, run.json, known-good, recommend)."""
+    from tileprobe.results import schema as schemas
+
     if name not in schemas.names():
         raise UsageError(f"unknown schema {name!r}; known: {', '.join(schemas.names())}")
     sys.stdout.write(json.dumps(schemas.schema(name), indent=1) + "\n")
