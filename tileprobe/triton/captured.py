@@ -33,12 +33,12 @@ launch is re-typed (triton_moe._sglang_args) and keeps needing the piece.
 
 from __future__ import annotations
 
-import functools
 import sys
 from dataclasses import dataclass
 
 from tileprobe.audit import capture
 from tileprobe.audit import jobs as audit_jobs
+from tileprobe.audit import vllm_moe_stand_ins
 from tileprobe.audit.entries import vllm_moe
 from tileprobe.backends.triton.compile import KernelJob
 from tileprobe.backends.triton.source import KernelSource
@@ -115,22 +115,8 @@ class Captured:
         return self.path == "TMA"
 
 
-@functools.cache
-def _weights_class():
-    """A meta tensor class whose `device` is the GPU's (the engine's weights live there); everything else is meta."""
-    class OnDevice(torch.Tensor):
-        @property
-        def device(self):
-            return torch.device("cuda", 0)
-    return OnDevice
-
-
 def _meta(shape, dtype):
     return torch.empty(shape, dtype=dtype, device="meta")
-
-
-def _weights(shape, dtype):
-    return _meta(shape, dtype).as_subclass(_weights_class())
 
 
 def _arguments(layer: tuple):
@@ -141,8 +127,8 @@ def _arguments(layer: tuple):
         raise UsageError(f"{experts} experts do not split over ep {ep}")
     local = experts // ep
     wdt = torch.bfloat16 if quant == "bf16" else torch.float8_e4m3fn
-    args = (_meta((m, hidden), torch.bfloat16), _weights((local, 2 * inter, hidden), wdt),
-            _weights((local, hidden, inter), wdt), _meta((m, top_k), torch.float32), _meta((m, top_k), torch.int32))
+    args = (_meta((m, hidden), torch.bfloat16), vllm_moe_stand_ins.expert_weight((local, 2 * inter, hidden), wdt),
+            vllm_moe_stand_ins.expert_weight((local, hidden, inter), wdt), _meta((m, top_k), torch.float32), _meta((m, top_k), torch.int32))
     kwargs = dict(activation="silu", apply_router_weight_on_input=False, global_num_experts=experts,
                   expert_map=_meta((experts,), torch.int32) if ep > 1 else None)
     if quant == "fp8":
