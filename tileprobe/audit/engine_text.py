@@ -67,6 +67,20 @@ def _bound(stmt: ast.stmt) -> set[str]:
     return out
 
 
+@lru_cache(maxsize=16)
+def _prefixes(names: frozenset, sep: str, suffix: str = "") -> frozenset:
+    """Every `n[:i]` where `n[i]` is `sep`, over the names ending in `suffix`: `base in _prefixes(...)` says what
+    `any(n.startswith(base + sep) ...)` says, without a scan of the wheel's names per question."""
+    out = set()
+    for n in names:
+        if n.endswith(suffix):
+            i = n.find(sep)
+            while i >= 0:
+                out.add(n[:i])
+                i = n.find(sep, i + 1)
+    return frozenset(out)
+
+
 @lru_cache(maxsize=64)
 def _declared(source: EngineSource, dist_info: str) -> dict[str, tuple[str, str | None]]:
     """import name -> (distribution, pinned version or None) of the wheel's Requires-Dist (extras' included)."""
@@ -309,13 +323,16 @@ class TextModules:
         return None
 
     def exists(self, name: str) -> bool:
-        base = name.replace(".", "/")
         return name in self.stand_ins or self._rel(name) is not None or self._extension(name) \
-            or any(n.startswith(base + "/") for n in self.names)
+            or self._folder(name)
+
+    def _folder(self, name: str) -> bool:
+        """Some file of the engine lies below the module's folder (a name starts with `base/`)."""
+        return name.replace(".", "/") in _prefixes(self.names, "/")
 
     def _extension(self, name: str) -> bool:
-        base = name.replace(".", "/")
-        return any(n.startswith(base + ".") and n.endswith(".so") for n in self.names)
+        """A compiled module of that name (a `.so` name starts with `base.`)."""
+        return name.replace(".", "/") in _prefixes(self.names, ".", ".so")
 
     def module(self, name: str) -> types.ModuleType:
         if name in self.modules:
@@ -327,7 +344,7 @@ class TextModules:
                 sys.modules[name] = mod
             made = self.stand_ins[name]
             mod.__dict__.update(made(self) if callable(made) else made)
-        elif self._rel(name) is not None or any(n.startswith(name.replace(".", "/") + "/") for n in self.names):
+        elif self._rel(name) is not None or self._folder(name):
             mod = TextModule(self, name, self._rel(name))
         elif self._extension(name):
             mod = types.ModuleType(name)
