@@ -6,7 +6,7 @@ through a reviewed recheck file, tileprobe/predict/rechecked/<release>.json, wri
 with that release installed: per (family, kernel, key) it says which release's table entry was re-checked
 (`from`), how many random launches were compared with Triton's own bytes (`checked`, `compiled` of them by a full
 compile) and how many differed (`differ`). A rule answers under the file's release when its row says checked > 0 and
-differ 0; any other rule of that release declines ("cannot predict: not re-checked on triton <release>"), and its
+differ 0; any other rule of that release declines (the row: "cannot predict: not re-checked on triton <release>"), and its
 launches are sized or compiled.
 """
 
@@ -49,7 +49,7 @@ def row(doc: dict, family: str, kernel: str, key: tuple) -> dict | None:
 
 
 def not_rechecked(release: str, family: str, kernel: str, why: str) -> CannotPredict:
-    return CannotPredict(f"cannot predict: not re-checked on triton {release} ({family} {kernel}: {why}; "
+    return CannotPredict(f"not re-checked on triton {release} ({family} {kernel}: {why}; "
                          "tools/triton_rules_recheck.py); size it")
 
 

@@ -19,6 +19,7 @@ Params: engine, experts, top_k, hidden, inter (per rank), tp, quant (None / fp8 
 from __future__ import annotations
 
 from tileprobe.audit.path.call import CompiledAnswer, Context, KernelCall, Part, unanswered
+from tileprobe.backends.triton import allocate
 from tileprobe.backends.triton.compile import TritonCompileError, compile_job
 from tileprobe.backends.triton.toolchain import require_triton
 from tileprobe.errors import UsageError
@@ -36,10 +37,12 @@ def _size(p, source, triton, ctx: Context) -> tuple[int | None, str]:
     pred = predict_launch(p.config, source, triton.version)
     if isinstance(pred, int):
         return pred, "predicted"
-    build = compile_job(p.job.sized(), str(ctx.cache_dir))
+    # Triton's allocation pass alone where tileprobe.backends.triton.allocate runs under this Triton, else the compile
+    whole = allocate.unavailable() is not None
+    build = compile_job(p.job.compiled() if whole else p.job.sized(), str(ctx.cache_dir))
     if isinstance(build, TritonCompileError):
         return None, f"compile error: {build.line}"
-    return build.shared, "sized"
+    return build.shared, "compiled" if whole else "sized"
 
 
 def answer(call: KernelCall, ctx: Context) -> CompiledAnswer:
@@ -81,12 +84,12 @@ def answer(call: KernelCall, ctx: Context) -> CompiledAnswer:
         return CompiledAnswer("fused_moe_kernel", unanswered(why), unanswered(why), unanswered(why))
     worst, p = max(sizes, key=lambda s: s[0])
     arch = Part(f"Triton {triton.version} JIT-compiles fused_moe_kernel for {target.arch} at first launch",
-                True, "compiled" if "sized" in how else "quoted")
+                True, "compiled" if how & {"sized", "compiled"} else "quoted")
     gate = Part(f"{engine}'s config lookup gave a config for each M ({', '.join(map(str, tokens))}); "
                 f"{len(skipped)} launches not reproduced" if skipped else
                 f"{engine}'s config lookup gave a config for each M ({', '.join(map(str, tokens))})",
                 None if skipped else True, "quoted")
-    evidence = "compiled" if how == {"sized"} else "predicted"
+    evidence = "compiled" if how <= {"sized", "compiled"} else "predicted"
     bytes_ = Part(f"largest metadata.shared {worst} B ({p.point['gemm']}, M={p.point['batch']}; "
                   f"{'/'.join(sorted(how))}): " + "; ".join(dict.fromkeys(configs)), worst <= target.smem_optin,
                   evidence)
