@@ -89,3 +89,20 @@ DESCRIBED_FIRST = "128x128x128"  # test_described's config: the family's first, 
 def carveout_k() -> int:
     """K of test_static_probe's 256x256xK tile whose automatic carveout has no room for two stages."""
     return session_rng("sm120-nvfp4 carveout").choice([512, 1024])
+
+
+# The SM120 family's two arch-specific builds: sm_120a (RTX 5090, RTX PRO 6000 and the other SM120 GPUs) and sm_121a
+# (DGX Spark). tileprobe builds the same sources for both with only the gencode changed, so a proof that compiles
+# each of them proves the same thing twice over. A session builds one, drawn here for every test that makes that
+# choice (the committed known-good files of tests/results/test_known_good.py, the sm_121a variant of
+# tests/engines/test_engine_flashinfer.py's identity proof), printed with the seed; TILEPROBE_TEST_EVERY_ARCH=1 builds
+# both.
+EVERY_ARCH_ENV = "TILEPROBE_TEST_EVERY_ARCH"
+SM120_ARCHS = ("sm_120a", "sm_121a")
+
+
+def sm120_archs() -> tuple[str, ...]:
+    """The SM120-family arch(s) this session builds: one drawn, or both with TILEPROBE_TEST_EVERY_ARCH=1."""
+    if os.environ.get(EVERY_ARCH_ENV) == "1":
+        return SM120_ARCHS
+    return (session_rng("sm120 family arch").choice(SM120_ARCHS),)

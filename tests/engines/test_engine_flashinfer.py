@@ -2,10 +2,11 @@
 
 The identity proof runs FlashInfer's own kernel generator from the installed package (without importing flashinfer),
 compiles its instantiations exactly as FlashInfer's JIT does (NVFP4 gemm1 and gemm2 with swap off and on, MXFP8 x
-MXFP4 gemm1 and gemm2, one sm_121a build, one SM90 FP8 cluster 2x1; and the gemm2 finalize tiles the committed
-blocklist blocks, with their swap-AB copies), puts them and tileprobe's FlashinferMoeKernel for the same tactics into
-one translation unit per build, compiles it with nvcc's host pass and the module's own flags, and checks that each
-FlashInfer launcher and tileprobe's entry point at the same mangled kernel (see `_Identity`).
+MXFP4 gemm1 and gemm2, one sm_121a build in the sessions that draw sm_121a (see `_variants`), one SM90 FP8 cluster
+2x1; and the gemm2 finalize tiles the committed blocklist blocks, with their swap-AB copies), puts them and
+tileprobe's FlashinferMoeKernel for the same tactics into one translation unit per build, compiles it with nvcc's
+host pass and the module's own flags, and checks that each FlashInfer launcher and tileprobe's entry point at the same
+mangled kernel (see `_Identity`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import pytest
 from filelock import FileLock
 
 from _nvcc_host import NVCC_TIMEOUT_S, entry_target, host_pass, relocations
+from _session_draw import sm120_archs
 from tileprobe.binary import elf
 from tileprobe.engines import flashinfer as ef
 from tileprobe.errors import UsageError
@@ -257,10 +259,14 @@ class _Variant:
 
 def _variants(tree: ef.FlashinferTree) -> list[_Variant]:
     """gemm1 and gemm2 of NVFP4 (each with swap off and on: finalize without swap is the tactic users' autotuners try
-    and #4841 reports), MXFP8 x MXFP4 gemm1 and gemm2, one sm_121a build, one SM90 FP8 cluster 2x1. NVFP4's gemm2
-    (FINALIZE) pair is the first tile the committed finalize-on blocklist blocks, without and with swap-AB, where that
-    file exists (test_blocked_finalize_tiles_are_flashinfers_kernels checks the same two instantiations, so the
-    session's one SM120 host pass holds them once instead of two more on the first tactic's tile: about 9 CPU s);
+    and #4841 reports), MXFP8 x MXFP4 gemm1 and gemm2, one sm_121a build, one SM90 FP8 cluster 2x1. The sm_121a build
+    (the SM120 module's sources and flags with DGX Spark's gencode) is in the plan of the sessions that draw sm_121a
+    for the SM120 family (tests/_session_draw.py: sm120_archs, shared with the known-good files' re-probe), about
+    every other run, and of every run with TILEPROBE_TEST_EVERY_ARCH=1: the other sessions hold one host pass fewer.
+    NVFP4's gemm2 (FINALIZE) pair is the first tile the committed finalize-on blocklist blocks, without and with
+    swap-AB, where that file exists (test_blocked_finalize_tiles_are_flashinfers_kernels checks the same two
+    instantiations, so the session's one SM120 host pass holds them once instead of two more on the first tactic's
+    tile: about 9 CPU s);
     else the first tactic's tile."""
     nv, mx = ef.sm120_tactics(0, tree)[0], ef.sm120_tactics(1, tree)[0]
     out = []
@@ -280,9 +286,10 @@ def _variants(tree: ef.FlashinferTree) -> list[_Variant]:
         out.append(_Variant(f"mxfp8xmxfp4 {fusion} swap={swap}", "120", "120a", "__nv_fp8_e4m3", "SafeFP4", fusion,
                             swap, (mx.tile_m, mx.tile_n, mx.k_elements(8)), (1, 1, 1),
                             f"{mx.tile_m}, {mx.tile_n}, {mx.k_bytes}, 1, {int(fusion == 'FINALIZE')}, {int(swap)}, 120"))
-    out.append(_Variant("nvfp4 FINALIZE swap=False sm_121a", "120", "121a", "SafeFP4", "SafeFP4", "FINALIZE", False,
-                        (nv.tile_m, nv.tile_n, nv.k_elements(4)), (1, 1, 1),
-                        f"{nv.tile_m}, {nv.tile_n}, {nv.k_bytes}, 0, 1, 0, 120"))
+    if "sm_121a" in sm120_archs():  # its own host pass: only in the sessions that draw sm_121a (_session_draw)
+        out.append(_Variant("nvfp4 FINALIZE swap=False sm_121a", "120", "121a", "SafeFP4", "SafeFP4", "FINALIZE",
+                            False, (nv.tile_m, nv.tile_n, nv.k_elements(4)), (1, 1, 1),
+                            f"{nv.tile_m}, {nv.tile_n}, {nv.k_bytes}, 0, 1, 0, 120"))
     out.append(_Variant("fp8 FINALIZE swap=True sm_90a cluster 2x1", "90", "90a", "__nv_fp8_e4m3", "__nv_fp8_e4m3",
                         "FINALIZE", True, (128, 64, 128), (2, 1, 1), "128, 64, 128, 2, 1, 1, 90, 2, 1"))
     return out

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _session_draw import SM120_ARCHS, sm120_archs
 from _synth import TC, add_runtime, make_static, meta_for, write_set
 
 from tileprobe.backends.cutlass import static_probe
@@ -26,9 +27,20 @@ from tileprobe.errors import UsageError
 REPO_KG = Path(__file__).resolve().parents[2] / "results" / "known_good"
 
 
+def committed_files() -> list[Path]:
+    """The committed files this session re-probes: every file, except that of the SM120 family's two arch-specific
+    builds (sm_120a: RTX 5090, RTX PRO 6000; sm_121a: DGX Spark; the same tile lists, the same sources, only the
+    gencode differs) one is drawn per session (tests/_session_draw.py: sm120_archs); TILEPROBE_TEST_EVERY_ARCH=1
+    re-probes every file. Each file is still re-probed in about every other run, and its tiles in every run."""
+    files = sorted(REPO_KG.glob("*.json")) if REPO_KG.is_dir() else []
+    archs = sm120_archs()
+    return [f for f in files
+            if (arch := json.loads(f.read_text())["target"].get("arch")) not in SM120_ARCHS or arch in archs]
+
+
 def pytest_generate_tests(metafunc):
     if "known_good_file" in metafunc.fixturenames:
-        files = sorted(REPO_KG.glob("*.json")) if REPO_KG.is_dir() else []
+        files = committed_files()
         metafunc.parametrize("known_good_file", files, ids=[f.name for f in files])
 
 
