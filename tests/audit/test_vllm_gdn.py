@@ -1,5 +1,5 @@
-"""tileprobe.audit.entries.vllm_gdn: vLLM 0.33.0's gated-delta-net launchers, run from the wheel under the stand-in
-device, make launches whose compiled bytes are Triton's own for the engine's own kernel objects; the prefill entry's
+"""tileprobe.audit.entries.vllm_gdn: vLLM's gated-delta-net step (the GDN metadata builder, then the layer's own
+_forward_core, tileprobe.audit.vllm_gdn_step), run from the wheel under the stand-in device, makes launches whose compiled bytes are Triton's own for the engine's own kernel objects; the prefill entry's
 `chooses` (vLLM's own _resolve_gdn_prefill_backend, run under the session) agrees with the engine line it names,
 evaluated here from the wheel's text; the entries refuse a model without GDN layers. Inputs are random per run."""
 
@@ -22,6 +22,9 @@ pytestmark = pytest.mark.triton
 
 GDN = sorted(k.name for k in vllm_gdn.ENTRIES)
 TARGETS = ("rtx-pro-6000", "h200")
+STEP = "vllm-gdn"
+CHUNK_FILES = ("cumsum.py", "chunk_scaled_dot_kkt.py", "solve_tril.py", "wy_fast.py", "chunk_delta_h.py",
+               "chunk_o.py")
 
 
 def _model(rng, key_head_dim=None) -> AttentionConfig:
@@ -34,20 +37,26 @@ def _model(rng, key_head_dim=None) -> AttentionConfig:
                            layer_types=("linear_attention", "full_attention"), gdn=dims)
 
 
-def _point(rng, model, decode: bool) -> kernels.Point:
+def _point(rng, model, phase: str) -> kernels.Point:
     tp = rng.choice([t for t in (1, 2, 4) if model.gdn.key_heads % t == 0])
-    return kernels.Point(rng.randint(1, 64) if decode else rng.randint(1, 4),
-                         1 if decode else rng.randint(17, 1500), tp)
+    decode = phase == "decode"
+    return kernels.Point(rng.randint(2, 64) if phase != "prefill" else rng.randint(1, 4),
+                         rng.randint(17, 1500), tp, None, phase)
 
 
-@pytest.mark.parametrize("name", GDN)
-def test_gdn_launches_compile_to_tritons_own_bytes(vllm, rng, tmp_path, monkeypatch, name):
-    """For each kernel the launcher launches, one launch (a random autotune config of those the engine lists):
+def _triton_prefill_model(rng):
+    """A model whose prefill the engine runs on Triton on both targets (head_k_dim 64: no FlashInfer kernel)."""
+    return _model(rng, 64)
+
+
+@pytest.mark.parametrize("phase", ("prefill", "decode", "mixed"))
+def test_gdn_launches_compile_to_tritons_own_bytes(vllm, rng, tmp_path, monkeypatch, phase):
+    """For each kernel the engine's step launches, one launch (a random autotune config of those the engine lists):
     tileprobe's compile of the captured launch, from the engine's own module, gives Triton's own bytes."""
-    entry = kernels.KERNELS[name]
+    entry = kernels.KERNELS[STEP]
     target = profile(rng.choice(TARGETS))
-    model = _model(rng)
-    pt = _point(rng, model, decode=name.endswith(("decode", "update")))
+    model = _triton_prefill_model(rng)
+    pt = _point(rng, model, phase)
     launches = captured(vllm, target, entry, model, pt)
     picked = {}
     for kernel in dict.fromkeys(la.kernel for la in launches):
@@ -67,16 +76,17 @@ def test_chunk_prefill_launches_every_kernel_of_the_engines_chain(vllm, rng):
     """chunk_gated_delta_rule_fwd's launches, in order, come from the files of the functions its body calls (read
     from the wheel: the call order and each function's `from .module import`), one kernel each, every autotune
     config the engine lists."""
-    entry = kernels.KERNELS["vllm-gdn-chunk-prefill"]
-    tree = ast.parse(vllm.read_text(entry.module_file))
+    entry = kernels.KERNELS[STEP]
+    tree = ast.parse(vllm.read_text(vllm_gdn.FLA.replace(".", "/") + "/chunk.py"))
     fwd = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "chunk_gated_delta_rule_fwd")
     imports = {a.name: n.module for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
     calls = sorted((n.lineno, n.func.id) for n in ast.walk(fwd) if isinstance(n, ast.Call)
                    and isinstance(n.func, ast.Name) and n.func.id in imports)
     package = vllm_gdn.FLA.replace(".", "/")
     want = [f"{package}/{imports[name]}.py" for _, name in calls]
-    model = _model(rng)
-    launches = captured(vllm, profile(rng.choice(TARGETS)), entry, model, _point(rng, model, decode=False))
+    model = _triton_prefill_model(rng)
+    launches = [la for la in captured(vllm, profile(rng.choice(TARGETS)), entry, model, _point(rng, model, "prefill"))
+                if la.kernel_file.rsplit("/", 1)[1] in CHUNK_FILES]
     got = list(dict.fromkeys((la.kernel, la.kernel_file) for la in launches))
     assert [f for _, f in got] == want, (got, want)
     for kernel, _ in got:
@@ -98,9 +108,9 @@ def test_chunk_o_block_list_follows_the_targets_shared_memory(vllm, rng, target_
                and ast.unparse(n.targets[0]) == "BKV_LIST")
     target = profile(target_name)
     want = ast.literal_eval(bkv.body if target.smem_optin >= default else bkv.orelse)
-    entry = kernels.KERNELS["vllm-gdn-chunk-prefill"]
-    model = _model(rng)
-    launches = captured(vllm, target, entry, model, _point(rng, model, decode=False))
+    entry = kernels.KERNELS[STEP]
+    model = _triton_prefill_model(rng)
+    launches = captured(vllm, target, entry, model, _point(rng, model, "prefill"))
     assert sorted({la.arg("BK") for la in launches if la.kernel == "chunk_fwd_kernel_o"}) == sorted(want)
 
 
@@ -117,9 +127,10 @@ def test_causal_conv1d_launches_with_cudas_pdl_answer(vllm, rng, target_name):
     target = profile(target_name)
     want = eval(ast.unparse(last.value), {"major": int(target.cc.split(".")[0])})  # noqa: S307
     model = _model(rng)
-    for name, decode in (("vllm-gdn-causal-conv1d", False), ("vllm-gdn-causal-conv1d-update", True)):
-        (launch,) = captured(vllm, target, kernels.KERNELS[name], model, _point(rng, model, decode))
-        assert launch.arg("launch_pdl") is want, (name, target_name)
+    for kernel, phase in (("_causal_conv1d_fwd_kernel", "prefill"), ("_causal_conv1d_update_kernel", "decode")):
+        (launch,) = [la for la in captured(vllm, target, kernels.KERNELS[STEP], model, _point(rng, model, phase))
+                     if la.kernel == kernel]
+        assert launch.arg("launch_pdl") is want, (kernel, target_name)
 
 
 def _capability_chain(text: str) -> list[ast.If]:
@@ -183,19 +194,32 @@ def test_the_cuda_runtime_is_the_wheels(vllm):
     assert extras == {vllm_gdn.cuda_runtime_major(vllm.origin)}
 
 
-def test_packed_decode_follows_the_engines_env_flag(vllm, rng, monkeypatch):
-    entry = kernels.KERNELS["vllm-gdn-packed-decode"]
+def test_decode_kernel_follows_the_engines_env_flag(vllm, rng, monkeypatch):
+    """_forward_core's own test of `enable_packed_recurrent_decode` (the engine's VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE)
+    picks the decode kernel of a decode-only batch."""
+    entry = kernels.KERNELS[STEP]
     model = _model(rng)
     target = profile(rng.choice(TARGETS))
-    with capture.engine_session(vllm, target, entry.allow, entry.stand_ins) as s:
-        assert entry.chooses(s, model, kernels.Point(1, 1)) is None
+    pt = _point(rng, model, "decode")
+    on = {la.kernel for la in captured(vllm, target, entry, model, pt)}
     monkeypatch.setenv("VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE", "0")
-    with capture.engine_session(vllm, target, entry.allow, entry.stand_ins) as s:
-        got = entry.chooses(s, model, kernels.Point(1, 1))
-    line = int(got.line.rsplit(":", 1)[1])
-    text = vllm.read_text(vllm_gdn.LAYER)
-    assert "self.enable_packed_recurrent_decode" in "\n".join(text.splitlines()[line - 1:line + 1])
-    assert got.runs == "fused_sigmoid_gating_delta_rule_update"
+    off = {la.kernel for la in captured(vllm, target, entry, model, pt)}
+    assert "fused_recurrent_gated_delta_rule_packed_decode_kernel" in on - off
+    assert "fused_sigmoid_gating_delta_rule_update_kernel" in off - on
+
+
+def test_mixed_batch_split_is_the_builders(vllm, rng):
+    """A mixed batch (decodes first, one prefill chunk over cached tokens): the decode kernel's cu_seqlens and the
+    post-conv prep's token count come from the engine's builder split (num_decodes = batch - 1, the chunk's seq_len
+    tokens to the prefill), and the conv1d's initial state is the builder's (the chunk has prior state)."""
+    entry = kernels.KERNELS[STEP]
+    model = _model(rng)
+    pt = _point(rng, model, "mixed")
+    launches = captured(vllm, profile(rng.choice(TARGETS)), entry, model, pt)
+    (dec,) = [la for la in launches if la.kernel == "fused_sigmoid_gating_delta_rule_update_kernel"]
+    assert dec.arg("cu_seqlens").shape == (pt.batch,), dec.arg("cu_seqlens")  # num_decodes + 1
+    (prep,) = [la for la in launches if la.kernel == "_fused_post_conv_kernel"]
+    assert prep.arg("L") == pt.seq_len, prep.args
 
 
 def test_gdn_entries_serve_only_models_with_gdn_layers(rng):
@@ -208,22 +232,23 @@ def test_gdn_entries_serve_only_models_with_gdn_layers(rng):
     assert all(entry.serves(qwen) for entry in vllm_gdn.ENTRIES)
 
 
-def test_heads_that_do_not_split_over_tp_are_a_usage_error(rng):
+def test_heads_that_do_not_split_over_tp_are_a_usage_error(vllm, rng):
     model = _model(rng)
     odd = replace(model, gdn=replace(model.gdn, key_heads=3, value_heads=3 * rng.choice([1, 2])))
     with pytest.raises(UsageError, match="do not split over 2 ranks"):
-        kernels.KERNELS[rng.choice(GDN)].arguments(odd, kernels.Point(1, 16, 2))
+        captured(vllm, profile("h200"), kernels.KERNELS[STEP], odd, kernels.Point(1, 16, 2, None, "decode"))
 
 
 def test_launches_differing_only_in_an_unspecialised_length_are_one_compile(vllm, rng):
     """The chunk chain's T is do_not_specialize: two prefills of other lengths (same tensors' dtypes, same configs)
     plan the same compiles; each job's bytes are Triton's own for its real arguments (the test above)."""
-    entry = kernels.KERNELS["vllm-gdn-chunk-prefill"]
+    entry = kernels.KERNELS[STEP]
     target = profile(rng.choice(TARGETS))
-    model = _model(rng)
+    model = _triton_prefill_model(rng)
     a, b = rng.sample(range(17, 1500), 2)
     cut = lambda src, launch: loader.module_source(entry, src, target, launch.kernel)  # noqa: E731
     plans = [{jobs.job_of(vllm, la, target.cc_int, cut) for la in captured(vllm, target, entry, model,
-                                                                           kernels.Point(1, n, 1))} for n in (a, b)]
+                                                                           kernels.Point(1, n, 1))
+              if la.kernel_file.rsplit("/", 1)[1] in CHUNK_FILES} for n in (a, b)]
     assert plans[0] == plans[1] and all(la.unspecialized == ("T",) for la in captured(
         vllm, target, entry, model, kernels.Point(1, a, 1)) if la.kernel.startswith("chunk_fwd_kernel_o")), (a, b)

@@ -169,7 +169,17 @@ def torch_utils(target: Target, source: EngineSource) -> dict:
     return {"async_tensor_h2d": async_tensor_h2d}
 
 
-GDN_STAND_INS = {**vllm_stand_ins.STAND_INS, "vllm.triton_utils": triton_utils, "vllm.platforms": platforms,
+def platform_utils(target: Target, source: EngineSource) -> dict:
+    """vllm.utils.platform_utils (imported by the FLA utils.py of releases that have it): the device properties the
+    launchers read, as the target answers them (`cuda_get_device_properties` is asked on AMD only; the module
+    itself starts a process pool to query CUDA)."""
+    props = {"shared_memory_per_block": target.smem_optin, "shared_memory_per_block_optin": target.smem_optin,
+             "multi_processor_count": target.sms}
+    return {"cuda_get_device_properties": lambda device, names, init_cuda=False: tuple(props[n] for n in names),
+            "num_compute_units": lambda device_id=0: target.sms}
+
+
+GDN_STAND_INS = {**vllm_stand_ins.STAND_INS, "vllm.utils.platform_utils": platform_utils, "vllm.triton_utils": triton_utils, "vllm.platforms": platforms,
                  "vllm.utils.torch_utils": torch_utils, "vllm.v1.attention.backends.utils": backend_utils}
 _BASE = ("vllm.platforms.interface", "vllm.v1.attention.backends.registry", "vllm.envs")
 _UTILS = (f"{FLA}.utils", f"{FLA}.op", f"{FLA}.index", "vllm.utils.gpu_sync_debug")
@@ -326,25 +336,36 @@ def packed_decode_chooses(session, model: AttentionConfig, pt: Point) -> Elsewhe
     return Elsewhere("fused_sigmoid_gating_delta_rule_update", f"{LAYER}:{test.lineno}", test_text(text, test))
 
 
+def _step(session, model: AttentionConfig, pt: Point) -> None:
+    from tileprobe.audit.vllm_gdn_step import gdn_step
+    gdn_step(session, model, pt)
+
+
+def _selection_only(session, model: AttentionConfig, pt: Point) -> None:
+    """Nothing launched: where the engine's prefill backend is Triton, the chunk chain's launches are vllm-gdn's
+    (the driven step); this entry's row is the engine's choice of another prefill kernel (`chooses`)."""
+
+
+def _step_allow() -> tuple[str, ...]:
+    from tileprobe.audit.vllm_gdn_step import ALLOW
+    return ALLOW
+
+
+def _step_stand_ins() -> dict:
+    from tileprobe.audit.vllm_gdn_step_stand_ins import STAND_INS
+    return STAND_INS
+
+
 ENTRIES = (
-    AuditKernel("vllm-gdn-post-conv-prep", "vllm", LISTED, f"{FLA}.fused_gdn_prefill_post_conv",
-                "fused_post_conv_prep", (*_BASE, f"{FLA}.fused_gdn_prefill_post_conv"), GDN_STAND_INS, _post_conv,
-                serves, "q/k/v in the model's dtype, g/beta fp32", windowed=False,
-                predict=conv_rule.predict),
+    # the whole GDN step (tileprobe.audit.vllm_gdn_step): conv1d fn / update, post-conv prep, packed or
+    # sigmoid-gating decode, and the chunk chain where the engine's prefill backend is Triton; conv_rule.predict
+    # answers the kernels it states rules for by kernel name, the chunk chain's kernels are sized
+    AuditKernel("vllm-gdn", "vllm", LISTED, "vllm.v1.attention.backends.gdn_attn", "GDNAttentionMetadataBuilder",
+                _step_allow(), _step_stand_ins(), None, serves,
+                "the model's dtype (states too); A_log, g / beta fp32", windowed=False, compile_from="module",
+                predict=conv_rule.predict, drive=_step, phases=("prefill", "decode", "mixed")),
     AuditKernel("vllm-gdn-chunk-prefill", "vllm", LISTED, f"{FLA}.chunk", "chunk_gated_delta_rule", CHUNK_ALLOW,
-                GDN_STAND_INS, _chunk, serves, "q/k/v in the model's dtype, g/beta fp32, the state the model's",
-                windowed=False, chooses=prefill_chooses, compile_from="module"),
-    AuditKernel("vllm-gdn-packed-decode", "vllm", LISTED, f"{FLA}.fused_recurrent",
-                "fused_recurrent_gated_delta_rule_packed_decode", (*_BASE, *_UTILS, f"{FLA}.fused_recurrent"),
-                GDN_STAND_INS, _packed_decode, serves, "the model's dtype; A_log fp32", windowed=False,
-                chooses=packed_decode_chooses, compile_from="module", predict=conv_rule.predict),
-    AuditKernel("vllm-gdn-sigmoid-gating-decode", "vllm", LISTED, f"{FLA}.fused_sigmoid_gating",
-                "fused_sigmoid_gating_delta_rule_update", (*_BASE, f"{FLA}.fused_sigmoid_gating"), GDN_STAND_INS,
-                _sigmoid_decode, serves, "the model's dtype; A_log fp32", windowed=False, predict=conv_rule.predict),
-    AuditKernel("vllm-gdn-causal-conv1d", "vllm", LISTED, CONV, "causal_conv1d_fn", (*_BASE, CONV), GDN_STAND_INS,
-                _conv_fn, serves, "the model's dtype (the conv state's)", windowed=False, compile_from="module",
-                predict=conv_rule.predict),
-    AuditKernel("vllm-gdn-causal-conv1d-update", "vllm", LISTED, CONV, "causal_conv1d_update", (*_BASE, CONV),
-                GDN_STAND_INS, _conv_update, serves, "the model's dtype (the conv state's)", windowed=False,
-                compile_from="module", predict=conv_rule.predict),
+                GDN_STAND_INS, None, serves, "q/k/v in the model's dtype, g/beta fp32, the state the model's",
+                windowed=False, chooses=prefill_chooses, compile_from="module", drive=_selection_only,
+                phases=("prefill", "mixed")),
 )
