@@ -1,4 +1,5 @@
-"""tileprobe.audit.entries.vllm_mamba: vLLM 0.33.0's Mamba-2 launchers, run from the wheel as MambaMixer2 calls them.
+"""tileprobe.audit.entries.vllm_mamba: vLLM's Mamba-2 launchers, run from the wheel through the engine's own step
+(tileprobe.audit.vllm_mamba_step: the Mamba2 metadata builder's build, then MambaMixer2's own __init__ and op).
 Each captured launch compiles to the bytes Triton gives the engine's own kernel object; the SSD kernels' autotune
 lists are the engine decorators' (read from the source here), launch_autotuned's cached path is recorded as the
 autotuner's launch; the decode kernel takes the wheel's tuned JSON for the device name; `serves` refuses a model
@@ -23,7 +24,12 @@ pytestmark = pytest.mark.triton
 
 ENTRIES = {k.name: k for k in vllm_mamba.ENTRIES}
 SCAN = ENTRIES["vllm-mamba2-chunk-scan"]
+CONTINUED = ENTRIES["vllm-mamba2-chunk-scan-continued"]
 SSU = ENTRIES["vllm-mamba2-selective-state-update"]
+
+
+def _point(entry, batch, seq_len, tp=1):
+    return kernels.Point(batch, seq_len, tp, phase=entry.phases[0])
 
 
 def _model(rng, **ssm) -> tuple[AttentionConfig, int]:
@@ -46,7 +52,7 @@ def test_captured_launches_compile_to_tritons_own_bytes(vllm, rng, tmp_path, mon
     entry = ENTRIES[name]
     target = profile(rng.choice(["rtx-pro-6000", "h200"]))
     model, tp = _model(rng)
-    pt = kernels.Point(rng.randint(1, 4), rng.randint(1, 700), tp)
+    pt = _point(entry, rng.randint(1, 4), rng.randint(1, 700), tp)
     launches = captured(vllm, target, entry, model, pt)
     picked = {}
     for kernel in dict.fromkeys(la.kernel for la in launches):
@@ -116,23 +122,56 @@ def test_autotune_lists_are_the_engines_decorators(vllm, rng):
 
 def test_launch_autotuned_cached_path_is_recorded_as_the_autotuners_launch(vllm, rng):
     """launch_autotuned keeps the autotuner's pick per key and launches `kernel.fn` with it the next time: a second
-    point with the same key still records every config, sited at the launcher's launch_autotuned call."""
+    step with the same key, in the same session, still records every config, sited at the launcher's
+    launch_autotuned call."""
     model, tp = _model(rng)
-    first = kernels.Point(rng.randint(1, 4), rng.randint(1, 700), tp)
-    second = kernels.Point(rng.randint(1, 4), rng.randint(1, 700), tp)
+    first = _point(SCAN, rng.randint(1, 4), rng.randint(1, 700), tp)
+    second = _point(SCAN, rng.randint(1, 4), rng.randint(1, 700), tp)
     text = vllm.read_text(SCAN.module_file.replace("ssd_combined", "triton_helpers"))
     assert "kernel.fn[grid]" in text  # the cached path this test is about
     with capture.engine_session(vllm, profile("rtx-pro-6000"), SCAN.allow, SCAN.stand_ins) as s:
-        launcher = getattr(s.module(SCAN.module), SCAN.launcher)
-        launcher(*SCAN.arguments(model, first)[0], **SCAN.arguments(model, first)[1])
+        SCAN.drive(s, model, first)
         n = len(s.launches)
-        launcher(*SCAN.arguments(model, second)[0], **SCAN.arguments(model, second)[1])
+        SCAN.drive(s, model, second)
     one, two = s.launches[:n], s.launches[n:]
     assert [(la.kernel, la.autotune, la.call_site) for la in one] == \
         [(la.kernel, la.autotune, la.call_site) for la in two]
     for la in two:
         file, line = la.call_site.rsplit(":", 1)
         assert file == la.kernel_file and "launch_autotuned(" in vllm.read_text(file).splitlines()[int(line) - 1]
+
+
+def test_a_continued_prefill_steps_over_the_builders_chunks(vllm, rng):
+    """The mixed batch's prefill chunk starts seq_len tokens into its sequence: the engine's builder
+    (Mamba2AttentionMetadataBuilder._build_chunk_metadata_tensors) breaks its chunks at the physical chunk boundaries
+    of the whole sequence, so the scan steps over ceil(2s / c) - floor(s / c) chunks, one more than ceil(s / c) where
+    s mod c is over c / 2 (as picked here); the scan reads initial states (the builder's prep_initial_states), and the
+    decode rows of the batch are not in the scan (x holds the prefill chunk's s tokens)."""
+    model, tp = _model(rng)
+    c = model.ssm.chunk_size
+    s = c * rng.randint(0, 3) + rng.randint(c // 2 + 1, c - 1)
+    pt = _point(CONTINUED, rng.randint(1, 4), s, tp)
+    launches = captured(vllm, profile(rng.choice(["rtx-pro-6000", "h200"])), CONTINUED, model, pt)
+    chunks = -(-2 * s // c) - s // c
+    assert chunks == -(-s // c) + 1
+    scan = next(la for la in launches if la.kernel == "_chunk_scan_fwd_kernel")
+    assert scan.arg("seq_idx_ptr").shape == (chunks,), (s, c, scan.arg("seq_idx_ptr").shape)
+    assert scan.arg("cu_chunk_seqlens_ptr").shape == (chunks + 1,)
+    assert scan.arg("x_ptr").shape[0] == s and scan.arg("HAS_INITSTATES") is True
+    fresh = captured(vllm, profile("rtx-pro-6000"), SCAN, model, _point(SCAN, 1, s, tp))
+    assert next(la for la in fresh if la.kernel == "_chunk_scan_fwd_kernel").arg("HAS_INITSTATES") is False
+
+
+def test_the_decode_reads_the_builders_state_indices(vllm, rng):
+    """The decode's state indices are the builder's (mamba_get_block_table_tensor of the block table: one block per
+    request), (batch, 1 + num_speculative_tokens) int32, as the mixer passes them to both decode kernels."""
+    model, tp = _model(rng)
+    b = rng.randint(1, 40)
+    for entry, name in ((SSU, "state_batch_indices_ptr"), (ENTRIES["vllm-mamba2-causal-conv1d-update"],
+                                                             "conv_state_indices_ptr")):
+        (launch,) = captured(vllm, profile("rtx-pro-6000"), entry, model, _point(entry, b, rng.randint(1, 700), tp))
+        idx = launch.arg(name)
+        assert (idx.shape, idx.dtype) == ((b, 1), "i32"), (name, idx)
 
 
 def test_decode_takes_the_wheels_tuned_config_for_the_device_name(vllm, rng):
@@ -147,7 +186,7 @@ def test_decode_takes_the_wheels_tuned_config_for_the_device_name(vllm, rng):
     key = rng.choice([k for k in tuned if k % heads == 0 and k >= heads])
     model = AttentionConfig("m", 32, 8, 128, "bf16", model_type="nemotron_h",
                             ssm=SSMDims(heads, 64, 128, rng.choice([1, 8]), 256, 4))
-    (launch,) = captured(vllm, target, SSU, model, kernels.Point(key // heads, 1))
+    (launch,) = captured(vllm, target, SSU, model, _point(SSU, key // heads, 1))
     assert (launch.arg("BLOCK_SIZE_M"), launch.arg("num_warps")) == (tuned[key]["BLOCK_SIZE_M"],
                                                                       tuned[key]["num_warps"])
 
@@ -163,7 +202,7 @@ def test_conv_launch_pdl_is_cudas_answer(vllm, rng):
     model, tp = _model(rng)
     for name in ("rtx-pro-6000", "rtx-4090"):
         target = profile(name)
-        (launch, *_) = captured(vllm, target, entry, model, kernels.Point(rng.randint(1, 4), 64, tp))
+        (launch, *_) = captured(vllm, target, entry, model, _point(entry, rng.randint(1, 4), 64, tp))
         assert launch.arg("launch_pdl") is (int(target.cc.split(".")[0]) >= floor), name
 
 
@@ -176,10 +215,11 @@ def test_serves_only_models_with_mamba2_layers(rng):
     assert set(ENTRIES) <= {k.name for k in run.serving("vllm", model)}
 
 
-def test_heads_or_groups_that_do_not_split_over_tp_are_a_usage_error(rng):
+def test_heads_or_groups_that_do_not_split_over_tp_are_a_usage_error(vllm, rng):
     entry = rng.choice(list(ENTRIES.values()))
     odd = AttentionConfig("m", 32, 8, 128, ssm=SSMDims(6, 64, 128, 2, 128, 4))
     with pytest.raises(UsageError, match="Mamba heads do not split"):
-        entry.arguments(odd, kernels.Point(1, 16, 4))
+        captured(vllm, profile("rtx-pro-6000"), entry, odd, _point(entry, 1, 16, 4))
     with pytest.raises(UsageError, match="Mamba groups do not split"):
-        entry.arguments(replace(odd, ssm=replace(odd.ssm, heads=8, groups=2)), kernels.Point(1, 16, 4))
+        captured(vllm, profile("rtx-pro-6000"), entry, replace(odd, ssm=replace(odd.ssm, heads=8, groups=2)),
+                 _point(entry, 1, 16, 4))

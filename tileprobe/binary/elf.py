@@ -183,8 +183,9 @@ class Image:
         return f"{'sm' if self.kind == 'cubin' else 'compute'}_{self.sm}{self.suffix}"
 
 
-def _entries(blob: bytes, start: int, label: str) -> tuple[list[Image], int]:
-    """The entries of the fatbin container at `start`; returns them and the container's end."""
+def _entries(blob: bytes, start: int, label: str, decode: bool = True) -> tuple[list[Image], int]:
+    """The entries of the fatbin container at `start`; returns them and the container's end. `decode=False`: the
+    entries' payloads as stored (nothing decompressed; what containers() needs)."""
     _, version, header_size, body = struct.unpack_from("<IHHQ", blob, start)
     end = start + header_size + body
     if version != 1 or header_size != 16 or end > len(blob):
@@ -204,7 +205,9 @@ def _entries(blob: bytes, start: int, label: str) -> tuple[list[Image], int]:
         if name is not None:
             data, note = payload, ""
             try:
-                if payload[:4] == ZSTD_MAGIC:
+                if not decode:
+                    pass
+                elif payload[:4] == ZSTD_MAGIC:
                     data = _zstd(payload)
                 elif flags & FLAG_LZ4:
                     data = _lz4_block(payload, full)
@@ -232,6 +235,27 @@ def fatbin_images(blob: bytes, base: str = "fatbin") -> list[Image]:
             end = at + 4
         at = blob.find(FATBIN_MAGIC, max(end, at + 4))
     return images
+
+
+def entries(blob: bytes, start: int, label: str) -> list[Image]:
+    """The images of the fatbin container at `start` (one of containers()), decompressed."""
+    return _entries(blob, start, label)[0]
+
+
+def containers(blob: bytes, base: str = "fatbin") -> list[tuple[int, int, str]]:
+    """(start, end, label) of each fatbin container fatbin_images reads from `blob`, in its order and with its
+    labels, without decompressing anything: the containers' entries are then `_entries(blob, start, label)[0]`."""
+    out: list[tuple[int, int, str]] = []
+    at = blob.find(FATBIN_MAGIC)
+    while at >= 0:
+        if at + 16 <= len(blob):
+            found, end = _entries(blob, at, f"{base} container {len(out) + 1}", decode=False)
+            if found:
+                out.append((at, end, f"{base} container {len(out) + 1}"))
+        else:
+            end = at + 4
+        at = blob.find(FATBIN_MAGIC, max(end, at + 4))
+    return out
 
 
 def images_in(path: Path) -> list[Image]:

@@ -15,12 +15,14 @@ import functools
 import os
 import pickle
 import re
+import struct
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tileprobe.audit.path.call import Part
 from tileprobe.binary.cubin import Kernel, kernels
+from tileprobe.binary import elf
 from tileprobe.binary.elf import Image, images_in
 from tileprobe.binary.inspect import ptx_entries, runs_on
 from tileprobe.engines import triton_configs
@@ -84,12 +86,73 @@ class Library:
 INDEX_VERSION = 1  # bump when Library, Image or Kernel change shape
 
 
-def _read(path: Path) -> Library:
-    images = images_in(path)
-    notes = tuple(sorted({im.note for im in images if im.data is None and im.note}))
+SPLIT_BYTES = 32 << 20  # a binary this large has its fatbin containers read by two processes (_read)
+
+
+def _index(images: list[Image]) -> tuple[list, list, set, set]:
+    """Images without their bytes, (image, kernel) pairs, PTX entry names and unreadable notes of `images`."""
     bare = {im.origin: replace(im, data=None) for im in images}
-    found = tuple((bare[im.origin], k) for im in images for k in kernels(im))
-    return Library(Path(path), tuple(bare.values()), found, frozenset(ptx_entries(images)), notes)
+    found = [(bare[im.origin], k) for im in images for k in kernels(im)]
+    return list(bare.values()), found, ptx_entries(images), {im.note for im in images if im.data is None and im.note}
+
+
+def _index_part(path: str, part: list[tuple[int, int, str]]) -> tuple[list, list, set, set]:
+    """_index of these fatbin containers of the file (a worker process's half of _read)."""
+    blob = Path(path).read_bytes()
+    return _index([im for at, _, label in part for im in elf.entries(blob, at, label)])
+
+
+_POOL: list = []  # one spawned worker for the process, started at the first large binary
+
+
+def _other_half(path: Path, part: list):
+    """A future of _index_part in a worker process, or None when no worker can be started here."""
+    try:
+        if not _POOL:
+            import multiprocessing  # noqa: PLC0415
+            from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
+
+            _POOL.append(ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")))
+        return _POOL[0].submit(_index_part, str(path), part)
+    except (OSError, RuntimeError, ValueError):
+        return None
+
+
+def _read(path: Path) -> Library:
+    """The binary's index. A binary of at least SPLIT_BYTES with several fatbin containers (the engines' `.so`
+    files: hundreds of zstd-compressed cubins) is read in two halves, the first by a worker process while this one
+    reads the second; the halves are joined in container order, so the index is the one a single read makes."""
+    path = Path(path)
+    parts = None
+    if (os.cpu_count() or 1) > 1 and path.stat().st_size >= SPLIT_BYTES:
+        blob = path.read_bytes()
+        found = elf.containers(blob) if blob[:4] != elf.ELF_MAGIC or len(blob) <= 0x14 or \
+            struct.unpack_from("<H", blob, 0x12)[0] != elf.EM_CUDA else []
+        if len(found) > 1:
+            total, acc, cut = sum(end - at for at, end, _ in found), 0, 1
+            for i, (at, end, _) in enumerate(found):  # the cut nearest half the containers' bytes
+                acc += end - at
+                if acc * 2 >= total:
+                    cut = max(1, min(i + 1, len(found) - 1))
+                    break
+            future = _other_half(path, found[:cut])
+            second = _index([im for at, _, label in found[cut:] for im in elf.entries(blob, at, label)])
+            del blob
+            try:
+                first = future.result() if future is not None else None
+            except Exception:  # noqa: BLE001 - a worker that died: that half is read here
+                first = None
+            if first is None:
+                first = _index_part(str(path), found[:cut])
+            parts = (first, second)
+    if parts is None:
+        images = images_in(path)
+        parts = (_index(images),)
+    images = tuple(im for p in parts for im in p[0])
+    found = tuple(pair for p in parts for pair in p[1])
+    ptx = frozenset(n for p in parts for n in p[2])
+    notes = tuple(sorted({n for p in parts for n in p[3]}))
+    return Library(path, images, found, ptx, notes)
 
 
 @functools.lru_cache(maxsize=16)
