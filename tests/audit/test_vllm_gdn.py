@@ -45,7 +45,8 @@ def _point(rng, model, phase: str) -> kernels.Point:
 
 
 def _triton_prefill_model(rng):
-    """A model whose prefill the engine runs on Triton on both targets (head_k_dim 64: no FlashInfer kernel)."""
+    """A model whose prefill the engine runs on Triton on sm_120 (head_k_dim 64); on sm_90 its selector picks
+    FlashInfer's GDN prefill whatever the head size."""
     return _model(rng, 64)
 
 
@@ -98,7 +99,9 @@ def test_chunk_prefill_launches_every_kernel_of_the_engines_chain(vllm, rng):
 def test_chunk_o_block_list_follows_the_targets_shared_memory(vllm, rng, target_name):
     """chunk_o.py's `BKV_LIST = ... if check_shared_mem() else ...` is decided by the stand-in Triton driver's
     max_shared_mem (the target's opt-in limit) against utils.py's Backend.DEFAULT: the captured chunk_fwd_kernel_o
-    configs' BK values are the list of the branch the engine text gives for the target."""
+    configs' BK values are the list of the branch the engine text gives for the target. On h200 the engine's step
+    runs FlashInfer's prefill instead (its selector's sm_90 test): no chunk launch at all, and the chunk-prefill
+    entry's row names that choice."""
     utils = vllm.read_text("vllm/third_party/flash_linear_attention/ops/utils.py")
     backend = next(n for n in ast.parse(utils).body if isinstance(n, ast.ClassDef) and n.name == "Backend")
     default = next(ast.literal_eval(s.value) for s in backend.body if isinstance(s, ast.Assign)
@@ -110,8 +113,16 @@ def test_chunk_o_block_list_follows_the_targets_shared_memory(vllm, rng, target_
     want = ast.literal_eval(bkv.body if target.smem_optin >= default else bkv.orelse)
     entry = kernels.KERNELS[STEP]
     model = _triton_prefill_model(rng)
-    launches = captured(vllm, target, entry, model, _point(rng, model, "prefill"))
-    assert sorted({la.arg("BK") for la in launches if la.kernel == "chunk_fwd_kernel_o"}) == sorted(want)
+    pt = _point(rng, model, "prefill")
+    launches = captured(vllm, target, entry, model, pt)
+    got = sorted({la.arg("BK") for la in launches if la.kernel == "chunk_fwd_kernel_o"})
+    chunk = kernels.KERNELS["vllm-gdn-chunk-prefill"]
+    with capture.engine_session(vllm, target, chunk.allow, chunk.stand_ins) as s:
+        other = chunk.chooses(s, model, pt)
+    if target.cc_int == 90:
+        assert got == [] and other is not None and "FlashInfer" in other.runs, (got, other)
+    else:
+        assert other is None and got == sorted(want)
 
 
 @pytest.mark.parametrize("target_name", TARGETS)

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tileprobe.audit.entries import (sglang_attention, sglang_mla, vllm_attention, vllm_gdn, vllm_mamba, vllm_mla,
-                                     vllm_moe, vllm_moe_mxfp4, vllm_prefix_prefill)
+from tileprobe.audit.entries import (sglang_attention, sglang_mla, vllm_attention, vllm_gdn, vllm_gdn_mixer, vllm_mamba,
+                                     vllm_mla, vllm_moe, vllm_moe_mxfp4, vllm_prefix_prefill)
 from tileprobe.audit.entry import AuditKernel, Point
 from tileprobe.engines import manifest
 from tileprobe.errors import UsageError
 
-MODULES = (sglang_attention, vllm_attention, vllm_prefix_prefill, sglang_mla, vllm_mla, vllm_gdn, vllm_mamba, vllm_moe,
-           vllm_moe_mxfp4)
+MODULES = (sglang_attention, vllm_attention, vllm_prefix_prefill, sglang_mla, vllm_mla, vllm_gdn_mixer, vllm_gdn,
+           vllm_mamba, vllm_moe, vllm_moe_mxfp4)
 # an entry's release(s): the engine manifests that list it as walked (tileprobe/engines/manifests), not the entry's own
 KERNELS: dict[str, AuditKernel] = {
     k.name: replace(k, release=manifest.entry_releases(k.engine, k.name) or "(no manifest lists it)")

@@ -70,7 +70,7 @@ def _config(session, model: AttentionConfig):
     mode = session.module("vllm.config").CUDAGraphMode
     compilation = SimpleNamespace(cudagraph_mode=mode.FULL_AND_PIECEWISE, cudagraph_capture_sizes=CAPTURE_SIZES,
                                   max_cudagraph_capture_size=CAPTURE_SIZES[-1])
-    selector = vllm_gdn._vllm_config(model)
+    selector = vllm_gdn.vllm_config(model)
     return SimpleNamespace(model_config=selector.model_config, additional_config={},
                            compilation_config=compilation, parallel_config=SimpleNamespace(decode_context_parallel_size=1),
                            scheduler_config=SimpleNamespace(max_num_seqs=MAX_NUM_SEQS), speculative_config=None,
@@ -125,7 +125,7 @@ def _layer_class(session):
 
 def layer(session, model: AttentionConfig, tp: int, slots: int, backend: str):
     """The layer as its __init__ leaves it (the attributes the forward core reads), with its state caches."""
-    h, hv, k, v = vllm_gdn._dims(model, tp)
+    h, hv, k, v = vllm_gdn.dims(model, tp)
     dt = getattr(torch, TORCH[model.dtype])
     dim, width = 2 * h * k + hv * v, model.gdn.conv_kernel
     self = _layer_class(session)()
@@ -151,7 +151,7 @@ def metadata(session, model: AttentionConfig, pt: Point):
     gdn_attn = session.module("vllm.v1.attention.backends.gdn_attn")
     kvi = session.module("vllm.v1.kv_cache_interface")
     common_cls = session.module("vllm.v1.attention.backend").CommonAttentionMetadata
-    h, hv, k, v = vllm_gdn._dims(model, pt.tp)
+    h, hv, k, v = vllm_gdn.dims(model, pt.tp)
     dt = getattr(torch, TORCH[model.dtype])
     dim, width = 2 * h * k + hv * v, model.gdn.conv_kernel
     q_lens, seq_lens = batch(pt.phase, pt.batch, pt.seq_len)

@@ -1,40 +1,11 @@
-"""vLLM's gated-delta-net (GDN) launchers that Qwen3-Next / Qwen3.5 layers run, as tileprobe audit entries:
-the vendored flash-linear-attention ops under vllm/third_party/flash_linear_attention/ops/, sized as
-vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py (QwenGatedDeltaNetAttention) calls them on CUDA
-(forward_cuda -> qwen_gdn_attention_core -> `_forward_core`). Per rank: H = linear_num_key_heads / tp,
-HV = linear_num_value_heads / tp, K = linear_key_head_dim, V = linear_value_head_dim.
-
-- `fused_post_conv_prep` (fused_gdn_prefill_post_conv.py), `_forward_core`'s prefill step 1.2: conv_output (T,
-  2*H*K + HV*V) in the model's dtype, contiguous (causal_conv1d_fn's output, transposed back), a / b (T, HV) in the
-  model's dtype (forward_cuda passes `b.contiguous(), a.contiguous()`), A_log (HV,) fp32 (created fp32), dt_bias
-  (HV,) in the model's dtype (created under the model's default dtype), num_k_heads H, apply_l2norm True,
-  output_g_exp False. It runs whatever the prefill backend (FlashInfer's prefill takes its q/k/v/g/beta too).
-- `chunk_gated_delta_rule` (chunk.py; launches chunk_local_cumsum, chunk_scaled_dot_kkt, solve_tril,
-  recompute_w_u, chunk_gated_delta_rule_fwd_h, chunk_fwd_o, each autotuned), as `_forward_core` calls
-  `self.chunk_gated_delta_rule` (ChunkGatedDeltaRule.forward_native): the prep's outputs unsqueezed to a batch of 1,
-  q/k (1, T, H, K) and v (1, T, HV, V) in the model's dtype, g / beta (1, T, HV) fp32, initial_state
-  `ssm_state[prefill_state_indices]` (N, HV, V, K) in the recurrent state's dtype, output_final_state True,
-  cu_seqlens int32 (N+1), use_qk_l2norm_in_kernel False. chunk_indices / chunk_offsets are left None: the layer
-  passes the metadata builder's (vllm/v1/attention/backends/gdn_attn.py `_build_chunk_metadata`), which are
-  `prepare_chunk_indices` / `prepare_chunk_offsets` of the CPU start locations; with None the launchers call the
-  same two functions on cu_seqlens (a CPU tensor here), so the launches see the same shapes.
-- `fused_recurrent_gated_delta_rule_packed_decode` (fused_recurrent.py), `_forward_core_decode_non_spec` (a decode-only
-  batch without speculative decoding, VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE on): mixed_qkv (B, 2*H*K + HV*V)
-  (causal_conv1d_update works in place), a / b (B, HV), A_log fp32, dt_bias, scale K**-0.5, initial_state the
-  ssm_state (slots, HV, V, K), out (B, 1, HV, V), ssm_state_indices int32 (B,) (the CUDA-graph decode buffer,
-  contiguous), use_qk_l2norm_in_kernel True.
-- `fused_sigmoid_gating_delta_rule_update` (fused_sigmoid_gating.py), `_forward_core` step 2.2, the decode part of a
-  batch that mixes prefills and decodes: q/k (1, B, H, K), v (1, B, HV, V) (rearrange_mixed_qkv: contiguous views),
-  a / b (B, HV), initial_state the ssm_state, inplace_final_state True, cu_seqlens int32 (B+1), ssm_state_indices
-  int32 (B,), use_qk_l2norm_in_kernel True.
-- `causal_conv1d_fn` (vllm/model_executor/layers/mamba/ops/causal_conv1d.py), `_forward_core` step 1.2 for a
-  prefill: x the mixed_qkv (T, dim) transposed to (dim, T), conv1d.weight viewed (dim, width), no bias (the layer's
-  conv1d has none), conv_states (slots, dim, width-1) (the "SD" layout's (slots, width-1, dim) transposed),
-  has_initial_state bool (N,), cache_indices int32 (N,), query_start_loc int32 (N+1), activation "silu"
-  (Qwen3-Next's hidden_act). The layer passes its attention metadata, whose nums_dict holds the BLOCK_M programs
-  the launcher otherwise computes from query_start_loc (metadata None here: the same grid and arguments).
-- `causal_conv1d_update`, decode (`_forward_core_decode_non_spec`): x (B, dim), the conv state, the weight, no bias,
-  "silu", conv_state_indices int32 (B,), validate_data False.
+"""vLLM's gated-delta-net (GDN) layers (Qwen3-Next / Qwen3.5: vllm/model_executor/layers/mamba/gdn/
+qwen_gdn_linear_attn.py, QwenGatedDeltaNetAttention) as the audit needs them beside the driven step
+(tileprobe.audit.vllm_gdn_step, whose entry `vllm-gdn` is tileprobe.audit.entries.vllm_gdn_mixer): the stand-ins the
+vendored flash-linear-attention ops (vllm/third_party/flash_linear_attention/ops/) import under the session, the
+per-rank dims (H = linear_num_key_heads / tp, HV = linear_num_value_heads / tp, K, V), and the engine's own choice of
+the prefill kernel (entry `vllm-gdn-chunk-prefill`: it launches nothing; its row is the `not-selected` answer where
+the engine runs FlashInfer's chunked prefill instead of the Triton chunk chain, which the step launches otherwise).
+The launchers' arguments are the engine's: the step runs the layer's `_forward_core` on the builder's metadata.
 
 The recurrent state's dtype is the model's: Qwen3-Next's mamba_ssm_cache_dtype is "auto" (vllm/config/cache.py),
 which MambaStateDtypeCalculator._mamba_state_dtype resolves to the conv state's dtype, the model's. (Qwen3.5's
@@ -51,8 +22,7 @@ unchanged (tileprobe.audit.engine_code.run_function); the names it reads are the
 logger and typing.Literal (rocm_aiter_ops is reached only on ROCm and is not given). Its `get_cuda_runtime_major()`
 (CudaPlatformBase in vllm/platforms/cuda.py: torch.version.cuda's major) answers with the CUDA runtime the wheel's
 extensions link (`libcudart.so.N` in the smallest vllm/*.abi3.so of the wheel that names one: 13 for the PyPI wheels
-of the releases with a manifest). The Elsewhere names the last device test of the selector whose body ran. The packed-decode entry reads
-envs.VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE from the engine's own vllm.envs (the flag `_forward_core` tests).
+of the releases with a manifest). The Elsewhere names the last device test of the selector whose body ran.
 
 Stand-ins (beside tileprobe.audit.vllm_stand_ins'): `vllm.triton_utils` adds `tldevice` (op.py) and a `triton` whose
 `runtime.driver.active` answers as the target (utils.py reads the Triton backend to tell NVIDIA from AMD, and
@@ -72,7 +42,7 @@ from pathlib import Path
 
 from tileprobe.audit.entries import LISTED
 from tileprobe.audit import conv_rule, engine_code, vllm_stand_ins
-from tileprobe.audit.entry import TORCH, AuditKernel, Elsewhere, Point, empty, indptr, torch
+from tileprobe.audit.entry import TORCH, AuditKernel, Elsewhere, Point, torch
 from tileprobe.engines.triton_configs import EngineSource
 from tileprobe.errors import UsageError
 from tileprobe.lazy import LazyModule
@@ -187,83 +157,12 @@ CHUNK_ALLOW = (*_BASE, *_UTILS, *(f"{FLA}.{m}" for m in ("chunk", "chunk_delta_h
                                                         "cumsum", "l2norm", "solve_tril", "wy_fast")))
 
 
-# --- arguments ------------------------------------------------------------------------------------------------------
-def _dims(model: AttentionConfig, tp: int) -> tuple[int, int, int, int]:
+def dims(model: AttentionConfig, tp: int) -> tuple[int, int, int, int]:
     g = model.gdn
     for what, n in (("linear_num_key_heads", g.key_heads), ("linear_num_value_heads", g.value_heads)):
         if n % tp:
             raise UsageError(f"--tp {tp}: {model.name}'s {n} {what} do not split over {tp} ranks")
     return g.key_heads // tp, g.value_heads // tp, g.key_head_dim, g.value_head_dim
-
-
-def _dtypes(model: AttentionConfig):
-    dt = getattr(torch, TORCH[model.dtype])
-    return dt, dt  # the activations' dtype, the recurrent state's (mamba_ssm_cache_dtype "auto": the model's)
-
-
-def _post_conv(model: AttentionConfig, pt: Point):
-    h, hv, k, v = _dims(model, pt.tp)
-    dt, _ = _dtypes(model)
-    t = pt.batch * pt.seq_len
-    return (), dict(conv_output=empty((t, 2 * h * k + hv * v), dt), a=empty((t, hv), dt), b=empty((t, hv), dt),
-                    A_log=empty((hv,), torch.float32), dt_bias=empty((hv,), dt), num_k_heads=h, head_k_dim=k,
-                    head_v_dim=v, apply_l2norm=True, output_g_exp=False)
-
-
-def _chunk(model: AttentionConfig, pt: Point):
-    h, hv, k, v = _dims(model, pt.tp)
-    dt, state = _dtypes(model)
-    t, f32 = pt.batch * pt.seq_len, torch.float32
-    return (), dict(q=empty((1, t, h, k), dt), k=empty((1, t, h, k), dt), v=empty((1, t, hv, v), dt),
-                    g=empty((1, t, hv), f32), beta=empty((1, t, hv), f32),
-                    initial_state=empty((pt.batch, hv, v, k), state), output_final_state=True,
-                    cu_seqlens=indptr(pt.batch, pt.seq_len), chunk_indices=None, chunk_offsets=None,
-                    use_qk_l2norm_in_kernel=False)
-
-
-def _packed_decode(model: AttentionConfig, pt: Point):
-    h, hv, k, v = _dims(model, pt.tp)
-    dt, state = _dtypes(model)
-    b = pt.batch
-    return (), dict(mixed_qkv=empty((b, 2 * h * k + hv * v), dt), a=empty((b, hv), dt), b=empty((b, hv), dt),
-                    A_log=empty((hv,), torch.float32), dt_bias=empty((hv,), dt), scale=k ** -0.5,
-                    initial_state=empty((b, hv, v, k), state), out=empty((b, 1, hv, v), dt),
-                    ssm_state_indices=empty((b,), torch.int32), use_qk_l2norm_in_kernel=True)
-
-
-def _sigmoid_decode(model: AttentionConfig, pt: Point):
-    h, hv, k, v = _dims(model, pt.tp)
-    dt, state = _dtypes(model)
-    b = pt.batch
-    return (), dict(A_log=empty((hv,), torch.float32), a=empty((b, hv), dt), b=empty((b, hv), dt),
-                    dt_bias=empty((hv,), dt), q=empty((1, b, h, k), dt), k=empty((1, b, h, k), dt),
-                    v=empty((1, b, hv, v), dt), initial_state=empty((b, hv, v, k), state), inplace_final_state=True,
-                    cu_seqlens=indptr(b, 1), ssm_state_indices=empty((b,), torch.int32),
-                    use_qk_l2norm_in_kernel=True)
-
-
-def _conv(model: AttentionConfig, tp: int):
-    """conv1d.weight viewed (dim, width) in the model's dtype, and the conv state: vLLM's default "SD" layout
-    (mamba_utils.get_conv_state_layout) stores (slots, width-1, dim), which `_forward_core` transposes to
-    (slots, dim, width-1)."""
-    h, hv, k, v = _dims(model, tp)
-    dim, width, dt = 2 * h * k + hv * v, model.gdn.conv_kernel, _dtypes(model)[0]
-    return dim, empty((dim, width), dt), lambda slots: empty((slots, width - 1, dim), dt).transpose(-1, -2)
-
-
-def _conv_fn(model: AttentionConfig, pt: Point):
-    dim, weight, state = _conv(model, pt.tp)
-    t, dt = pt.batch * pt.seq_len, _dtypes(model)[0]
-    return (empty((t, dim), dt).transpose(0, 1), weight), dict(
-        bias=None, conv_states=state(pt.batch), query_start_loc=indptr(pt.batch, pt.seq_len),
-        cache_indices=empty((pt.batch,), torch.int32), has_initial_state=empty((pt.batch,), torch.bool),
-        activation="silu", metadata=None)
-
-
-def _conv_update(model: AttentionConfig, pt: Point):
-    dim, weight, state = _conv(model, pt.tp)
-    return (empty((pt.batch, dim), _dtypes(model)[0]), state(pt.batch), weight, None, "silu"), dict(
-        conv_state_indices=empty((pt.batch,), torch.int32), validate_data=False)
 
 
 def serves(model: AttentionConfig) -> str | None:
@@ -275,7 +174,7 @@ def _functions(text: str) -> dict[str, ast.FunctionDef]:
     return {n.name: n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)}
 
 
-def _vllm_config(model: AttentionConfig):
+def vllm_config(model: AttentionConfig):
     """The fields of VllmConfig the selector reads: additional_config (VllmConfig's default, {}: no
     --gdn-prefill-backend) and model_config's hf_text_config head dims and dtype."""
     text = types.SimpleNamespace(linear_key_head_dim=model.gdn.key_head_dim,
@@ -292,7 +191,7 @@ def run_selector(session, model: AttentionConfig) -> tuple[tuple[str, str], set[
     scope = {"__name__": "tileprobe.audit.vllm_gdn_selector", "torch": torch.load(), "Literal": typing.Literal,
              "VllmConfig": object, "logger": logger,
              "current_platform": session.module("vllm.platforms").current_platform}
-    ran = engine_code.run_function(session.source, LAYER, SELECTOR, scope, _vllm_config(model),
+    ran = engine_code.run_function(session.source, LAYER, SELECTOR, scope, vllm_config(model),
                                    helpers=SELECTOR_HELPERS)
     return ran.value, set(ran.lines)
 
@@ -323,47 +222,12 @@ def prefill_chooses(session, model: AttentionConfig, pt: Point) -> Elsewhere | N
                      f"{requested!r})", f"{LAYER}:{test.lineno}", test_text(text, test))
 
 
-def packed_decode_chooses(session, model: AttentionConfig, pt: Point) -> Elsewhere | None:
-    """`_forward_core` takes the packed decode when `self.enable_packed_recurrent_decode` (the engine's
-    VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE) holds; else the decode-only batch goes through
-    fused_sigmoid_gating_delta_rule_update (its own entry)."""
-    if session.module("vllm.envs").VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE:
-        return None
-    text = session.source.read_text(LAYER)
-    core = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef) and n.name == "_forward_core")
-    test = next(n for n in ast.walk(core) if isinstance(n, ast.If)
-                and "enable_packed_recurrent_decode" in ast.unparse(n.test))
-    return Elsewhere("fused_sigmoid_gating_delta_rule_update", f"{LAYER}:{test.lineno}", test_text(text, test))
-
-
-def _step(session, model: AttentionConfig, pt: Point) -> None:
-    from tileprobe.audit.vllm_gdn_step import gdn_step
-    gdn_step(session, model, pt)
-
-
 def _selection_only(session, model: AttentionConfig, pt: Point) -> None:
     """Nothing launched: where the engine's prefill backend is Triton, the chunk chain's launches are vllm-gdn's
     (the driven step); this entry's row is the engine's choice of another prefill kernel (`chooses`)."""
 
 
-def _step_allow() -> tuple[str, ...]:
-    from tileprobe.audit.vllm_gdn_step import ALLOW
-    return ALLOW
-
-
-def _step_stand_ins() -> dict:
-    from tileprobe.audit.vllm_gdn_step_stand_ins import STAND_INS
-    return STAND_INS
-
-
 ENTRIES = (
-    # the whole GDN step (tileprobe.audit.vllm_gdn_step): conv1d fn / update, post-conv prep, packed or
-    # sigmoid-gating decode, and the chunk chain where the engine's prefill backend is Triton; conv_rule.predict
-    # answers the kernels it states rules for by kernel name, the chunk chain's kernels are sized
-    AuditKernel("vllm-gdn", "vllm", LISTED, "vllm.v1.attention.backends.gdn_attn", "GDNAttentionMetadataBuilder",
-                _step_allow(), _step_stand_ins(), None, serves,
-                "the model's dtype (states too); A_log, g / beta fp32", windowed=False, compile_from="module",
-                predict=conv_rule.predict, drive=_step, phases=("prefill", "decode", "mixed")),
     AuditKernel("vllm-gdn-chunk-prefill", "vllm", LISTED, f"{FLA}.chunk", "chunk_gated_delta_rule", CHUNK_ALLOW,
                 GDN_STAND_INS, None, serves, "q/k/v in the model's dtype, g/beta fp32, the state the model's",
                 windowed=False, chooses=prefill_chooses, compile_from="module", drive=_selection_only,
