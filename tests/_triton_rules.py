@@ -24,21 +24,22 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def capture(target_name: str, plans) -> list[tuple[Launch, KernelJob]]:
-    """(launch, job) of every launch `tileprobe audit` captures (batch 1) for each (engine, model, entry names) of
-    `plans` under the target's stand-in; skips without Triton, its allocation pass or the engine's wheel."""
+    """(launch, job) of every launch `tileprobe audit` captures for each (engine, model, entry names[, batches]) of
+    `plans` under the target's stand-in (batch 1 unless the plan names its batches: a driven step's mixed batch has
+    decodes from batch 2); skips without Triton, its allocation pass or the engine's wheel."""
     pytest.importorskip("triton")
     if allocate.unavailable():
         pytest.skip(allocate.unavailable())
     target, _ = resolve_target(target_name)
     target = dataclasses.replace(target, device_name=gpu_name(target, None))
     out = []
-    for engine, model, entries in plans:
+    for engine, model, entries, *batches in plans:
         try:
             src = find_engine(engine)
         except UsageError as exc:
             pytest.skip(f"no {engine} wheel: {exc}")
         m = attention_model(str(ROOT / model) if model.endswith(".json") else model)
-        opts = AuditOptions(engine, m.name, target.name, batches=(1,))
+        opts = AuditOptions(engine, m.name, target.name, batches=batches[0] if batches else (1,))
         cap = capture_all(src, target, m, [KERNELS[e] for e in entries], opts, target.cc_int)
         out += [(p.launch, p.job) for p in cap.planned]
     return out

@@ -44,9 +44,9 @@ def capture(target_name: str, plans):
     target, _ = resolve_target(target_name)
     target = dataclasses.replace(target, device_name=gpu_name(target, None))
     out = []
-    for engine, model, entries in plans:
+    for engine, model, entries, *batches in plans:
         m = attention_model(str(ROOT / model) if model.endswith(".json") else model)
-        opts = AuditOptions(engine, m.name, target.name, batches=(1,))
+        opts = AuditOptions(engine, m.name, target.name, batches=batches[0] if batches else (1,))
         cap = capture_all(find_engine(engine), target, m, [KERNELS[e] for e in entries], opts, target.cc_int)
         out += [(p.launch, p.job) for p in cap.planned]
     return out
@@ -65,8 +65,8 @@ def captured_families(families):
                              lambda la, j: (mamba_rule.source_sha256(la, j),))
     if "triton-conv" in families:
         import test_triton_conv as t
-        cap = [(la, j) for la, j in capture("rtx-pro-6000", [("vllm", m, e) for m, e in t.MODELS.items()])
-               if la.kernel in t.RULED]
+        plans = [("vllm", m, e, t.BATCHES.get(m, (1,))) for m, e in t.MODELS.items()]
+        cap = [(la, j) for la, j in capture("rtx-pro-6000", plans) if la.kernel in t.RULED]
         out["triton-conv"] = (triton_conv.CHECKED, t.RULED, lambda k, r, v, c=cap, t=t: t._draw(r, c, k, v),
                               lambda la, j: (mamba_rule.source_sha256(la, j),))
     if "triton-attention" in families:

@@ -21,8 +21,8 @@ from tileprobe.predict import triton_conv
 
 MODELS = {"nemotron-h-8b": ("vllm-mamba2-causal-conv1d", "vllm-mamba2-causal-conv1d-update",
                             "vllm-mamba2-selective-state-update"),
-          "qwen3-next-80b-a3b": ("vllm-gdn-post-conv-prep", "vllm-gdn-packed-decode", "vllm-gdn-sigmoid-gating-decode",
-                                 "vllm-gdn-causal-conv1d", "vllm-gdn-causal-conv1d-update")}
+          "qwen3-next-80b-a3b": ("vllm-gdn",)}  # the driven GDN step: conv1d fn / update, post-conv prep, both decodes
+BATCHES = {"qwen3-next-80b-a3b": (1, 2)}  # a mixed batch of 2: one decode beside the chunk (the sigmoid-gating decode)
 RULED = tuple(triton_conv.RULES)
 DTYPES = ("bf16", "fp16", "fp32")
 
@@ -30,7 +30,7 @@ DTYPES = ("bf16", "fp16", "fp32")
 @pytest.fixture(scope="module")
 def captured():
     """Every launch of the ruled kernels the audit captures (batch 1) on rtx-pro-6000: (launch, job)."""
-    plans = [("vllm", model, entries) for model, entries in MODELS.items()]
+    plans = [("vllm", model, entries, BATCHES.get(model, (1,))) for model, entries in MODELS.items()]
     return [(la, j) for la, j in capture("rtx-pro-6000", plans) if la.kernel in RULED]
 
 

@@ -76,6 +76,11 @@ CHECKED = {
         f"{VLLM} fused_gdn_prefill_post_conv.py (_fused_post_conv_kernel cut from it)",
     ("3.8.0", "d834fac7e3c716739aa933b632900e137805b4985d718d32465d777f340dc5da"):
         f"{VLLM} fused_sigmoid_gating.py (fused_sigmoid_gating_delta_rule_update_kernel cut from it)",
+    # the same two files whole: the driven GDN step (tileprobe.audit.vllm_gdn_step) compiles its kernels from their
+    # modules; tests/predict/test_triton_conv.py draws those launches against Triton's own allocation pass
+    ("3.8.0", "590717b2107abc90d72548de06b5d315229eb2775c94614f3f545df11cc2b5df"):
+        f"{VLLM} fused_gdn_prefill_post_conv.py",
+    ("3.8.0", "000ab8996af9788fdb8843a6a3b91833e7a14c8acc0e1ea073a536330f64cb6f"): f"{VLLM} fused_sigmoid_gating.py",
 }
 TRITON_VERSIONS = tuple(dict.fromkeys(v for v, _ in CHECKED))
 CCS = (120, 121)
