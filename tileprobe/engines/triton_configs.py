@@ -66,7 +66,7 @@ class EngineSource:
         """Every file below `rel_dir` (paths from the package's parent, sorted)."""
         prefix = rel_dir.rstrip("/") + "/"
         if self.kind == "wheel":
-            return sorted(n for n in _zip_names(self.origin) if n.startswith(prefix) and not n.endswith("/"))
+            return list(_zip_under(self.origin, prefix))
         base = self._root() / rel_dir
         if not base.is_dir():
             return []
@@ -89,6 +89,17 @@ def _zip_names_cached(path: str, mtime: float) -> frozenset[str]:
 
 def _zip_names(path: str) -> frozenset[str]:
     return _zip_names_cached(path, os.path.getmtime(path))
+
+
+@lru_cache(maxsize=512)
+def _zip_under_cached(path: str, mtime: float, prefix: str) -> tuple[str, ...]:
+    return tuple(sorted(n for n in _zip_names_cached(path, mtime) if n.startswith(prefix) and not n.endswith("/")))
+
+
+def _zip_under(path: str, prefix: str) -> tuple[str, ...]:
+    """A wheel's files below `prefix`, sorted: kept per folder (an audit's module finder asks for the same folders
+    again for each module it serves; one scan of vLLM's 5800 names is 1-3.5 ms)."""
+    return _zip_under_cached(path, os.path.getmtime(path), prefix)
 
 
 def _check_engine(engine: str) -> None:
