@@ -106,10 +106,12 @@ def test_audit_writes_a_row_per_distinct_launch_and_exits_by_the_fit_rule(sglang
     # context attention (the vision encoder's: no preset has a vision_config). MLA: extend attention twice (the absorbed layer after a
     # cached prefix, q head dim kv_lora_rank + rope; the up-projected MHA layer without one, qk_nope + rope), no
     # context attention, decode attention's two stages on the latent cache
-    ops = [r["gemm"].split()[0] for r in rows]
+    # (the decode step's own split-count launches, get_num_kv_splits_triton, are rows of the decode entry too)
+    ops = [r["gemm"].split()[0] for r in rows if r["kernel"] != "get_num_kv_splits_triton"]
     want = (2, 0, 2) if model.mla else (windows, 0, 2)
     assert (ops.count("extend_attention_fwd"), ops.count("context_attention_fwd"), ops.count("decode_attention_fwd")) \
         == want, rows
+    assert any(r["kernel"] == "get_num_kv_splits_triton" and r["phase"] == "decode" for r in rows), rows
     if model.mla:
         heads = model.heads
         dims = sorted(int(r["problem"].split("Q_Extend=")[1].split("]")[0].split("x")[-1]) for r in rows
