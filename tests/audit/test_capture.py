@@ -131,8 +131,10 @@ def test_vllm_follows_its_blackwell_large_head_choice(vllm, rng):
 
 def test_vllm_lightning_attention_runs_in_fp32_and_its_kv_parallel_bytes_are_tritons(vllm, rng, tmp_path,
                                                                                     monkeypatch):
-    """Every kernel lightning_attention launches (the `NAME[grid](` calls of the engine file, in order) is captured,
-    in fp32 whatever the model's dtype; _fwd_kv_parallel (the one vllm #41508 reports) compiles to Triton's bytes."""
+    """Every kernel lightning_attention launches (the `NAME[grid](` calls of the engine file, in order) is captured
+    from the layer's own prefill (a batch of one), in fp32 whatever the model's dtype, but for the state history
+    _fwd_kv_reduce reads (KV_HISTORY: the layer's state cache, in its state dtype, the model's under vLLM's default
+    mamba_cache_dtype "auto"); _fwd_kv_parallel (the one vllm #41508 reports) compiles to Triton's bytes."""
     entry = kernels.KERNELS["vllm-lightning-attention"]
     text = vllm.read_text(entry.module_file)
     launched = [n.func.value.id for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Call)
@@ -144,7 +146,9 @@ def test_vllm_lightning_attention_runs_in_fp32_and_its_kv_parallel_bytes_are_tri
     pt = kernels.Point(1, rng.randint(300, 4096))
     launches = captured(vllm, target, entry, model, pt)
     assert [la.kernel for la in launches] == sorted(launched, key=lambda k: text.index(f"{k}[grid]"))
-    assert {v.dtype for la in launches for _, v in la.args if isinstance(v, capture.TensorArg)} == {"fp32"}
+    assert {v.dtype for la in launches for n, v in la.args if isinstance(v, capture.TensorArg)
+            and n != "KV_HISTORY"} == {"fp32"}
+    assert next(la for la in launches if la.kernel == "_fwd_kv_reduce").arg("KV_HISTORY").dtype == model.dtype
     kvp = next(la for la in launches if la.kernel == "_fwd_kv_parallel")
     build = compile_job(jobs.job_of(vllm, kvp, target.cc_int))
     own = _triton_own_shared(vllm, target, model, pt, tmp_path, monkeypatch, entry, only="_fwd_kv_parallel")

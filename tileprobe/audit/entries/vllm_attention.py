@@ -5,16 +5,21 @@ arguments are, read from the engine's callers:
   (tileprobe.audit.vllm_backend) for a prefill, a decode and a mixed batch, so the engine picks the 2D or the 3D
   launch, its softmax segments and `reduce_segments`, and the KV-cache write; compiled from the engine's own module
   (its kernel calls helpers of triton_attention_helpers.py and reads module globals in its defaults).
-- vLLM's `lightning_attention` (vllm/model_executor/layers/lightning_attn.py), the linear-attention layers of
-  MiniMax-Text-01 / M1 (`_vllm_lightning`): four launches (_fwd_diag_kernel, _fwd_kv_parallel, _fwd_kv_reduce,
-  _fwd_none_diag_kernel), in fp32.
+- vLLM's lightning attention (vllm/model_executor/layers/lightning_attn.py), the linear-attention layers of
+  MiniMax-Text-01 / M1: not called with re-typed arguments but driven through the linear-attention backend's own
+  metadata builder and the layer's own `_forward` (tileprobe.audit.vllm_linear_attn_step) for a prefill, a decode
+  and a mixed batch, so the engine splits the batch, picks the decode-only or the prefill-and-mix path, and makes
+  the prefill's four launches per sequence (_fwd_diag_kernel, _fwd_kv_parallel, _fwd_kv_reduce,
+  _fwd_none_diag_kernel) and the decode's one (_linear_attn_decode_kernel), q/k/v in fp32 (the layer's cast), the
+  state in the layer's own state dtype; compiled from the engine's own module.
 """
 
 from __future__ import annotations
 
-from tileprobe.audit import attention_rule, vllm_backend, vllm_backend_stand_ins, vllm_selection, vllm_stand_ins
+from tileprobe.audit import (attention_rule, vllm_backend, vllm_backend_stand_ins, vllm_linear_attn_step,
+                             vllm_linear_attn_step_stand_ins, vllm_selection)
 from tileprobe.audit.entries import LISTED
-from tileprobe.audit.entry import TORCH, AuditKernel, Elsewhere, Point, empty, heads, not_mla, torch
+from tileprobe.audit.entry import TORCH, AuditKernel, Elsewhere, Point, empty, not_mla, torch
 from tileprobe.errors import UsageError
 from tileprobe.models import AttentionConfig
 
@@ -30,17 +35,6 @@ BACKEND_ALLOW = VLLM_ALLOW + ("vllm.v1.attention.backends.triton_attn", "vllm.v1
                               "vllm.v1.attention.ops.triton_reshape_and_cache_flash", "vllm.v1.kv_cache_interface",
                               "vllm.v1.kv_cache_layout", "vllm.v1.kv_cache_spec_registry", "vllm.utils.math_utils",
                               )
-
-
-def _vllm_lightning(model: AttentionConfig, pt: Point):
-    """As MiniMaxText01LinearAttention's prefill calls it, one sequence at a time: q/k/v (1, H, S, D) cast to fp32
-    (the layer's `.float()`, whatever the model's dtype), the slope rate (H,) fp32, block_size 256, the sequence's
-    kv state (1, H, D, D) fp32."""
-    h, _ = heads(model, pt.tp)
-    d, f32 = model.head_dim, torch.float32
-    q = empty((1, h, pt.seq_len, d), f32)
-    return (q, empty((1, h, pt.seq_len, d), f32), empty((1, h, pt.seq_len, d), f32), empty((h,), f32)), dict(
-        block_size=256, kv_history=empty((1, h, d, d), f32))
 
 
 def _vllm_vit(model: AttentionConfig, pt: Point):
@@ -83,11 +77,12 @@ ENTRIES = (
                 "the model's dtype (the layer's query and KV cache)", compile_from="module", backend="TRITON_ATTN",
                 predict=attention_rule.predict, drive=vllm_backend.triton_attention,
                 phases=("prefill", "decode", "mixed"), reads=vllm_backend.BUILDER_FILES),
-    AuditKernel("vllm-lightning-attention", "vllm", LISTED, "vllm.model_executor.layers.lightning_attn",
-                "lightning_attention", ("vllm.model_executor.layers.lightning_attn", "vllm.platforms.interface",
-                                        "vllm.v1.attention.backends.registry"),
-                vllm_stand_ins.STAND_INS, _vllm_lightning, _linear, "fp32 (the layer casts q/k/v to float)",
-                windowed=False, predict=attention_rule.predict),
+    AuditKernel("vllm-lightning-attention", "vllm", LISTED, vllm_linear_attn_step.LIGHTNING, "lightning_attention",
+                vllm_linear_attn_step.ALLOW, vllm_linear_attn_step_stand_ins.STAND_INS, None, _linear,
+                "fp32 q/k/v (the layer casts them to float); the state in the layer's state dtype (the model's under "
+                "mamba_cache_dtype auto)", windowed=False, compile_from="module", predict=attention_rule.predict,
+                drive=vllm_linear_attn_step.linear_attn_step, phases=("prefill", "decode", "mixed"),
+                reads=vllm_linear_attn_step.READS),
     AuditKernel("vllm-vit-attention", "vllm", LISTED, "vllm.v1.attention.ops.vit_attn_wrappers",
                 "triton_attn_wrapper", ("vllm.v1.attention.ops.vit_attn_wrappers",
                                         "vllm.v1.attention.ops.triton_prefill_attention", "vllm.utils.math_utils",
