@@ -78,8 +78,15 @@ def _random_changes(rng, launch: Launch) -> dict:
         return {k: v for k, v in changes.items() if launch.arg(k) is not None or k.startswith("num_")}
     if k == "_fwd_kv_reduce":
         f = rng.choice([32, 64, 128])
-        return {"D_FBLOCK": f, "E_FBLOCK": f, "num_warps": rng.choice([2, 4, 8]), "num_stages": rng.choice([1, 2, 3])}
+        return {"D_FBLOCK": f, "E_FBLOCK": f, "num_warps": rng.choice([2, 4, 8]), "num_stages": rng.choice([1, 2, 3]),
+                **_fp32_history(launch)}
     return {}
+
+
+def _fp32_history(launch: Launch) -> dict:
+    """_fwd_kv_reduce's rule scope: the KV state in fp32 (vLLM gives a bf16 model a bf16 state cache, mamba_cache_dtype
+    "auto"; an fp32 one with --mamba-ssm-cache-dtype float32)."""
+    return {"KV_HISTORY": dataclasses.replace(launch.arg("KV_HISTORY"), dtype="fp32")}
 
 
 RULED = ("_fwd_grouped_kernel_stage1", "kernel_unified_attention", "_fwd_kernel", "_fwd_diag_kernel",
@@ -87,6 +94,8 @@ RULED = ("_fwd_grouped_kernel_stage1", "kernel_unified_attention", "_fwd_kernel"
 
 
 def _draw(rng, captured, kernel: str, varied: bool):
+    if kernel == "_fwd_kv_reduce" and not varied:  # the engine's own launch with an fp32 state (the rule's scope)
+        return draw(rng, captured, kernel, attention_rule.predict, lambda r, la, j: vary(la, j, _fp32_history(la)))
     return draw(rng, captured, kernel, attention_rule.predict,
                 (lambda r, la, j: vary(la, j, _random_changes(r, la))) if varied else None)
 
@@ -116,6 +125,10 @@ def test_out_of_scope_launches_cannot_predict(captured, rng):
                                "3.8.0")
     with pytest.raises(CannotPredict, match="BLOCK_M"):
         attention_rule.predict(*vary(launch, job, {"BLOCK_M": rng.choice([8, 128])}), "3.8.0")
+    launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_fwd_kv_reduce"])
+    assert launch.arg("KV_HISTORY").dtype == "bf16"  # the state cache vLLM gives MiniMax-M1 (bf16): 4096 B, not 0
+    with pytest.raises(CannotPredict, match="fp32"):
+        attention_rule.predict(launch, job, "3.8.0")
     launch, job = rng.choice([(la, j) for la, j in captured if la.kernel == "_fwd_kernel"])
     with pytest.raises(CannotPredict, match="num_stages"):
         attention_rule.predict(*vary(launch, job, {"num_stages": rng.choice([2, 3])}), "3.8.0")

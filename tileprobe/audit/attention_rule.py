@@ -21,7 +21,7 @@ TRITON_DEFAULT_STAGES = 3
 # extend _fwd_kernel (Q_Extend...) and prefill _fwd_kernel (Q, K, V), vLLM's lightning kernels (Q, K, V, the KV
 # state); those a launch passes are read
 POINTERS = ("Q", "K_Buffer", "V_Buffer", "query_ptr", "key_cache_ptr", "value_cache_ptr", "Q_Extend", "K_Extend",
-            "V_Extend", "K", "V", "KV")
+            "V_Extend", "K", "V", "KV", "KV_HISTORY")
 
 
 def _dtype(launch: Launch, name: str) -> str | None:

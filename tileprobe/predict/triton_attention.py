@@ -21,6 +21,8 @@ key block, S = Q @ K^T (rows x keys) and acc += P @ V (rows x value head), with 
    _fwd_kv_reduce (vLLM lightning_attn.py: the running KV-state sum): 0 B. One- and two-dimensional loads, fp32
    arithmetic and stores in one blocked layout: no tl.dot, no reduction across a layout change, no layout
    conversion, so nothing is placed in shared memory (any BLOCK_DV / D_FBLOCK / E_FBLOCK, warps, stages).
+   _fwd_kv_reduce only with its KV and KV_HISTORY in fp32 (what it was checked on): a bf16 KV_HISTORY (the state
+   cache vLLM gives a bf16 model, mamba_cache_dtype "auto") makes Triton allocate 4096 B, so it is declined.
 2. _fwd_grouped_kernel_stage1 (SGLang decode_attention.py), the grouped-query decode, without MLA (HAS_MLA False,
    BLOCK_DPE 0, BLOCK_DMODEL == BLOCK_DV = D), num_stages 2 (SGLang's launcher on CUDA): q (BLOCK_H x D) one
    buffer, loaded once; K (D x BLOCK_N) and V (BLOCK_N x D) one buffer each (num_stages - 1 = 1 on mma.sync), all
@@ -311,7 +313,7 @@ def lightning(p: dict, kernel: str) -> int:
     return loop
 
 
-RULES = {"_fwd_kernel_stage2": lambda p, f: 0, "_fwd_kv_reduce": lambda p, f: 0,
+RULES = {"_fwd_kernel_stage2": lambda p, f: 0, "_fwd_kv_reduce": lambda p, f: _one_dtype(p, ("fp32",)) and 0,
          "_fwd_diag_kernel": lambda p, f: lightning(p, "_fwd_diag_kernel"),
          "_fwd_kv_parallel": lambda p, f: lightning(p, "_fwd_kv_parallel"),
          "_fwd_none_diag_kernel": lambda p, f: lightning(p, "_fwd_none_diag_kernel"),
