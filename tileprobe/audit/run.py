@@ -29,6 +29,7 @@ from tileprobe.backends.triton.compile import KernelJob, compile_job, compile_ma
 from tileprobe.backends.triton.toolchain import TritonInstall, cache_root, require_triton
 from tileprobe.engines import manifest
 from tileprobe.engines.triton_configs import EngineSource, find_engine
+from tileprobe.engines import vllm_registry
 from tileprobe.errors import UsageError
 from tileprobe.families import arch_for, family
 from tileprobe.families import compiled_audit
@@ -399,6 +400,11 @@ def run_audit(opts: AuditOptions) -> Audit:
                          "installed: pip install 'tileprobe[audit]' (or use the Python your engine runs in)")
     preflight.check_triton(triton, target.cc_int, opts.cache_dir)
     src = find_engine(opts.engine, opts.engine_wheel)
+    gone = vllm_registry.retired(src, model.architecture) if src.engine == "vllm" and model.architecture else None
+    if gone:  # the engine's own registry refuses to load the model: nothing of it runs there
+        raise UsageError(f"--model {model.name}: vLLM {src.version} does not load {model.architecture} (its registry "
+                         f"lists it as supported until v{gone[0]}, refused at {gone[1]}); audit it with a release "
+                         "that loads it, or another engine")
     banner = manifest.check(src, opts.rules_off).text  # a release or copy the manifest does not match: exit 2
     if banner:
         opts = replace(opts, policy=Policy(compile_all=True))
