@@ -61,7 +61,7 @@ from tileprobe.audit.selection import Selection
 from tileprobe.backends.triton.compile import KernelJob
 from tileprobe.backends.triton.source import KernelSource
 from tileprobe.backends.triton.toolchain import cache_root
-from tileprobe.engines import locate, triton_configs
+from tileprobe.engines import locate, wheel_zip
 
 FORMAT = 1
 FOLDER = "audit-capture"
@@ -158,7 +158,7 @@ def engine_content(src) -> str:
 @functools.lru_cache(maxsize=8)
 def _wheel_content(origin: str, *stat) -> str:
     # the ZipFile the engine's reads share (EngineSource, the manifest check): its central directory is read once
-    listing = "\n".join(f"{i.filename}\0{i.CRC}\0{i.file_size}" for i in triton_configs._zip(origin).infolist())
+    listing = "\n".join(f"{i.filename}\0{i.CRC}\0{i.file_size}" for i in wheel_zip.open_zip(origin).infolist())
     return hashlib.sha256(listing.encode()).hexdigest()
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from tileprobe.backends.cutlass.build import cache_root
+from tileprobe.engines import wheel_zip
 from tileprobe.errors import UsageError
 
 # What tileprobe reads of a flashinfer wheel: its Python (the loader, the autotuner, the JIT flags, the version) and the
@@ -84,10 +85,8 @@ def _requires(meta_text: str) -> tuple[str, ...]:
 
 
 def from_wheel(whl: Path) -> Package:
-    from tileprobe.engines import triton_configs  # noqa: PLC0415 (it imports locate, which imports this module)
-
     try:
-        z = triton_configs._zip(str(whl))  # the process's one reader of a wheel: the engine's is read once
+        z = wheel_zip.open_zip(str(whl))  # the process's one reader of a wheel: the engine's is read once
         meta = next((n for n in z.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)), None)
         if meta is None:
             raise UsageError(f"{whl} has no .dist-info/METADATA: not a wheel")

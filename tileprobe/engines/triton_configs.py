@@ -16,16 +16,15 @@ Triton, torch or a GPU.
 from __future__ import annotations
 
 import json
-import os
 import re
 import zipfile
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from tileprobe.backends.cutlass.toolchain import package_dir
 from tileprobe.engines import locate
 from tileprobe.engines.locate import PINNED, WHEELS_ENV, wheel_dirs  # noqa: F401  (re-exported; their home is locate)
+from tileprobe.engines import wheel_zip
 from tileprobe.errors import UsageError
 
 ENGINES = ("vllm", "sglang")
@@ -54,9 +53,9 @@ class EngineSource:
     def read_text(self, rel: str) -> str:
         """The text of `rel` (a path from the package's parent, e.g. 'vllm/envs.py'); UsageError when missing."""
         if self.kind == "wheel":
-            if rel not in _zip_names(self.origin):
+            if rel not in wheel_zip.names(self.origin):
                 raise UsageError(f"{self.label()} ({self.origin}) has no {rel}")
-            return _zip(self.origin).read(rel).decode("utf-8", errors="replace")
+            return wheel_zip.open_zip(self.origin).read(rel).decode("utf-8", errors="replace")
         path = self._root() / rel
         if not path.is_file():
             raise UsageError(f"{self.label()} ({self.origin}) has no {rel}")
@@ -66,40 +65,11 @@ class EngineSource:
         """Every file below `rel_dir` (paths from the package's parent, sorted)."""
         prefix = rel_dir.rstrip("/") + "/"
         if self.kind == "wheel":
-            return list(_zip_under(self.origin, prefix))
+            return list(wheel_zip.under(self.origin, prefix))
         base = self._root() / rel_dir
         if not base.is_dir():
             return []
         return sorted(str(p.relative_to(self._root())) for p in base.rglob("*") if p.is_file())
-
-
-@lru_cache(maxsize=4)
-def _zip_cached(path: str, mtime: float) -> zipfile.ZipFile:
-    return zipfile.ZipFile(path)  # kept open: a wheel's central directory is read once (vLLM's has 5800 members)
-
-
-def _zip(path: str) -> zipfile.ZipFile:
-    return _zip_cached(path, os.path.getmtime(path))
-
-
-@lru_cache(maxsize=4)
-def _zip_names_cached(path: str, mtime: float) -> frozenset[str]:
-    return frozenset(_zip_cached(path, mtime).namelist())
-
-
-def _zip_names(path: str) -> frozenset[str]:
-    return _zip_names_cached(path, os.path.getmtime(path))
-
-
-@lru_cache(maxsize=512)
-def _zip_under_cached(path: str, mtime: float, prefix: str) -> tuple[str, ...]:
-    return tuple(sorted(n for n in _zip_names_cached(path, mtime) if n.startswith(prefix) and not n.endswith("/")))
-
-
-def _zip_under(path: str, prefix: str) -> tuple[str, ...]:
-    """A wheel's files below `prefix`, sorted: kept per folder (an audit's module finder asks for the same folders
-    again for each module it serves; one scan of vLLM's 5800 names is 1-3.5 ms)."""
-    return _zip_under_cached(path, os.path.getmtime(path), prefix)
 
 
 def _check_engine(engine: str) -> None:
@@ -110,14 +80,14 @@ def _check_engine(engine: str) -> None:
 def _wheel_version(path: Path, engine: str) -> str:
     """The version in the wheel's own METADATA; UsageError when the file is not a wheel of `engine`."""
     try:
-        names = _zip_names(str(path))
+        names = wheel_zip.names(str(path))
     except (OSError, zipfile.BadZipFile) as exc:
         raise UsageError(f"--engine-wheel {path}: not a readable wheel ({exc})") from None
     metas = [n for n in names if re.fullmatch(rf"{engine}-[^/]+\.dist-info/METADATA", n)]
     if not metas or not any(n.startswith(f"{engine}/") for n in names):
         raise UsageError(f"--engine-wheel {path}: not a {engine} wheel (no {engine}/ package and "
                          f"{engine}-*.dist-info/METADATA in it)")
-    text = _zip(str(path)).read(metas[0]).decode("utf-8", errors="replace")
+    text = wheel_zip.open_zip(str(path)).read(metas[0]).decode("utf-8", errors="replace")
     m = re.search(r"^Version:\s*(\S+)\s*$", text, re.M)
     if not m:
         raise UsageError(f"--engine-wheel {path}: its METADATA has no Version line")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tileprobe.audit.path import binaries
 from tileprobe.binary import elf
+from tileprobe.engines import wheel_zip
 
 MEMBERS = ("vllm/_moe_C_stable_libtorch.abi3.so", "vllm/_moe_C.abi3.so", "vllm/_C_stable_libtorch.abi3.so",
            "vllm/_C.abi3.so")
@@ -19,7 +20,7 @@ def _serial(path) -> binaries.Library:
 
 
 def test_a_binary_read_in_two_halves_is_the_binary_read_whole(vllm_wheel, tmp_path, monkeypatch):
-    names = binaries.triton_configs._zip(str(vllm_wheel.origin)).namelist()
+    names = wheel_zip.names(str(vllm_wheel.origin))
     rel = next(m for m in MEMBERS if m in names)
     path = binaries.member(str(vllm_wheel.origin), vllm_wheel.kind, rel, tmp_path)
     assert len(elf.containers(path.read_bytes())) > 1

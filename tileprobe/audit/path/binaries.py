@@ -12,11 +12,13 @@ device code (tileprobe.binary: fatbin containers, cubins, PTX), and say what the
 from __future__ import annotations
 
 import functools
+import multiprocessing
 import os
 import pickle
 import re
 import struct
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -25,7 +27,7 @@ from tileprobe.binary.cubin import Kernel, kernels
 from tileprobe.binary import elf
 from tileprobe.binary.elf import Image, images_in
 from tileprobe.binary.inspect import ptx_entries, runs_on
-from tileprobe.engines import triton_configs
+from tileprobe.engines import wheel_zip
 from tileprobe.errors import UsageError
 from tileprobe.targets import Target
 
@@ -37,7 +39,7 @@ def member(origin: str, kind: str, rel: str, cache: Path) -> Path:
         if not path.is_file():
             raise UsageError(f"{origin} has no {rel}")
         return path
-    z = triton_configs._zip(str(origin))  # the process's one reader of the wheel: its central directory read once
+    z = wheel_zip.open_zip(str(origin))  # the process's one reader of the wheel: its central directory read once
     try:
         info = z.getinfo(rel)
     except KeyError:
@@ -109,9 +111,6 @@ def _other_half(path: Path, part: list):
     """A future of _index_part in a worker process, or None when no worker can be started here."""
     try:
         if not _POOL:
-            import multiprocessing  # noqa: PLC0415
-            from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
-
             _POOL.append(ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")))
         return _POOL[0].submit(_index_part, str(path), part)
     except (OSError, RuntimeError, ValueError):
