@@ -29,6 +29,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "predict"), str(ROOT)]
 
 FAMILIES = ("triton-moe", "triton-ssd", "triton-conv", "triton-attention", "triton-ogs")
+# the file names no engine release (tests/test_release_facts.py): a rule's key is its kernel file's sha256
+ENGINES_NOTE = "the releases the rule tables were checked on (tileprobe.engines.pins.READ_FROM); keys are file sha256"
+
+
+def _unreleased(label: str) -> str:
+    """'vllm <release> lightning_attn.py' -> 'vllm lightning_attn.py' (the key's sha256 names the content)."""
+    from tileprobe.engines import pins
+    for engine in pins.READ_FROM:
+        label = label.replace(pins.label(engine), engine)
+    return label
 
 
 def capture(target_name: str, plans):
@@ -154,7 +164,7 @@ def main(argv=None) -> int:
     def check(family, kernel, key, engine_label, launch_desc, job, predicted, full):
         got, upto, err = tritons_bytes(job, full or why_not_sized is not None, cache)
         r = rows.setdefault((family, kernel, key), {
-            "family": family, "kernel": kernel, "key": list(key), "from": base, "engine": engine_label,
+            "family": family, "kernel": kernel, "key": list(key), "from": base, "engine": _unreleased(engine_label),
             "checked": 0, "compiled": 0, "differ": 0, "differences": []})
         r["checked"] += 1
         r["compiled"] += upto == "cubin"
@@ -197,7 +207,7 @@ def main(argv=None) -> int:
                        for k in importlib.import_module(f"tileprobe.predict.{mod}").CHECKED
                        if k[0] == base and (f, k[1:]) not in reached)
     doc = {"triton": release, "from": base, "date": datetime.date.today().isoformat(),
-           "engines": {e: pins.label(e) for e in ("vllm", "sglang")}, "seed": seed,
+           "engines": ENGINES_NOTE, "seed": seed,
            "command": "python tools/triton_rules_recheck.py " + " ".join(argv if argv is not None else sys.argv[1:]),
            "tritons_bytes": "allocation pass (full compile for --full)" if why_not_sized is None
            else f"full compile: {why_not_sized}",

@@ -33,7 +33,8 @@ Stood in, each answering:
   LoaderFunction: no weights are loaded;
 - `vllm.compilation.breakable_cudagraph.eager_break_during_capture`: the function itself (no graph capture);
 - `vllm.model_executor.layers.attention.Attention`, the prefill-checkpoint builder / exporter (0.34.0's
-  mamba/checkpoint.py) and 0.33.0's `store_prefill_checkpoint` (ops/ssd_checkpoint.py): no prefix-cache checkpoints
+  mamba/checkpoint.py) and the earlier release's `store_prefill_checkpoint` (ops/ssd_checkpoint.py): no prefix-cache
+  checkpoints
   (mamba_cache_mode "none": the wheel's builder returns None then, and conv_ssm_forward calls neither).
 """
 
@@ -207,7 +208,8 @@ def checkpoint(target: Target, source: EngineSource) -> dict:
 
 
 def ssd_checkpoint(target: Target, source: EngineSource) -> dict:
-    """0.33.0's ops/ssd_checkpoint.py (prefill checkpoints, gone in 0.34.0): called only with checkpoints."""
+    """The earlier release's ops/ssd_checkpoint.py (prefill checkpoints, gone in 0.34.0): called only with
+    checkpoints."""
     def store_prefill_checkpoint(*a, **k):
         raise AssertionError("a prefill checkpoint: mamba_cache_mode is 'none'")
 

@@ -23,8 +23,8 @@ What is the engine's own code and what is not, exactly:
   `device` answers the GPU's (`cuda:0`), as the engine's weights do, so a launcher test on the weights' device
   decides as on the GPU: vLLM 0.34.0's `use_tma_b` (invoke_fused_moe_triton_kernel: fp8 [128, 128] blocks on
   capability family 9.0 or 10.0, `B.device.type == "cuda"`, B contiguous and divisible by the tile) takes the TMA
-  launch (`b_desc`, and `a_desc` where the engine sorts A) exactly where the engine does; 0.33.0 reads no weight's
-  device. Everything else about them is meta: nothing is allocated or launched on a GPU.
+  launch (`b_desc`, and `a_desc` where the engine sorts A) exactly where the engine does; the pin table's READ_FROM
+  release reads no weight's device. Everything else about them is meta: nothing is allocated or launched on a GPU.
 """
 
 from __future__ import annotations

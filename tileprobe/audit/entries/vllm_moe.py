@@ -28,7 +28,7 @@ Every tensor is a meta tensor (shapes, strides, dtypes; no memory); the expert w
 its TMA launch (`b_desc` / `a_desc` host TMA descriptors, recorded as Triton's `tensordesc<...>` arguments and compiled
 with them) where the engine takes it: h100 / h200 (the fp8 oracle picks TRITON first there); b200's fp8-block experts
 go to FLASHINFER_TRTLLM (`chooses`), its per-tensor fp8 ones have no block shape; sm_120 (no 9.0/10.0 family) and
-0.33.0 (no TMA branch) launch with pointers.
+a release without the TMA branch (the pin table's READ_FROM vLLM) launch with pointers.
 Other quantization methods are served elsewhere (gpt-oss mxfp4: tileprobe.audit.entries.vllm_moe_mxfp4 says which
 backend); the entry's `serves` gives the reason.
 
