@@ -123,7 +123,7 @@ def answers_check() -> int:
             cmd = [sys.executable, "-m", "tileprobe", "audit", "--engine", engine, "--model", model_arg(model),
                    "--target", target, *[a for a in ARGS if a != "--compile-all"], *flags, "--out", str(fresh),
                    "--cache-dir", str(Path(tmp) / "cache")]
-            subprocess.run(cmd, cwd=ROOT, timeout=3600, capture_output=True)
+            ran = subprocess.run(cmd, cwd=ROOT, timeout=3600, capture_output=True, text=True)
             committed = {r["config"]: r for r in _rows(out)}
             answered = {r["config"]: r for r in _rows(fresh)} if (fresh / "results.jsonl").is_file() else {}
             evidence: dict[str, int] = {}
@@ -137,7 +137,9 @@ def answers_check() -> int:
             report["differ"] += [{"audit": out.name, "config": k, "answered": None} for k in missing]
             report["rows"] += len(answered)
             report["audits"].append({"audit": out.name, "rows": len(answered), "evidence": evidence,
-                                     "seconds": round(time.perf_counter() - t0, 1)})
+                                     "seconds": round(time.perf_counter() - t0, 1), "exit": ran.returncode,
+                                     # an audit that wrote no rows says why (its last error line), never silently
+                                     **({} if answered else {"error": (ran.stderr.strip().splitlines() or [""])[-1]})})
     (AUDITS / "answers-check.json").write_text(json.dumps(report, indent=1) + "\n")
     print(f"{report['rows']} rows answered predictor first, {len(report['differ'])} differ from the committed "
           "compiled rows: results/audit/answers-check.json")
