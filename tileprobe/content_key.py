@@ -3,7 +3,7 @@
 
 `digest(doc)`: the sha256 of a JSON document (keys sorted). `installed()`: the distributions installed here (their
 dist-info names, versions included), `distribution(name)`: one distribution's version and the sha256 of its RECORD
-(every installed file's hash), `files(*paths)`: the sha256 of files' bytes (the code that computes the answer). A
+(every installed file's hash), `closure(name)`: that of a library and of everything it requires, `files(*paths)`: the sha256 of files' bytes (the code that computes the answer). A
 stored entry is written whole (a temporary file renamed over it); one that cannot be read is computed again.
 """
 
@@ -14,6 +14,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -46,6 +47,31 @@ def distribution(name: str) -> list | None:
         return None
     record = dist.read_text("RECORD") or ""
     return [dist.version, hashlib.sha256(record.encode()).hexdigest()]
+
+
+_NAME_END = re.compile(r"[\s;<>=!~\[(]")
+
+
+@functools.lru_cache(maxsize=8)
+def closure(name: str) -> dict:
+    """`distribution` of `name` and of every distribution it requires, transitively (Requires-Dist without an extra
+    marker; one not installed is None), by lower-case name: the libraries an answer drawn by `name` depends on. Unlike
+    `installed()`, it does not change when a library adds a folder of its own to sys.path in one process (ray's
+    thirdparty_files), so two processes of one environment agree."""
+    out: dict = {}
+    todo = [name]
+    while todo:
+        n = todo.pop().lower().replace("_", "-")
+        if n in out:
+            continue
+        out[n] = distribution(n)
+        if out[n] is None:
+            continue
+        for req in importlib.metadata.requires(n) or ():
+            marker = req.split(";", 1)[1] if ";" in req else ""
+            if "extra" not in marker:  # an optional extra's requirement is not installed by the library itself
+                todo.append(_NAME_END.split(req.strip(), 1)[0])
+    return out
 
 
 def files(*paths: Path) -> str:

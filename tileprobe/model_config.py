@@ -110,10 +110,10 @@ VIEW_FOLDER = "model-views"
 
 def _view_key(doc: dict) -> str:
     """The content key of engine_view(doc): the file's object, transformers' version and installed files (its RECORD's
-    sha256), the distributions installed here, Python's version, the HF_* / TRANSFORMERS_* variables and this
-    module's bytes."""
+    sha256) and those of every library it requires (content_key.closure), Python's version, the HF_* /
+    TRANSFORMERS_* variables and this module's bytes."""
     return content_key.digest({"format": VIEW_FORMAT, "doc": doc, "transformers": content_key.distribution(
-        "transformers"), "installed": content_key.installed(), "python": sys.version,
+        "transformers"), "libraries": content_key.closure("transformers"), "python": sys.version,
         "env": content_key.env("HF_", "TRANSFORMERS_"), "code": content_key.files(Path(__file__))})
 
 

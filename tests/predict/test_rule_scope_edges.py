@@ -10,7 +10,7 @@ import hashlib
 import pytest
 
 from tileprobe.predict import CannotPredict
-from tileprobe.predict import triton_attention, triton_conv, triton_ogs, triton_ssd
+from tileprobe.predict import recheck, triton_attention, triton_conv, triton_ogs, triton_ssd
 
 MODULES = (triton_ssd, triton_conv, triton_attention, triton_ogs)
 
@@ -33,7 +33,11 @@ def _inside(mod, rng):
 def test_each_edge_declines_and_inside_reaches_the_rule(mod, rng):
     kernel, version, sha = _inside(mod, rng)
     cc = rng.choice(mod.CCS)
-    other_version = rng.choice([v for v in ("3.6.0", "3.7.1", "3.9.0", "4.0.0") if v not in mod.TRITON_VERSIONS])
+    # a release neither the table nor a reviewed recheck file (tileprobe/predict/rechecked/) names: 3.9.0 has one, whose
+    # re-checked rules answer there (tests/predict/test_triton_recheck.py)
+    rechecked = {p.stem for p in recheck.FOLDER.glob("*.json")}
+    other_version = rng.choice([v for v in ("3.6.0", "3.7.1", "3.9.0", "4.0.0")
+                                if v not in mod.TRITON_VERSIONS and v not in rechecked])
     with pytest.raises(CannotPredict, match=f"not {other_version}"):
         mod.predict(kernel, {}, cc, other_version, source_sha256=sha)
     other_sha = hashlib.sha256(f"edited {rng.random()}".encode()).hexdigest()

@@ -72,6 +72,14 @@ def test_every_drawn_input_is_in_the_key(tmp_path, rng, monkeypatch):
     assert chart_cache.key("smem", base) != key
     monkeypatch.setattr(chart_cache.content_key, "distribution", real_dist)
     assert chart_cache.key("smem", base) == key
+    # a folder of another library's own dist-infos put on sys.path in one process (ray's thirdparty_files, imported
+    # by an earlier test of the same worker) is not a drawing input: the next process, without it, must find the key
+    vendored = tmp_path / f"thirdparty{rng.randrange(10**6)}"
+    (vendored / "psutil-5.9.8.dist-info").mkdir(parents=True)
+    chart_cache.content_key.installed.cache_clear()
+    monkeypatch.syspath_prepend(str(vendored))
+    assert chart_cache.key("smem", base) == key
+    chart_cache.content_key.installed.cache_clear()
 
 
 def test_a_changed_row_draws_a_fresh_chart_and_a_matplotlibrc_turns_the_cache_off(tmp_path, rng, monkeypatch):

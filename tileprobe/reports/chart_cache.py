@@ -7,8 +7,8 @@ The key (a sha256, Triton's runtime cache's way) covers everything a chart's byt
   the title, the x label, the bar names and the resolution;
 - the drawing code: the bytes of tileprobe/reports/plots.py and of this module, and this cache's FORMAT;
 - the drawing libraries: matplotlib's version and its installed files (the sha256 of its dist-info RECORD, which
-  lists every file's hash), the distributions installed here (their dist-info names, versions included: numpy,
-  Pillow, ...), Python's version, and the MPL* environment variables.
+  lists every file's hash), the same of every library it requires, transitively (numpy, Pillow, ...:
+  content_key.closure), Python's version, and the MPL* environment variables.
 
 matplotlib's own settings can come from a matplotlibrc outside its package (MATPLOTLIBRC, ./matplotlibrc, the
 config folder's matplotlibrc) and name fonts tileprobe does not see: where such a file exists nothing is kept or
@@ -54,7 +54,7 @@ def key(kind: str, inputs: dict) -> str | None:
         return None
     return content_key.digest({"format": FORMAT, "kind": kind, "inputs": inputs,
                                "code": content_key.files(_HERE / "plots.py", _HERE / "chart_cache.py"),
-                               "matplotlib": mpl, "installed": content_key.installed(), "python": sys.version,
+                               "matplotlib": mpl, "libraries": content_key.closure("matplotlib"), "python": sys.version,
                                "env": content_key.env("MPL")})
 
 
