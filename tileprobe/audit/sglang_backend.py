@@ -133,14 +133,18 @@ def _batch(mode, phase: str, b: int, s: int, tokens: int):
     return batch
 
 
+def _served(session):
+    """The engine modules both steps run: the backend, ForwardMode, the layer's module and AttentionArch."""
+    return (session.module(BACKEND), session.module("sglang.srt.model_executor.forward_batch_info").ForwardMode,
+            session.module("sglang.srt.layers.radix_attention"),
+            session.module("sglang.srt.configs.model_config").AttentionArch)
+
+
 def triton_attention(session, model: AttentionConfig, pt: Point) -> None:
     """One layer's attention step through SGLang's triton backend, for pt.phase (prefill or decode)."""
     if pt.phase not in ("prefill", "decode"):
         raise ValueError(f"phase {pt.phase!r}: SGLang's triton backend step is driven for prefill or decode")
-    backend = session.module(BACKEND)
-    mode = session.module("sglang.srt.model_executor.forward_batch_info").ForwardMode
-    radix = session.module("sglang.srt.layers.radix_attention")
-    arch = session.module("sglang.srt.configs.model_config").AttentionArch
+    backend, mode, radix, arch = _served(session)
     h, kv = heads(model, pt.tp)
     d, dt = model.head_dim, getattr(torch, TORCH[model.dtype])
     tokens = pt.batch * (pt.seq_len if pt.phase == "prefill" else 1)
@@ -225,10 +229,7 @@ def mla_attention(session, model: AttentionConfig, pt: Point) -> None:
     v = k_nope (T, 1, rank), save_kv_cache True)."""
     if pt.phase not in ("prefill", "extend", "decode"):
         raise ValueError(f"phase {pt.phase!r}: SGLang's triton MLA step is driven for prefill, extend or decode")
-    backend = session.module(BACKEND)
-    mode = session.module("sglang.srt.model_executor.forward_batch_info").ForwardMode
-    radix = session.module("sglang.srt.layers.radix_attention")
-    arch = session.module("sglang.srt.configs.model_config").AttentionArch
+    backend, mode, radix, arch = _served(session)
     h, _ = heads(model, pt.tp)
     dt = getattr(torch, TORCH[model.dtype])
     rank, rope, nope, dv = model.kv_lora_rank, model.qk_rope_head_dim, model.qk_nope_head_dim, model.v_head_dim
