@@ -42,6 +42,7 @@ import hashlib
 import importlib
 import importlib.abc
 import importlib.util
+import itertools
 import os
 import re
 import sys
@@ -265,7 +266,7 @@ class Session:
                 write_whole(self.folder / digest / d, t)
             write_whole(path, text)
         self._files[str(path)] = rel
-        self._ifs[str(path)] = _if_blocks(text)
+        self._ifs[str(path)] = _device_ifs(digest, rel, text)
         self._data_beside(rel, path.parent)
         return str(path)
 
@@ -311,14 +312,16 @@ class Session:
         """The device branches taken; `values`: the launcher frame's locals (an assigned device expression is
         shown with the value it had at the launch)."""
         out = []
+        ran: dict[str, set[int]] = {}  # the lines run, by file: one pass over the three sets, not one per file
+        for f, ln in itertools.chain(self._ran, self._imported, self._lookup):
+            if f in self._ifs:
+                ran.setdefault(f, set()).add(ln)
         for path, ifs in self._ifs.items():
-            lines = {ln for f, ln in self._ran | self._imported | self._lookup if f == path}
+            lines = ran.get(path)
             if not lines:
                 continue
             rel = self._files[path]
-            for line, text, body, orelse in ifs:
-                if not (DEVICE_TEST.search(text) or CONFIG_TEST.search(text)):
-                    continue
+            for line, text, body, orelse in ifs:  # device and config tests only (_device_ifs)
                 if body is None:  # a device expression assigned (vLLM: tuned_large_head = ... and capability)
                     name = text.split(" = ", 1)[0]
                     if line in lines:
@@ -364,7 +367,8 @@ class Session:
                                     self._branches(values), self._autotune,
                                     tuple(p.name for p in fn.params if p.do_not_specialize),
                                     tuple(p.name for p in fn.params if p.is_constexpr)))
-        lookup = {(f, ln) for f, ln in self._ran for line, text, body, orelse in self._ifs.get(f, ())
+        lookup = {(f, ln) for f, ln in self._ran if self._ifs.get(f)
+                  for line, text, body, orelse in self._ifs[f]
                   if CONFIG_TEST.search(text) and (ln == line or ln in (body or ()) or ln in orelse)}
         if lookup:
             self._lookup = lookup
@@ -413,17 +417,42 @@ def data_beside(source: EngineSource, rel: str) -> list[str]:
             for n in names if n.endswith(".json")]
 
 
+_DEVICE_IFS: dict = {}  # (content digest, path in the wheel) -> _device_ifs' answer, for every session of the process
+
+
+def _device_ifs(digest: str, rel: str, text: str) -> list[tuple[int, str, set[int] | None, set[int]]]:
+    """The if/elif blocks and device assignments of a served file whose test is a device or tuned-config test (the
+    only ones _branches reports), parsed once per process for each file content."""
+    key = (digest, rel)
+    if key not in _DEVICE_IFS:
+        _DEVICE_IFS[key] = [b for b in _if_blocks(text) if DEVICE_TEST.search(b[1]) or CONFIG_TEST.search(b[1])]
+    return _DEVICE_IFS[key]
+
+
 def _if_blocks(text: str) -> list[tuple[int, str, set[int] | None, set[int]]]:
-    """Every if/elif of a file: its line, `if <test>` text, its body's lines and its (non-elif) else's lines; and
-    every assignment whose value is an expression over the device (body None: evaluated when its line ran)."""
+    """Every if/elif of a file whose test may be a device or tuned-config test: its line, `if <test>` text, its
+    body's lines and its (non-elif) else's lines; and every assignment whose value is an expression over the device
+    (body None: evaluated when its line ran). A test whose source text (as written, or with its whitespace removed)
+    matches neither DEVICE_TEST nor CONFIG_TEST is not unparsed: unparsing only normalises spacing and brackets, so
+    such a test's unparsed text matches neither either."""
     out = []
+    if not any(rx.search(t) for rx in (DEVICE_TEST, CONFIG_TEST) for t in (text, "".join(text.split()))):
+        return out  # no test of the file can match: not parsed
+    lines = text.splitlines()
+
+    def maybe(node) -> bool:
+        raw = "\n".join(lines[node.lineno - 1:node.end_lineno])
+        bare = "".join(raw.split())
+        return any(rx.search(t) for rx in (DEVICE_TEST, CONFIG_TEST) for t in (raw, bare))
+
     for node in ast.walk(ast.parse(text)):
-        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.BoolOp, ast.Compare, ast.IfExp)):
+        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.BoolOp, ast.Compare, ast.IfExp)) \
+                and maybe(node.value):
             value = ast.unparse(node.value)
             if DEVICE_TEST.search(value):
                 out.append((node.lineno, f"{ast.unparse(node.targets[0])} = {' '.join(value.split())} "
                                          "(evaluated)", None, set()))
-        if isinstance(node, ast.If):
+        if isinstance(node, ast.If) and maybe(node.test):
             body = set(range(node.body[0].lineno, node.body[-1].end_lineno + 1))
             orelse = set()
             if node.orelse and not (len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If)):
