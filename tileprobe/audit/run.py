@@ -24,6 +24,7 @@ from tileprobe.audit.backends import Selection, attention_backend
 from tileprobe.audit.entry import Elsewhere
 from tileprobe.audit.kernels import AuditKernel, Point, kernels_for
 from tileprobe.audit.path import compiled
+from tileprobe.audit.path.ahead import Ahead
 from tileprobe.audit.nearest import Variant, nearest
 from tileprobe.backends.triton.compile import KernelJob, compile_job, compile_many
 from tileprobe.backends.triton.toolchain import TritonInstall, cache_root, require_triton
@@ -409,11 +410,20 @@ def run_audit(opts: AuditOptions) -> Audit:
     if banner:
         opts = replace(opts, policy=Policy(compile_all=True))
     parallel = compiled.check_parallel(src, model, opts.tp)
+    # the path's slow reads start in a second process as soon as its calls are known (tileprobe.audit.path.ahead)
+    with Ahead(None if opts.kernels else compiled.context(src, target, opts.cache_dir)) as ahead:
+        return _audit(opts, model, entries, target, arch, triton, src, banner, parallel, ahead)
+
+
+def _audit(opts: AuditOptions, model: AttentionConfig, entries: list[AuditKernel], target: Target, arch: str,
+           triton, src: EngineSource, banner: str, parallel: list[str], ahead: Ahead) -> Audit:
     t0 = time.perf_counter()
     sel = capture_cache.selection(src, target, model, opts.attention_backend, opts.cache_dir,
                                   lambda: attention_backend(src, target, model, opts.attention_backend)) \
         if any(k.backend for k in entries) or opts.attention_backend or model.heads > 0 else None
+    ahead.add(compiled.planner(src, target, model, opts, sel))
     cap = capture_all(src, target, model, entries, opts, target.cc_int, sel)
+    ahead.add(compiled.planner(src, target, model, opts, sel, cap))
     planned = cap.planned
     t1 = time.perf_counter()
     configs = [config_of(p, src, arch) for p in planned]
@@ -487,7 +497,8 @@ def run_audit(opts: AuditOptions) -> Audit:
                                 f"the autotuner has is over {target.smem_optin} B")
             res.remedies.append(_remedy(p, target))
         # --kernel asks for those Triton entries only; without it the whole forward pass is answered
-        res.path = [] if opts.kernels else compiled.answer_path(src, target, model, opts, sel, cap, arch, columns, rec)
+        res.path = [] if opts.kernels else compiled.answer_path(src, target, model, opts, sel, cap, arch, columns,
+                                                                           rec, ahead.running)
         res.rows += [a.row for a in res.path]
         res.path_failures = compiled.failures(res.path)
         res.unanswered += compiled.unanswered(res.path)

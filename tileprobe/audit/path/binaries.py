@@ -48,9 +48,32 @@ def member(origin: str, kind: str, rel: str, cache: Path) -> Path:
     if out.is_file() and out.stat().st_size == info.file_size:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    with z.open(info) as src:
-        _write_whole(out, lambda f: _copy(src, f))
+    with _locked(out):  # another process extracting it (tileprobe.audit.path.ahead): wait for it, not twice
+        if not (out.is_file() and out.stat().st_size == info.file_size):
+            with z.open(info) as src:
+                _write_whole(out, lambda f: _copy(src, f))
     return out
+
+
+def _locked(path: Path):
+    """The lock of a cache entry `path` (a file beside it), held while the entry is made; given up after 15 minutes
+    (then the entry is made here as well: every writer writes it whole)."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(path) + ".lock", timeout=900)
+
+    class _Held:
+        def __enter__(self):
+            try:
+                lock.acquire()
+            except Timeout:
+                pass
+
+        def __exit__(self, *exc):
+            if lock.is_locked:
+                lock.release()
+
+    return _Held()
 
 
 def _copy(src, dst) -> None:
@@ -159,16 +182,18 @@ def library(path: Path) -> Library:
     """The binary's device code, read once: a binary extracted into tileprobe's cache (content-keyed name) keeps its
     index beside it (pickled, written whole then renamed), so the next audit reads that instead of every fatbin."""
     path = Path(path)
+    if path.parent.name != "binaries":
+        return _read(path)
     index = path.with_name(path.name + f".index{INDEX_VERSION}.pickle")
-    if path.parent.name == "binaries" and index.is_file():
-        try:
-            lib = pickle.loads(index.read_bytes())
-            if isinstance(lib, Library):
-                return replace(lib, path=path)
-        except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError):
-            pass  # a broken index is read again from the binary
-    lib = _read(path)
-    if path.parent.name == "binaries":
+    with _locked(index):  # read by another process right now (tileprobe.audit.path.ahead): wait for its index
+        if index.is_file():
+            try:
+                lib = pickle.loads(index.read_bytes())
+                if isinstance(lib, Library):
+                    return replace(lib, path=path)
+            except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError):
+                pass  # a broken index is read again from the binary
+        lib = _read(path)
         _write_whole(index, lambda f: pickle.dump(lib, f, protocol=pickle.HIGHEST_PROTOCOL))
     return lib
 

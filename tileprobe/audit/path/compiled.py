@@ -7,6 +7,8 @@ engine refuses at start-up is one line, exit 2, before any kernel is looked at.
 
 from __future__ import annotations
 
+import functools
+
 from tileprobe.audit.path import forward, parallel, rows, vllm_router
 from tileprobe.audit.path.call import Context
 from tileprobe.backends.triton.toolchain import cache_root
@@ -35,17 +37,39 @@ def _moe_choice(cap) -> tuple[str | None, str | None, bool]:
     return None, None, triton_moe
 
 
-def answer_path(src, target, model: AttentionConfig, opts, sel, cap, arch: str, columns: dict, rec) -> list:
-    """Every compiled call on the path answered; each row written through `rec` as it is answered."""
-    runs, line, triton_moe = _moe_choice(cap)
+def moe_choice(cap) -> tuple[str | None, str | None, bool]:
+    """What the capture found of the engine's MoE choice (None: not captured yet, the experts' call unknown)."""
+    return _moe_choice(cap) if cap is not None else (None, None, False)
+
+
+def calls(src, target, model: AttentionConfig, tp: int, batches: tuple, seq_lens: tuple, cache_dir, sel,
+          moe: tuple[str | None, str | None, bool]) -> list:
+    """The compiled calls on the model's path (tileprobe.audit.path.forward), the MoE experts' as `moe` says
+    (moe_choice). Plain arguments only: tileprobe.audit.path.ahead runs it in its worker too."""
+    runs, line, triton_moe = moe
     hidden = model.hidden_size or (model.moe.hidden if model.moe is not None else None)
-    router = vllm_router.choose(src, target, model, opts.cache_dir) if src.engine == "vllm" else None
-    calls = forward.calls(src.engine, src.label(), model, target, opts.tp, sel.backend if sel else None,
-                          sel.line if sel else "", runs, line, triton_moe, hidden,
-                          {"decode": opts.batches, "prefill": tuple(b * s for b in opts.batches for s in opts.seq_lens)},
-                          router)
-    ctx = Context(target, src, cache_root(opts.cache_dir))
-    answered = rows.answer_all(calls, ctx, arch, columns, model.name)
+    router = vllm_router.choose(src, target, model, cache_dir) if src.engine == "vllm" else None
+    return forward.calls(src.engine, src.label(), model, target, tp, sel.backend if sel else None,
+                         sel.line if sel else "", runs, line, triton_moe, hidden,
+                         {"decode": batches, "prefill": tuple(b * s for b in batches for s in seq_lens)}, router)
+
+
+def context(src, target, cache_dir) -> Context:
+    return Context(target, src, cache_root(cache_dir))
+
+
+def planner(src, target, model: AttentionConfig, opts, sel, cap=None):
+    """A picklable `calls` of this audit (for tileprobe.audit.path.ahead's worker)."""
+    return functools.partial(calls, src, target, model, opts.tp, tuple(opts.batches), tuple(opts.seq_lens),
+                             opts.cache_dir, sel, moe_choice(cap))
+
+
+def answer_path(src, target, model: AttentionConfig, opts, sel, cap, arch: str, columns: dict, rec,
+                ahead: bool = False) -> list:
+    """Every compiled call on the path answered, then each row written through `rec`. `ahead`: a worker
+    (tileprobe.audit.path.ahead) is filling the caches from the first call on, so these are answered last first."""
+    answered = rows.answer_all(planner(src, target, model, opts, sel, cap)(), context(src, target, opts.cache_dir),
+                               arch, columns, model.name, last_first=ahead)
     for a in answered:
         rec.write(a.row)
     return answered

@@ -32,15 +32,19 @@ def _key(call: KernelCall) -> str:
                                      default=str).encode()).hexdigest()[:10]
 
 
-def answer_all(calls: list[KernelCall], ctx: Context, arch: str, columns: dict, model_name: str) -> list[Answered]:
-    """Every distinct call answered; one progress step per call; a family's unexpected error is that row's
-    `unanswered` with the error named (the audit goes on and the other rows stand)."""
+def answer_all(calls: list[KernelCall], ctx: Context, arch: str, columns: dict, model_name: str,
+               last_first: bool = False) -> list[Answered]:
+    """Every distinct call answered, in the path's order; one progress step per call; a family's unexpected error is
+    that row's `unanswered` with the error named (the audit goes on and the other rows stand). `last_first`: answered
+    from the last call back (tileprobe.audit.path.ahead's worker fills the caches from the first call on, so the two
+    meet once, each cache made by one of them), the rows still in the path's order."""
     seen: dict[str, KernelCall] = {}
     for c in calls:
         seen.setdefault(_key(c), c)
     out = []
+    order = list(seen.items())
     with track(len(seen), "compiled kernels on the path") as bar:
-        for key, call in seen.items():
+        for key, call in (reversed(order) if last_first else order):
             try:
                 library, ans = families.answer(call, ctx)
             except Exception as exc:  # noqa: BLE001 - one family's failure must not lose the other rows
@@ -51,7 +55,7 @@ def answer_all(calls: list[KernelCall], ctx: Context, arch: str, columns: dict, 
             out.append(Answered(call, library, ans, verdict, _row(call, library, ans, verdict, ctx.target, arch,
                                                                   columns, model_name, key)))
             bar.done(f"{call.layer} [{call.phase}] {library}", verdict)
-    return out
+    return out[::-1] if last_first else out
 
 
 def _row(call: KernelCall, library: str, ans: CompiledAnswer, verdict: Verdict, target: Target, arch: str,

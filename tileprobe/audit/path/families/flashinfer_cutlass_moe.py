@@ -29,11 +29,14 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import os
 import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from filelock import FileLock
 
 from tileprobe.audit.path.call import CompiledAnswer, Context, KernelCall, Part, guarded, unanswered
 from tileprobe.errors import TileprobeError
@@ -361,6 +364,12 @@ def compiled_sizes(tree, tactics: list[Tactic], cache_dir: Path, timeout_s: floa
                           for t in tactics)
     key = hashlib.sha256(f"{tree.tree_hash}\n{nvcc.version_text}\n{src}".encode()).hexdigest()[:16]
     out = Path(cache_dir) / "path-families" / f"flashinfer-ampere-{key}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out) + ".lock", timeout=timeout_s + 60):  # one nvcc run for concurrent audits (path.ahead)
+        return _sizes(out, tree, tactics, nvcc, src, timeout_s)
+
+
+def _sizes(out: Path, tree, tactics: list[Tactic], nvcc, src: str, timeout_s: float):
     if out.is_file():
         data = json.loads(out.read_text())
         return {tuple(json.loads(k)): tuple(v) for k, v in data.items()}
@@ -383,8 +392,9 @@ def compiled_sizes(tree, tactics: list[Tactic], cache_dir: Path, timeout_s: floa
         found[tuple(v[:4])] = tuple(v[4:])
     if len(found) != len(tactics):
         return None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({json.dumps(list(k)): list(v) for k, v in found.items()}))
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({json.dumps(list(k)): list(v) for k, v in found.items()}))
+    os.replace(tmp, out)
     return found
 
 
