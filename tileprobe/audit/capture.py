@@ -223,7 +223,8 @@ class Session:
     flags: dict = field(default_factory=dict)  # the engine flags the user passes (--moe-backend ...): hooks read them
     kernels: dict = field(default_factory=dict)  # Launch.kernel -> the @triton.jit object launched
     _ran: set = field(default_factory=set)  # (file, line) run since the last launch
-    _imported: set = field(default_factory=set)  # (file, line) run while the modules imported (capability globals)
+    _imported_by: dict = field(default_factory=dict)  # file -> lines run while the modules imported (capability
+    # globals: a branch every launch after took)
     _files: dict = field(default_factory=dict)  # served file path -> its path inside the wheel
     _ifs: dict = field(default_factory=dict)  # served file path -> [(test line, text, body lines, else lines)]
     _autotune: tuple | None = None
@@ -291,7 +292,8 @@ class Session:
         """The engine module `name`, imported through the session's finder (the lines its import ran count for
         every launch after: a capability global cached at import is a branch each launch took)."""
         module = importlib.import_module(name)
-        self._imported |= self._ran
+        for f, ln in self._ran:
+            self._imported_by.setdefault(f, set()).add(ln)
         self._ran.clear()
         return module
 
@@ -312,12 +314,12 @@ class Session:
         """The device branches taken; `values`: the launcher frame's locals (an assigned device expression is
         shown with the value it had at the launch)."""
         out = []
-        ran: dict[str, set[int]] = {}  # the lines run, by file: one pass over the three sets, not one per file
-        for f, ln in itertools.chain(self._ran, self._imported, self._lookup):
+        ran: dict[str, set[int]] = {}  # the lines run since the last launch and by the last lookup, by file
+        for f, ln in itertools.chain(self._ran, self._lookup):
             if f in self._ifs:
                 ran.setdefault(f, set()).add(ln)
         for path, ifs in self._ifs.items():
-            lines = ran.get(path)
+            lines = ran.get(path, set()) | self._imported_by.get(path, set())
             if not lines:
                 continue
             rel = self._files[path]
