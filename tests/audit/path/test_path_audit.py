@@ -14,7 +14,10 @@ from pathlib import Path
 import pytest
 
 from tileprobe.audit.path import forward
-from tileprobe.audit.path.call import CompiledAnswer, Part
+from tileprobe.audit.path.call import CompiledAnswer, Context, Part
+from tileprobe.audit.path.families import sgl_kernel
+from tileprobe.engines import locate
+from tileprobe.errors import UsageError
 from tileprobe.models import ATTENTION_PRESETS
 from tileprobe.targets import PROFILES
 from tileprobe.verdict import Verdict
@@ -50,6 +53,11 @@ def test_every_kernel_on_the_path_is_a_row_and_unanswered_never_exits_0(sglang, 
     """SGLang's default path for an MoE model: flashinfer attention, its Triton fused MoE, sgl_kernel norms, cuBLAS
     linears. cuBLAS cannot be answered, so the audit exits 3 on rtx-pro-6000 (nothing fails there) and names each
     unanswered kernel; on GB10 sgl_kernel's common_ops has no sm_121 code, so it exits 1 with a FAIL line each."""
+    pin = sgl_kernel.pinned(Context(PROFILES["rtx-pro-6000"], sglang, tmp_path))
+    try:
+        locate.find_release(sgl_kernel.DIST, pin)
+    except UsageError as exc:  # the norms' answers read its wheel (tileprobe engines fetch sglang-kernel==<pin>)
+        pytest.skip(f"the sglang-kernel release {sglang.label()} pins is not here: {exc}")
     target = rng.choice(["rtx-pro-6000", "dgx-spark-gb10"])
     out = tmp_path / "out"
     p = _cli("--engine", "sglang", "--model", "qwen3-30b-a3b", "--target", target, "--batch", rng.randint(1, 64),
