@@ -32,6 +32,15 @@ def _index_held(index) -> bool:
     return False
 
 
+def _wait_until_the_worker_reads(index) -> None:
+    """Until the worker holds the index's lock (it is reading the binary); a worker that finished first fails."""
+    deadline = time.monotonic() + 120
+    while not _index_held(index):
+        assert not index.is_file(), "the worker finished before the main process asked"
+        assert time.monotonic() < deadline, "the worker never started the index"
+        time.sleep(0.005)
+
+
 @pytest.fixture
 def ctx(vllm_wheel, tmp_path, monkeypatch):
     monkeypatch.setenv(ahead.ENV, "1")
@@ -52,11 +61,7 @@ def test_the_main_process_waits_for_the_workers_index_and_answers_from_it(ctx, m
     with ahead.Ahead(ctx) as pre:
         assert pre.running
         pre.add(functools.partial(list, [_call(op)]))
-        deadline = time.monotonic() + 120
-        while not _index_held(index):
-            assert not index.is_file(), "the worker finished before the main process asked"
-            assert time.monotonic() < deadline, "the worker never started the index"
-            time.sleep(0.005)
+        _wait_until_the_worker_reads(index)
 
         def reread(p):
             raise AssertionError(f"the main process read {p} again while the worker was reading it")
@@ -78,11 +83,7 @@ def test_close_stops_a_worker_in_the_middle_of_a_read(ctx):
     index = path.with_name(path.name + f".index{binaries.INDEX_VERSION}.pickle")
     pre = ahead.Ahead(ctx)
     pre.add(functools.partial(list, [_call(op)]))
-    deadline = time.monotonic() + 120
-    while not _index_held(index):
-        assert not index.is_file(), "the worker finished before it could be stopped"
-        assert time.monotonic() < deadline, "the worker never started the index"
-        time.sleep(0.005)
+    _wait_until_the_worker_reads(index)
     t0 = time.monotonic()
     pre.close()
     assert time.monotonic() - t0 < 10 and not pre.running
