@@ -49,7 +49,7 @@ STAND_INS = {"mamba2-codestral-fields": "MAMBA2", "falcon-h1-0.5b-fields": "FALC
 
 def _git(src: Path, *args: str) -> str:
     p = subprocess.run(["git", "-C", str(src), *args], capture_output=True, text=True, timeout=60)
-    return p.stdout.strip()
+    return p.stdout.rstrip()  # not strip(): a porcelain line begins with a space
 
 
 def host_facts() -> dict:

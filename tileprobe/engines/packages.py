@@ -126,13 +126,18 @@ def unpack_flashinfer(pkg: Package, cache_dir: str | Path | None = None) -> Path
         if not done.is_file():
             shutil.rmtree(dest, ignore_errors=True)
             tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=base))
-            with zipfile.ZipFile(pkg.wheel) as z:
-                for info in z.infolist():
-                    n = info.filename
-                    keep = (n.startswith("flashinfer/") and (n.endswith(".py") or n.startswith(_FLASHINFER_DATA))) \
-                        or re.fullmatch(r"flashinfer_python-[^/]+\.dist-info/METADATA", n)
-                    if keep and not n.endswith("/") and ".." not in n.split("/"):
-                        z.extract(info, tmp)
-            (tmp / ".unpacked").write_text(f"{pkg.wheel}\n")
-            os.replace(tmp, dest)
+            try:
+                with zipfile.ZipFile(pkg.wheel) as z:
+                    for info in z.infolist():
+                        n = info.filename
+                        keep = (n.startswith("flashinfer/") and (n.endswith(".py") or
+                                                                 n.startswith(_FLASHINFER_DATA))) \
+                            or re.fullmatch(r"flashinfer_python-[^/]+\.dist-info/METADATA", n)
+                        if keep and not n.endswith("/") and ".." not in n.split("/"):
+                            z.extract(info, tmp)
+                (tmp / ".unpacked").write_text(f"{pkg.wheel}\n")
+                os.replace(tmp, dest)
+            except BaseException:  # stopped (Ctrl-C, a stopped read-ahead worker) or failed: no half tree left
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
     return dest / "flashinfer"
