@@ -16,6 +16,7 @@ import json
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 from tileprobe import preflight, progress
 from tileprobe.audit import answers, capture, capture_cache, jobs, loader
@@ -147,40 +148,62 @@ CAPTURE_ERRORS = (ImportError, AttributeError, LookupError, TypeError, ValueErro
 
 
 def capture_all(src: EngineSource, target: Target, model: AttentionConfig, entries: list[AuditKernel],
-                opts: AuditOptions, cc: int, sel: Selection | None = None) -> Captured:
+                opts: AuditOptions, cc: int, sel: Selection | None = None,
+                early: tuple[Callable[[AuditKernel], bool], Callable[[Captured], None]] | None = None) -> Captured:
     """Each entry's launches at every point; launches that compile the same (every argument the compile sees equal:
     pointer dtypes, ints, constexprs, options), set at the same engine lines, are planned once. An entry whose
     `chooses` names another kernel at a point is not launched there; an autotuned launch's configs are one Tuned.
     Each entry's capture comes from tileprobe.audit.capture_cache when an identical one was made before (its key:
-    the engine's files, tileprobe's, the target, the model, the points, the options), else it runs and is stored."""
-    plans: list[Planned] = []
-    others: dict[tuple, NotSelected] = {}
-    tuned: dict[tuple, Tuned] = {}
-    failed: list[tuple[AuditKernel, str]] = []
+    the engine's files, tileprobe's, the target, the model, the points, the options), else it runs and is stored.
+    `early` (wanted, told): the entries `wanted` says are captured first, and `told` gets what they captured as soon
+    as they are (the MoE entries, whose walk of the engine's MoE choice the path's read-ahead waits for); the result
+    is in the entries' own order either way."""
+    wanted, told = early or (lambda k: False, None)
+    order = sorted(range(len(entries)), key=lambda i: not wanted(entries[i]))
+    got: dict[int, object] = {}
     store = None
-    for k in entries:
+    for n, i in enumerate(order):
+        k = entries[i]
         windows = model.windows() if k.windowed else (None,)
         points = [Point(b, s, opts.tp, w, ph) for w in windows for ph in k.phases for b in opts.batches
                   for s in opts.seq_lens]
         if k.backend is not None and sel is not None and k.backend != sel.backend:
             how = "forced by --attention-backend" if sel.forced else "its own attention backend selection"
-            others[(k.name, sel.backend)] = NotSelected(k, Elsewhere(f"the {sel.backend} attention backend",
-                                                                     sel.line, how), points)
+            got[i] = NotSelected(k, Elsewhere(f"the {sel.backend} attention backend", sel.line, how), points)
+        else:
+            store = store or capture_cache.Store(src, target, model, opts, cc)
+            got[i] = store.get(k, points)
+            if got[i] is None:
+                got[i] = _capture_one(k, src, target, model, opts, cc, points)
+                store.put(k, points, got[i])
+        if told is not None and wanted(k) and (n + 1 == len(order) or not wanted(entries[order[n + 1]])):
+            told(_assembled(entries, got, sel))
+    return _assembled(entries, got, sel)
+
+
+def _assembled(entries: list[AuditKernel], got: dict, sel: Selection | None) -> Captured:
+    """The Captured of the entries captured so far (`got`: index -> EntryCapture, or NotSelected for an entry of
+    another attention backend), in the entries' order."""
+    plans: list[Planned] = []
+    others: dict[tuple, NotSelected] = {}
+    tuned: dict[tuple, Tuned] = {}
+    failed: list[tuple[AuditKernel, str]] = []
+    for i, k in enumerate(entries):
+        g = got.get(i)
+        if g is None:
             continue
-        store = store or capture_cache.Store(src, target, model, opts, cc)
-        got = store.get(k, points)
-        if got is None:
-            got = _capture_one(k, src, target, model, opts, cc, points)
-            store.put(k, points, got)
+        if isinstance(g, NotSelected):
+            others[(k.name, sel.backend)] = g
+            continue
         base = len(plans)  # the entry's own indices, after the entries before it
-        plans += [Planned(k, launch, job, list(pts)) for launch, job, pts in got.plans]
-        for other, pts in got.others:
+        plans += [Planned(k, launch, job, list(pts)) for launch, job, pts in g.plans]
+        for other, pts in g.others:
             others.setdefault((k.name, other), NotSelected(k, other)).points.extend(pts)
-        for kernel, site, listed, idx in got.tuned:
+        for kernel, site, listed, idx in g.tuned:
             idx = tuple(base + i for i in idx)
             tuned.setdefault((kernel, site, idx), Tuned(kernel, site, listed, idx))
-        if got.failed is not None:
-            failed.append((k, got.failed))
+        if g.failed is not None:
+            failed.append((k, g.failed))
     return Captured(plans, list(others.values()), list(tuned.values()), failed)
 
 
@@ -422,7 +445,11 @@ def _audit(opts: AuditOptions, model: AttentionConfig, entries: list[AuditKernel
                                   lambda: attention_backend(src, target, model, opts.attention_backend)) \
         if any(k.backend for k in entries) or opts.attention_backend or model.heads > 0 else None
     ahead.add(compiled.planner(src, target, model, opts, sel))
-    cap = capture_all(src, target, model, entries, opts, target.cc_int, sel)
+    # the MoE entries first: their walk of the engine's MoE choice names the experts' kernel, read ahead from then on
+    early = (lambda k: compiled.is_moe(k.name), lambda part: ahead.add(compiled.planner(src, target, model, opts,
+                                                                                         sel, part))) \
+        if ahead.running else None
+    cap = capture_all(src, target, model, entries, opts, target.cc_int, sel, early)
     ahead.add(compiled.planner(src, target, model, opts, sel, cap))
     planned = cap.planned
     t1 = time.perf_counter()

@@ -19,6 +19,7 @@ of an audit without it (tests/audit/path/test_ahead.py).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import multiprocessing
 import os
@@ -40,22 +41,33 @@ def _stop(signum, frame):  # SIGTERM from close(): unwind, so temporary files ar
 
 
 def _work(queue, ctx: Context) -> None:
+    """Answer the calls of each plan put on `queue` (None: stop). A plan that arrives while older calls wait goes
+    first: its new calls (the MoE experts', once the capture has walked the engine's choice) are the ones the main
+    process reaches soonest, answering last first."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _stop)
     binaries.SPLIT_BYTES = 1 << 62
     seen: set = set()
-    while (plan := queue.get()) is not None:
-        try:
-            calls = plan()
-        except Exception:  # noqa: BLE001 - the main process plans the path again and says what failed
-            continue
-        for call in calls:
-            key = (call.family, call.op, repr(sorted(call.params.items())), call.phase)
-            if key in seen:
+    pending: collections.deque = collections.deque()
+    while True:
+        while not pending or not queue.empty():
+            plan = queue.get()
+            if plan is None:
+                return
+            try:
+                calls = plan()
+            except Exception:  # noqa: BLE001 - the main process plans the path again and says what failed
                 continue
-            seen.add(key)
-            with contextlib.suppress(Exception):  # the main process answers the call and says what failed
-                families.answer(call, ctx)
+            new = []
+            for call in calls:
+                key = (call.family, call.op, repr(sorted(call.params.items())), call.phase)
+                if key not in seen:
+                    seen.add(key)
+                    new.append(call)
+            pending.extendleft(reversed(new))
+        call = pending.popleft()
+        with contextlib.suppress(Exception):  # the main process answers the call and says what failed
+            families.answer(call, ctx)
 
 
 class Ahead:

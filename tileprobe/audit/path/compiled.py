@@ -23,16 +23,16 @@ def check_parallel(source, model: AttentionConfig, tp: int) -> list[str]:
     return parallel.check(source, model.heads, model.kv_heads, tp, inter)
 
 
-def _is_moe(entry: str) -> bool:
+def is_moe(entry: str) -> bool:
     return "moe" in entry.split("-")
 
 
 def _moe_choice(cap) -> tuple[str | None, str | None, bool]:
     """What the engine's MoE oracle chose (from the Triton MoE entries' not-selected rows), and whether the Triton
     MoE entries launched (then the experts are Triton rows)."""
-    triton_moe = any(_is_moe(p.kernel.name) for p in cap.planned)
+    triton_moe = any(is_moe(p.kernel.name) for p in cap.planned)
     for n in cap.not_selected:
-        if _is_moe(n.kernel.name):
+        if is_moe(n.kernel.name):
             return n.elsewhere.runs, f"{n.elsewhere.line} ({n.elsewhere.why})", triton_moe
     return None, None, triton_moe
 
