@@ -5,11 +5,12 @@ A family's answer spends most of a cold audit's path time filling disk caches: a
 (tileprobe.audit.path.binaries.library: hundreds of zstd-compressed cubins), FlashInfer's unpacked tree and its nvcc
 sizes (flashinfer_cutlass_moe.compiled_sizes), vLLM's own checks run from the wheel (capture_cache.memo). Those do not
 depend on the Triton capture, and the calls that reach them are known as soon as the backend is selected (the MoE
-experts' call once the capture has walked the engine's MoE choice). So `Ahead` runs `families.answer` on those calls
-in a worker process and throws the answers away: only the caches stay. The main process answers every call itself, in
-the model's order, as before; where the worker is filling the same cache entry, the entry's file lock makes it wait
-for that entry instead of computing it a second time. Nothing the worker does reaches a row, so the rows are the rows
-of an audit without it (tests/audit/path/test_ahead.py).
+experts' call once the capture, which takes the MoE entries first, has walked the engine's MoE choice). So `Ahead`
+runs `families.answer` on those calls in a worker process, the newest plan's new calls first, and throws the answers
+away: only the caches stay. The main process still answers every call itself, from the last call back (rows in the
+model's order), so the two meet once; where the worker is filling the same cache entry, the entry's file lock makes
+the main process wait for that entry instead of computing it a second time. Nothing the worker does reaches a row,
+so the rows are the rows of an audit without it (tests/audit/path/test_ahead.py).
 
 - The worker ignores SIGINT: one Ctrl-C stops the audit, and `close` stops the worker. Every cache file is written
   whole then renamed, and a lock dies with its holder, so a stopped worker leaves nothing half-written.
@@ -71,7 +72,7 @@ def _work(queue, ctx: Context) -> None:
 
 
 class Ahead:
-    """One worker process for an audit's path: `add(calls)` as they become known, `close()` at the end."""
+    """One worker process for an audit's path: `add(plan)` as the path's calls become known, `close()` at the end."""
 
     def __init__(self, ctx: Context | None) -> None:
         """`ctx` None (or `enabled()` False): nothing is started and `add` does nothing."""

@@ -66,8 +66,8 @@ def planner(src, target, model: AttentionConfig, opts, sel, cap=None):
 
 def answer_path(src, target, model: AttentionConfig, opts, sel, cap, arch: str, columns: dict, rec,
                 ahead: bool = False) -> list:
-    """Every compiled call on the path answered, then each row written through `rec`. `ahead`: a worker
-    (tileprobe.audit.path.ahead) is filling the caches from the first call on, so these are answered last first."""
+    """Every compiled call on the path answered, then each row written through `rec`, in the path's order. `ahead`: a
+    worker (tileprobe.audit.path.ahead) is filling the caches, so these are answered from the last call back."""
     answered = rows.answer_all(planner(src, target, model, opts, sel, cap)(), context(src, target, opts.cache_dir),
                                arch, columns, model.name, last_first=ahead)
     for a in answered:
