@@ -11,6 +11,7 @@ device code (tileprobe.binary: fatbin containers, cubins, PTX), and say what the
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
 import os
@@ -55,25 +56,22 @@ def member(origin: str, kind: str, rel: str, cache: Path) -> Path:
     return out
 
 
+@contextlib.contextmanager
 def _locked(path: Path):
     """The lock of a cache entry `path` (a file beside it), held while the entry is made; given up after 15 minutes
     (then the entry is made here as well: every writer writes it whole)."""
     from filelock import FileLock, Timeout
 
     lock = FileLock(str(path) + ".lock", timeout=900)
-
-    class _Held:
-        def __enter__(self):
-            try:
-                lock.acquire()
-            except Timeout:
-                pass
-
-        def __exit__(self, *exc):
-            if lock.is_locked:
-                lock.release()
-
-    return _Held()
+    try:
+        lock.acquire()
+    except Timeout:
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _copy(src, dst) -> None:
