@@ -23,10 +23,11 @@ from tileprobe.targets import resolve_target
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def capture(target_name: str, plans) -> list[tuple[Launch, KernelJob]]:
+def capture(target_name: str, plans, wheels: dict | None = None) -> list[tuple[Launch, KernelJob]]:
     """(launch, job) of every launch `tileprobe audit` captures for each (engine, model, entry names[, batches]) of
     `plans` under the target's stand-in (batch 1 unless the plan names its batches: a driven step's mixed batch has
-    decodes from batch 2); skips without Triton, its allocation pass or the engine's wheel."""
+    decodes from batch 2), from `wheels` (engine -> wheel; default the pinned release's); skips without Triton, its
+    allocation pass or the engine's wheel."""
     pytest.importorskip("triton")
     if allocate.unavailable():
         pytest.skip(allocate.unavailable())
@@ -35,7 +36,7 @@ def capture(target_name: str, plans) -> list[tuple[Launch, KernelJob]]:
     out = []
     for engine, model, entries, *batches in plans:
         try:
-            src = find_engine(engine)
+            src = find_engine(engine, (wheels or {}).get(engine))
         except UsageError as exc:
             pytest.skip(f"no {engine} wheel: {exc}")
         m = attention_model(str(ROOT / model) if model.endswith(".json") else model)

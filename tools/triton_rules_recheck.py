@@ -41,8 +41,9 @@ def _unreleased(label: str) -> str:
     return label
 
 
-def capture(target_name: str, plans):
-    """tests/_triton_rules.capture without its skips (the allocation pass need not run under this Triton)."""
+def capture(target_name: str, plans, wheels: dict | None = None):
+    """tests/_triton_rules.capture without its skips (the allocation pass need not run under this Triton); `wheels`:
+    engine -> the wheel to capture from (default: the engine tileprobe finds, its pinned release)."""
     import dataclasses
 
     from tileprobe.audit.kernels import KERNELS
@@ -57,39 +58,40 @@ def capture(target_name: str, plans):
     for engine, model, entries, *batches in plans:
         m = attention_model(str(ROOT / model) if model.endswith(".json") else model)
         opts = AuditOptions(engine, m.name, target.name, batches=batches[0] if batches else (1,))
-        cap = capture_all(find_engine(engine), target, m, [KERNELS[e] for e in entries], opts, target.cc_int)
+        cap = capture_all(find_engine(engine, (wheels or {}).get(engine)), target, m, [KERNELS[e] for e in entries], opts, target.cc_int)
         out += [(p.launch, p.job) for p in cap.planned]
     return out
 
 
-def captured_families(families):
-    """family -> (table, base release, [(kernel, draw(rng, varied) -> (launch, job, bytes))], key(launch, job))."""
+def captured_families(families, wheels: dict | None = None):
+    """family -> (table, the rule's kernels, draw(kernel, rng, varied) -> (launch, job, bytes), key(launch, job),
+    the captured (launch, job) pairs); captured from `wheels` (capture)."""
     from tileprobe.audit import mamba_rule, ogs_rule
     from tileprobe.predict import triton_attention, triton_conv, triton_ogs, triton_ssd
 
     out = {}
     if "triton-ssd" in families:
         import test_triton_ssd as t
-        cap = capture("rtx-pro-6000", [("vllm", "nemotron-h-8b", t.ENTRIES)])
+        cap = capture("rtx-pro-6000", [("vllm", "nemotron-h-8b", t.ENTRIES)], wheels)
         out["triton-ssd"] = (triton_ssd.CHECKED, t.RULED, lambda k, r, v, c=cap, t=t: t._draw(r, c, k, v),
-                             lambda la, j: (mamba_rule.source_sha256(la, j),))
+                             lambda la, j: (mamba_rule.source_sha256(la, j),), cap)
     if "triton-conv" in families:
         import test_triton_conv as t
         plans = [("vllm", m, e, t.BATCHES.get(m, (1,))) for m, e in t.MODELS.items()]
-        cap = [(la, j) for la, j in capture("rtx-pro-6000", plans) if la.kernel in t.RULED]
+        cap = [(la, j) for la, j in capture("rtx-pro-6000", plans, wheels) if la.kernel in t.RULED]
         out["triton-conv"] = (triton_conv.CHECKED, t.RULED, lambda k, r, v, c=cap, t=t: t._draw(r, c, k, v),
-                              lambda la, j: (mamba_rule.source_sha256(la, j),))
+                              lambda la, j: (mamba_rule.source_sha256(la, j),), cap)
     if "triton-attention" in families:
         import test_triton_attention as t
-        cap = capture("rtx-pro-6000", t.CAPTURES)
+        cap = capture("rtx-pro-6000", t.CAPTURES, wheels)
         out["triton-attention"] = (triton_attention.CHECKED, t.RULED,
                                    lambda k, r, v, c=cap, t=t: t._draw(r, c, k, v),
-                                   lambda la, j: (mamba_rule.source_sha256(la, j),))
+                                   lambda la, j: (mamba_rule.source_sha256(la, j),), cap)
     if "triton-ogs" in families:
         import test_triton_ogs as t
-        cap = capture("h200", [("vllm", "gpt-oss-120b", ("vllm-moe-mxfp4-decode",))])
+        cap = capture("h200", [("vllm", "gpt-oss-120b", ("vllm-moe-mxfp4-decode",))], wheels)
         out["triton-ogs"] = (triton_ogs.CHECKED, t.RULED, lambda k, r, v, c=cap, t=t: t.draw_ruled(r, c, k, v),
-                             lambda la, j: (la.kernel, ogs_rule.source_sha256(la, j)))
+                             lambda la, j: (la.kernel, ogs_rule.source_sha256(la, j)), cap)
     return out
 
 
@@ -184,7 +186,7 @@ def main(argv=None) -> int:
                 desc, job, b = draw(rng, True)
                 check("triton-moe", kernel, key, triton_moe.CHECKED.get((base, *key)), desc, job, b,
                       i < args.full)
-    for family, (table, ruled, draw, key_of) in captured_families(families).items():
+    for family, (table, ruled, draw, key_of, _) in captured_families(families).items():
         for kernel in ruled:
             for i in range(args.per_kernel):
                 try:

@@ -90,10 +90,46 @@ def build(source, entries, walked: dict, pieces: dict | None = None) -> dict:
 
 
 def write(source, entries, walked: dict, pieces: dict | None = None) -> Path:
+    """build() into the release's manifest, keeping its `rules` (their keys are file sha256s: a row holds for the
+    content it names, whichever files the manifest lists now)."""
     p = path_for(source.engine, source.version)
-    p.write_text(json.dumps(build(source, entries, walked, pieces), indent=1, sort_keys=True) + "\n")
-    _read.cache_clear()
+    doc = build(source, entries, walked, pieces)
+    if p.is_file() and _read(p).get("rules"):
+        doc["rules"] = _read(p)["rules"]
+    _write(p, doc)
     return p
+
+
+def write_rules(engine: str, version: str, rows: list[dict]) -> Path:
+    """The release's manifest with `rules` set to `rows` (tools/engine_rules_recheck.py: each stated Triton rule
+    re-checked on this release's files; tileprobe.predict.recheck reads them)."""
+    p = path_for(engine, version)
+    if not p.is_file():
+        raise UsageError(f"{engine} {version}: no manifest to add rules to (python tools/engine_manifest.py write "
+                         f"{engine} WHEEL first)")
+    doc = dict(_read(p))
+    doc["rules"] = sorted(rows, key=lambda r: (r["family"], r["kernel"], r["key"], r["triton"]))
+    _write(p, doc)
+    return p
+
+
+def _write(p: Path, doc: dict) -> None:
+    tmp = p.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    tmp.replace(p)
+    _read.cache_clear()
+    rule_rows.cache_clear()
+
+
+@lru_cache(maxsize=1)
+def rule_rows() -> tuple[dict, ...]:
+    """Every manifest's `rules` rows (tileprobe.predict.recheck: a stated rule re-checked on a release's files),
+    each with the release that wrote it as `engine` where the row does not say."""
+    out = []
+    for p in sorted(HERE.glob("*.json")):
+        doc = _read(p)
+        out += [{"engine": f"{doc['engine']} {doc['version']}", **r} for r in doc.get("rules", ())]
+    return tuple(out)
 
 
 @lru_cache(maxsize=None)

@@ -109,9 +109,9 @@ def predict(engine: str, quant: str, entry: dict, cc: int, triton_version: str, 
     if not kernel_sha256:
         raise TypeError("triton_moe.predict needs kernel_sha256= (KernelSource.sha256 of the launched kernel): the "
                         "rules hold for the kernel sources they were checked on only")
-    if triton_version in TRITON_VERSIONS or recheck.load(triton_version) is None:
-        checked = CHECKED.get((triton_version, kernel_sha256))
-    else:  # a release whose reviewed recheck file lists this kernel's rule 0-differ (tileprobe.predict.recheck)
+    if triton_version not in TRITON_VERSIONS and recheck.load(triton_version) is None:
+        checked = None
+    else:  # the table, an engine release's re-checked key, or a Triton release's recheck file (tileprobe.predict.recheck)
         checked = recheck.lookup(FAMILY, CHECKED, TRITON_VERSIONS, triton_version, "fused_moe_kernel",
                                  (kernel_sha256,))
     if checked is None:
