@@ -14,9 +14,11 @@ the sha256 of `make_llir`'s source up to and including the allocation line. Anot
 `make_llir` raises CannotSize (the caller compiles instead), as does an instrumented build (its passes change the
 allocation). The tests compare `sized` with the full compile on launches drawn at random each run.
 
-Triton 3.9.0 is not keyed: its make_llir runs other passes before the allocation (an option-gated global sanitizer,
-the consan flag passed to the warp-group allocation, a consan capture pass), so the copy is not its prefix and its
-launches are compiled (the stated rules re-checked under it still answer: tileprobe.predict.recheck).
+Triton 3.9.0's make_llir adds passes before the allocation only under an instrumentation mode (the global sanitizer
+under 'gsan'; under 'consan' the warp-group allocation's flag and a capture pass: `triton._instrumentation.is_enabled`
+reads them from `instrumentation_mode`). Without one, its prefix runs the same passes as 3.8.0's, so the copy below is
+its prefix too, and it is keyed; a launch with an instrumentation mode is refused on either release (CannotSize).
+tests/backends/triton/test_allocate.py holds the copy to 3.9.0's full compile where 3.9.0 is installed.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ ALLOCATION_LINE = "add_allocate_shared_memory_nv"
 # Triton release -> sha256 of CUDABackend.make_llir's source up to and including the allocation line (prefix_hash)
 CHECKED = {
     "3.8.0": "4b529feedc2e0ec6e86871a2d89fa206e9bafc3ce5d840ae36b0908ab2bae59f",
+    "3.9.0": "94794c2fafe3585d73811703ea1a6b3904753b2405a7de5c03c5021058a20657",  # gsan / consan gated: see above
 }
 
 
