@@ -143,6 +143,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--family", action="append", choices=FAMILIES, help="only these families (default: all)")
     ap.add_argument("--out", default=None, help="default: tileprobe/predict/rechecked/<installed Triton>.json")
+    ap.add_argument("--keep", action="store_true", help="keep the file's earlier rows for keys this run does not "
+                    "reach (each row keeps its own counts; the file lists every command that wrote it)")
     args = ap.parse_args(argv)
 
     import triton
@@ -216,6 +218,16 @@ def main(argv=None) -> int:
            "rules": sorted(rows.values(), key=lambda r: (r["family"], r["kernel"], r["key"])),
            "not_drawn": failures, "keys_not_rechecked": unreached}
     out = Path(args.out) if args.out else ROOT / "tileprobe" / "predict" / "rechecked" / f"{release}.json"
+    if args.keep and out.is_file():
+        before = json.loads(out.read_text())
+        kept = [r for r in before["rules"] if (r["family"], r["kernel"], tuple(r["key"])) not in rows]
+        doc["rules"] = sorted(doc["rules"] + kept, key=lambda r: (r["family"], r["kernel"], r["key"]))
+        have = {(r["family"], tuple(r["key"])) for r in doc["rules"]}
+        doc["keys_not_rechecked"] = [k for k in unreached if not any(
+            f == k.split()[0] and key[-1].startswith(k.split()[1]) for f, key in have)]
+        doc["earlier"] = before.get("earlier", []) + [{k: before.get(k) for k in ("date", "seed", "command",
+                                                                                  "tritons_bytes")}
+                                                      | {"rows_kept": len(kept)}]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")
     n = sum(r["checked"] for r in rows.values())
