@@ -140,3 +140,27 @@ def test_selection_leaves_the_process_as_it_was(engine, rng):
     backends.attention_backend(engine, profile(rng.choice(TARGETS)), ATTENTION_PRESETS[rng.choice(PRESETS)])
     assert torch.cuda.get_device_capability is cap and torch.version.cuda == cuda
     assert not {m for m in set(sys.modules) - modules if m.split(".")[0] in ("vllm", "sglang")}
+
+
+def test_a_pinned_flashinfer_that_is_not_here_is_read_as_the_nearest_release_and_said(rng, monkeypatch):
+    """vLLM 0.34.0 pins flashinfer-python 0.7.3, which the package index here does not serve: its MLA selection
+    imports flashinfer, read from the nearest release here, and the Selection says which (the audit prints it on its
+    ATTENTION line and records it in run.json); with no FlashInfer release here at all, one line naming the fetch."""
+    from tileprobe.engines import locate
+    from tileprobe.engines.triton_configs import EngineSource
+
+    found = [p for p in locate.releases("vllm") if p.wheel is not None and p.version == "0.34.0"]
+    if not found:
+        pytest.skip("no cached vllm 0.34.0 wheel (tileprobe engines fetch vllm==0.34.0)")
+    if any(p.version == "0.7.3" for p in locate.releases(locate.FLASHINFER_DIST)):
+        pytest.skip("flashinfer-python 0.7.3 is here: nothing to fall back from")
+    src = EngineSource("vllm", "0.34.0", str(found[0].wheel), "wheel")
+    model, target = ATTENTION_PRESETS["kimi-k2"], profile(rng.choice(TARGETS))
+    sel = backends.attention_backend(src, target, model)
+    here = sorted({p.version for p in locate.releases(locate.FLASHINFER_DIST)})
+    assert len(sel.notes) == 1 and "pins flashinfer-python 0.7.3" in sel.notes[0], sel.notes
+    read = sel.notes[0].split(" read ")[1].split(",")[0]
+    assert read in here and read == locate.nearest("0.7.3", locate.releases(locate.FLASHINFER_DIST)).version
+    monkeypatch.setattr(locate, "releases", lambda dist: [])
+    with pytest.raises(UsageError, match="flashinfer-python==0.7.3"):
+        backends.attention_backend(src, target, model)

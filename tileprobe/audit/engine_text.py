@@ -256,6 +256,7 @@ class TextModules:
         self.modules: dict[str, types.ModuleType] = {}
         self._saved: dict | None = None
         self.parent, self.deps = parent, {}
+        self.substituted: list[str] = []  # a pinned dependency that is not here, read as the nearest release here
         self.builtins = dict(builtins.__dict__, __import__=self.hook)
         dist = (dist or source.engine).replace("-", "_")
         self.declared = _declared(source, f"{dist}-{source.version}.dist-info")
@@ -295,6 +296,16 @@ class TextModules:
             root._saved.setdefault(name, sys.modules.get(name))
             sys.modules[name] = mod
 
+    def _top(self) -> "TextModules":
+        root = self
+        while root.parent is not None:
+            root = root.parent
+        return root
+
+    def notes(self) -> tuple[str, ...]:
+        """What the served modules read other than as the engine pins it (one line each)."""
+        return tuple(dict.fromkeys(self._top().substituted))
+
     def _dependency(self, top: str) -> "TextModules | None":
         """A declared dependency pinned to a release other than the one installed here (or not installed): served
         from that release's wheel, found as tileprobe finds engine wheels (tileprobe.engines.locate)."""
@@ -307,7 +318,12 @@ class TextModules:
         try:
             pkg = locate.find_release(dist, version)
         except UsageError as exc:
-            raise EngineTextError(f"{self.source.label()} imports {top} ({dist}=={version}): {exc}") from None
+            pkg = locate.nearest(version, locate.releases(dist))
+            if pkg is None:
+                raise EngineTextError(f"{self.source.label()} imports {top} ({dist}=={version}): {exc}") from None
+            self._top().substituted.append(
+                f"{self.source.label()} pins {dist} {version}, which is not installed or cached here: its imports of "
+                f"{top} read {pkg.version}, the nearest release here, instead")
         if pkg.wheel is None:
             return None
         src = EngineSource(top, pkg.version, str(pkg.wheel), "wheel")

@@ -480,10 +480,11 @@ def _audit(opts: AuditOptions, model: AttentionConfig, entries: list[AuditKernel
     head = []
     if sel is not None:
         meta["attention_backend"] = {"backend": sel.backend, "line": sel.line, "forced": sel.forced,
-                                     "triton": sel.triton, "valid": list(sel.valid)}
+                                     "triton": sel.triton, "valid": list(sel.valid), "notes": list(sel.notes)}
         head = [f"ATTENTION {src.label()} runs the {sel.backend} backend for {model.name} on {target.name}"
                          f" ({'forced; ' if sel.forced else ''}{sel.line}"
-                         f"{'; a Triton backend' if sel.triton else '; not a Triton backend: no attention kernel of it is audited'})"]
+                         f"{'; a Triton backend' if sel.triton else '; not a Triton backend: no attention kernel of it is audited'})"
+                         + "".join(f"; {n}" for n in sel.notes)]
     meta["answers"] = ans.record()
     if banner:
         meta["rules_off"] = banner

@@ -34,6 +34,7 @@ class Selection:
     forced: bool = False
     valid: tuple[str, ...] = ()  # every backend the engine would accept here, best first (vLLM: priority order)
     refused: dict = field(default_factory=dict)  # backend -> the engine's reasons, for those ranked above it
+    notes: tuple[str, ...] = ()  # what the selection read other than as the engine pins it (TextModules.notes)
 
 
 def is_triton(engine: str, backend: str) -> bool:

@@ -190,7 +190,7 @@ def select(source: EngineSource, target: Target, model: AttentionConfig, forced:
                 isinstance(d, ast.Call) and d.args and getattr(d.args[0], "value", None) == forced
                 for d in n.decorator_list))
             return Selection("sglang", forced, is_triton("sglang", forced),
-                             f"{registry._rel}:{fn.lineno}", True, valid)
+                             f"{registry._rel}:{fn.lineno}", True, valid, notes=mods.notes())
         name = where = None
         files = {mods.module(m)._rel for m, _ in _providers(mods, arch)} if arch else set()
         with tracing(files | {mods.module(BASE)._rel}, ran):
@@ -203,4 +203,4 @@ def select(source: EngineSource, target: Target, model: AttentionConfig, forced:
                 name = base.get_default_attn_backend(mods.view, base.use_mla_backend(mods.view), mods.model_config)
                 where = (BASE, "get_default_attn_backend")
     line = naming_line(mods, where[0], where[1], ran.get(where[1], set()), name)
-    return Selection("sglang", name, is_triton("sglang", name), line, False, valid)
+    return Selection("sglang", name, is_triton("sglang", name), line, False, valid, notes=mods.notes())

@@ -129,7 +129,7 @@ def select(source: EngineSource, target: Target, model: AttentionConfig, forced:
         line = naming_line(mods, "vllm.platforms.cuda", "_get_backend_priorities",
                             ran.get("_get_backend_priorities", set()), name)
     return Selection("vllm", name, is_triton("vllm", name), line,
-                     forced is not None, names, refused)
+                     forced is not None, names, refused, mods.notes())
 
 
 def vit_select(source: EngineSource, target: Target, head_size: int, dtype: str,

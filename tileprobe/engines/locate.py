@@ -132,6 +132,20 @@ def find_release(dist: str, version: str | None = None, wheel: str | Path | None
                      f"({os.pathsep.join(str(d) for d in wheel_dirs())})\n{fetch_help(dist, version)}")
 
 
+def nearest(pin: str, found: list[packages.Package]) -> packages.Package | None:
+    """The release in `found` nearest `pin` (a pinned release that is not here): one of its own base release
+    (0.7.2 -> 0.7.2.post1), else the next newer one, else the next older one."""
+    key = version_key(pin)
+    same = [p for p in found if version_key(p.version)[0] == key[0]]
+    if same:
+        return min(same, key=lambda p: abs(version_key(p.version)[2] - key[2]))
+    newer = [p for p in found if version_key(p.version) > key]
+    if newer:
+        return min(newer, key=lambda p: version_key(p.version))
+    older = [p for p in found if version_key(p.version) < key]
+    return max(older, key=lambda p: version_key(p.version)) if older else None
+
+
 def releases(dist: str) -> list[packages.Package]:
     """Every release of `dist` tileprobe can read here: the install (first, when there), then each cached wheel."""
     inst = packages.installed(dist)

@@ -76,20 +76,6 @@ def _engine_pin(src) -> str | None:
     return pkg.pin(DIST) if pkg is not None else None
 
 
-def _nearest(pin: str, found: list[packages.Package]) -> packages.Package | None:
-    """The release here nearest `pin`: one of its own base release (0.7.2 -> 0.7.2.post1), else the next newer one,
-    else the next older one."""
-    key = locate.version_key(pin)
-    same = [p for p in found if locate.version_key(p.version)[0] == key[0]]
-    if same:
-        return min(same, key=lambda p: abs(locate.version_key(p.version)[2] - key[2]))
-    newer = [p for p in found if locate.version_key(p.version) > key]
-    if newer:
-        return min(newer, key=lambda p: locate.version_key(p.version))
-    older = [p for p in found if locate.version_key(p.version) < key]
-    return max(older, key=lambda p: locate.version_key(p.version)) if older else None
-
-
 def release(ctx) -> Release | str:
     """The FlashInfer the engine pins (or the nearest here), unpacked; a string saying why when none can be read.
     Memoized in ctx.memo for the audit."""
@@ -124,7 +110,7 @@ def _release(ctx) -> Release | str:
             pkg = None
     if pkg is None:
         found = locate.releases(DIST)
-        pkg = _nearest(pin, found) if pin else max(found, key=lambda p: locate.version_key(p.version), default=None)
+        pkg = locate.nearest(pin, found) if pin else max(found, key=lambda p: locate.version_key(p.version), default=None)
         if pkg is None:
             return (f"{label} pins flashinfer-python {pin}, and no FlashInfer release is installed or cached here "
                     f"({locate.fetch_help(DIST, pin)})" if pin else f"{why_pin}; and no FlashInfer release is here")
