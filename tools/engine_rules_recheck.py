@@ -26,6 +26,7 @@ Review the manifest's diff before committing it: it is what makes the rules answ
 from __future__ import annotations
 
 import argparse
+import datetime
 import random
 import re
 import sys
@@ -142,7 +143,10 @@ def main(argv=None) -> int:
                               f"{'' if shared == predicted else '  DIFFERS'}", flush=True)
                 if row["checked"]:
                     rows.append(row)
-    p = manifest.write_rules(src.engine, src.version, rows)
+    made_by = {"command": "python tools/engine_rules_recheck.py " + " ".join(
+        [args.engine, Path(args.wheel).name] + (argv if argv is not None else sys.argv[1:])[2:]),
+        "seed": seed, "date": datetime.date.today().isoformat(), "triton": ENGINE_TRITON, "not_reached": unreached}
+    p = manifest.write_rules(src.engine, src.version, rows, made_by)
     n = sum(r["checked"] for r in rows)
     bad = [r for r in rows if r["differ"]]
     print(f"{len(rows)} rule keys, {n} launches, {sum(r['differ'] for r in rows)} differ ({len(bad)} keys decline); "

@@ -100,15 +100,17 @@ def write(source, entries, walked: dict, pieces: dict | None = None) -> Path:
     return p
 
 
-def write_rules(engine: str, version: str, rows: list[dict]) -> Path:
+def write_rules(engine: str, version: str, rows: list[dict], made_by: dict | None = None) -> Path:
     """The release's manifest with `rules` set to `rows` (tools/engine_rules_recheck.py: each stated Triton rule
-    re-checked on this release's files; tileprobe.predict.recheck reads them)."""
+    re-checked on this release's files; tileprobe.predict.recheck reads them) and `rules_made_by` (the command, its
+    seed, date and Triton)."""
     p = path_for(engine, version)
     if not p.is_file():
         raise UsageError(f"{engine} {version}: no manifest to add rules to (python tools/engine_manifest.py write "
                          f"{engine} WHEEL first)")
     doc = dict(_read(p))
     doc["rules"] = sorted(rows, key=lambda r: (r["family"], r["kernel"], r["key"], r["triton"]))
+    doc["rules_made_by"] = dict(made_by or {})
     _write(p, doc)
     return p
 
