@@ -7,14 +7,18 @@ decorator (read from the file; it has no pruning hook), and the engine's own bac
 from __future__ import annotations
 
 import ast
+import re
+import zipfile
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from _engine_own import EXTEND_BRANCH, answered, captured, extend_blocks, tritons_own
 
-from tileprobe.audit import capture, jobs
+from tileprobe.audit import capture, jobs, vllm_mla_step
 from tileprobe.audit.entry import Elsewhere, Point
 from tileprobe.audit.kernels import KERNELS
+from tileprobe.engines.triton_configs import find_engine
 from tileprobe.models import ATTENTION_PRESETS, AttentionConfig
 from tileprobe.targets import profile
 
@@ -118,7 +122,7 @@ def test_vllm_mla_decode_compiles_to_tritons_own_bytes_on_the_engines_branch(vll
     stage1 = launches[0]
     latent = model.kv_lora_rank + model.qk_rope_head_dim
     k = dict(stage1.args)["K_Buffer"]
-    assert k.shape[1:] == (entry.arguments.__globals__["BLOCK_SIZE"], 1, latent) and stage1.arg("IS_MLA") is True
+    assert k.shape[1:] == (vllm_mla_step.BLOCK_SIZE, 1, latent) and stage1.arg("IS_MLA") is True
     text = vllm.read_text(entry.module_file)
     fn = next(n for n in ast.parse(text).body
               if isinstance(n, ast.FunctionDef) and n.name == "_decode_grouped_att_m_fwd")
@@ -127,6 +131,33 @@ def test_vllm_mla_decode_compiles_to_tritons_own_bytes_on_the_engines_branch(vll
     assert (stage1.arg("BLOCK_DMODEL"), stage1.arg("BLOCK_DPE")) == (want["BLOCK_DMODEL"], want["BLOCK_DPE"])
     assert any(b.startswith(f"{entry.module_file}:{node.lineno} ") for b in stage1.branches), stage1.branches
 
+
+
+def test_vllm_mla_decode_is_formed_by_the_wheels_own_impl(vllm, rng, tmp_path):
+    """The call of decode_attention_fwd is TritonMLAImpl.forward_mqa's, compiled from the wheel being audited: a copy
+    of the wheel whose forward_mqa takes `factor` times the KV splits it computes makes the captured launch take
+    that many more, with nothing in tileprobe changed."""
+    entry, target = KERNELS["vllm-mla-decode"], profile("rtx-pro-6000")
+    model, pt = _mla_model(rng)
+    pt = replace(pt, seq_len=rng.choice([2048, 4096]), phase="decode")
+    factor = rng.choice([2, 4])
+    copy = tmp_path / Path(vllm.origin).name
+    with zipfile.ZipFile(vllm.origin) as z, zipfile.ZipFile(copy, "w") as w:
+        for name in z.namelist():
+            if name.endswith((".py", ".dist-info/METADATA")):
+                data = z.read(name)
+                if name == vllm_mla_step.TRITON_MLA:
+                    data, n = re.subn(rb"num_kv_splits = _compute_num_kv_splits\(",
+                                      b"num_kv_splits = %d * _compute_num_kv_splits(" % factor, data)
+                    assert n == 1
+                w.writestr(name, data)
+
+    def splits(src):
+        launches = captured(src, target, entry, model, pt)
+        return {la.arg("NUM_KV_SPLITS") for la in launches if la.kernel == "_fwd_grouped_kernel_stage1"}
+
+    (own,), (planted,) = splits(vllm), splits(find_engine("vllm", copy))
+    assert planted == own * factor, (own, planted, factor)
 
 def _autotune_configs(text: str) -> tuple[list[tuple], list[str]]:
     """The @triton.autotune decorator of _tiled_sparse_decode_kernel: each config's (kwargs, num_warps, num_stages),

@@ -193,3 +193,20 @@ def _renamed(path: Path, tmp_path: Path, version: str) -> Path:
                 data = re.sub(rb"^Version: .*$", f"Version: {version}".encode(), data, count=1, flags=re.M)
             w.writestr(name, data)
     return out
+
+
+def test_the_committed_manifest_lists_what_each_entry_serves_reads_and_walks_now(slim, edited_walk):
+    """The pinned release's manifest is what `tools/engine_manifest.py write` would write from tileprobe's entries as
+    they are now (the same files per entry, the same walk, the same sha256 but the planted helper's): an entry whose
+    served modules or read files change without the manifest written again fails here, not silently unguarded."""
+    from tileprobe.audit.kernels import kernels_for
+
+    edited, walked = edited_walk
+    _, want = slim
+    built = manifest.build(find_engine("vllm", edited), kernels_for("vllm"), walked)["entries"]
+    assert sorted(built) == sorted(want["entries"])
+    for name, got in built.items():
+        listed = want["entries"][name]
+        assert sorted(got["files"]) == sorted(listed["files"]), (name, set(got["files"]) ^ set(listed["files"]))
+        assert got["walk"] == listed["walk"], name
+        assert {rel for rel, sha in got["files"].items() if sha != listed["files"][rel]} <= {HELPER}, name

@@ -94,8 +94,8 @@ def write(source, entries, walked: dict, pieces: dict | None = None) -> Path:
     content it names, whichever files the manifest lists now)."""
     p = path_for(source.engine, source.version)
     doc = build(source, entries, walked, pieces)
-    if p.is_file() and _read(p).get("rules"):
-        doc["rules"] = _read(p)["rules"]
+    if p.is_file():
+        doc |= {k: _read(p)[k] for k in ("rules", "rules_made_by") if k in _read(p)}
     _write(p, doc)
     return p
 
