@@ -223,8 +223,9 @@ def main(argv=None) -> int:
         kept = [r for r in before["rules"] if (r["family"], r["kernel"], tuple(r["key"])) not in rows]
         doc["rules"] = sorted(doc["rules"] + kept, key=lambda r: (r["family"], r["kernel"], r["key"]))
         have = {(r["family"], tuple(r["key"])) for r in doc["rules"]}
-        doc["keys_not_rechecked"] = [k for k in unreached if not any(
-            f == k.split()[0] and key[-1].startswith(k.split()[1]) for f, key in have)]
+        doc["keys_not_rechecked"] = sorted(k for k in set(unreached) | set(before.get("keys_not_rechecked", ()))
+                                           if not any(f == k.split()[0] and key[-1].startswith(k.split()[1])
+                                                      for f, key in have))
         doc["earlier"] = before.get("earlier", []) + [{k: before.get(k) for k in ("date", "seed", "command",
                                                                                   "tritons_bytes")}
                                                       | {"rows_kept": len(kept)}]

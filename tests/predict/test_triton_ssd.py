@@ -49,10 +49,12 @@ def _random_changes(rng, launch: Launch) -> dict:
         changes["dt_ptr"] = dataclasses.replace(launch.arg("dt_ptr"), dtype=rng.choice(["bf16", "fp16", "fp32"]))
     if launch.arg("dot_dtype"):
         changes["dot_dtype"] = "tl.bfloat16" if dt == "bf16" else "tl.float16"
-    if launch.kernel == "_chunk_scan_fwd_kernel" and rng.random() < 0.5:
-        init = not launch.arg("HAS_INITSTATES")
+    if launch.kernel == "_chunk_scan_fwd_kernel":  # the chunk states' dtype (fp32: Nemotron-H; the model's: Falcon-H1)
+        states = rng.choice(["fp32", "bf16", "fp16"])
+        changes["states_ptr"] = dataclasses.replace(launch.arg("states_ptr"), dtype=states)
+        init = rng.random() < 0.5
         changes["HAS_INITSTATES"] = init
-        changes["initstates_ptr"] = TensorArg("fp32", (1, 1, 1, 1), (1, 1, 1, 1)) if init else None
+        changes["initstates_ptr"] = TensorArg(states, (1, 1, 1, 1), (1, 1, 1, 1)) if init else None
     return changes
 
 

@@ -8,7 +8,8 @@ layout passes and the allocator all change between releases, and the rules read 
 
 Scope: Triton 3.8.0; the pin table's vLLM (by sha256); sm_120 / sm_121 (mma.sync: a pipelined tile keeps num_stages - 1
 buffers); power-of-two blocks 16..256 and num_warps 2, 4, 8; num_stages 2..5 for the kernels with tl.dot; activations
-(x, B, C) bf16 or fp16, dt / dA_cumsum / CB / chunk states fp32 (what vLLM's launchers pass). metadata.shared is what
+(x, B, C) bf16 or fp16, dt / dA_cumsum / CB fp32, chunk states fp32 (Nemotron-H's SSM cache dtype), or for
+_chunk_scan also bf16 / fp16 (the model's dtype: Falcon-H1's). metadata.shared is what
 TritonGPU's AllocateSharedMemory pass lays out: buffers live together add, buffers live at different times share space
 (the largest phase counts). Sizes: e = the activations' element size (2 B), f = 4 B (fp32).
 
@@ -26,8 +27,8 @@ TritonGPU's AllocateSharedMemory pass lays out: buffers live together add, buffe
    the larger of two phases that are never live together:
    - the state dot: C (BM x DS, e) and the previous state (DS x BN) as the dot's operands, one buffer each (not in a
      loop); the state is converted to C's dtype after its layout conversion when it is loaded from fp32 initial
-     states (HAS_INITSTATES: DS*BN*f), before it when the kernel may substitute zeros (DS*BN*e). DS =
-     BLOCK_SIZE_DSTATE.
+     states (HAS_INITSTATES: DS*BN*s, s the chunk states' element size, 4 B fp32 or 2 B bf16 / fp16), before it
+     when the kernel may substitute zeros (DS*BN*e). DS = BLOCK_SIZE_DSTATE.
    - the K loop: (S - 1) * (BM*BK*f [CB, fp32] + BK*BN*e [x] + 2*BK*f [dA_cumsum, dt]) pipelined, plus BM*BK*e: CB,
      scaled in registers and cast to x's dtype, reaches the MMA through a conversion buffer.
    At num_stages 1 nothing in the K loop is pipelined: its buffers (CB's conversion BM*BK*e, x's one BK*BN*e) are
@@ -62,7 +63,10 @@ CannotPredict, because measurements found the rules wrong there or nothing check
   or engine file.
 
 Checked: every launch `tileprobe audit --engine vllm --model nemotron-h-8b --target rtx-pro-6000` captures (116
-distinct: all answered, and `--verify 40` compiled 40 of them: 0 differ), and several hundred random launches around
+distinct: all answered, and `--verify 40` compiled 40 of them: 0 differ); for 16-bit chunk states, the 46
+_chunk_scan launches a Falcon-H1 config captures (its fields: tests/test_model_configs.py; bf16 states and initial
+states) and 100 random launches around them (the states drawn bf16 / fp16 / fp32, with and without initial states;
+sm_120 58, sm_121 42) against the same allocation pass: 0 differ; and several hundred random launches around
 them (blocks, warps, stages, dtypes, HAS_INITSTATES, head dim 32..128, state size 16..128, chunk size 64..256,
 sm_120 and sm_121) against Triton 3.8.0's own passes up to AllocateSharedMemory; tests/predict/test_triton_ssd.py
 draws new ones every run (one of them compiled in full).
@@ -180,15 +184,16 @@ def chunk_scan(p: dict) -> int:
     if flags:
         raise CannotPredict(f"{', '.join(f'{f}={p[f]}' for f in flags)}: not a launch the rule was checked on "
                             "(vLLM's prefill passes z=None and IS_CAUSAL=True); size it")
+    sizes = {**ACTIVATIONS, "fp32": F32}
     if p["x_dtype"] not in ACTIVATIONS or p["C_dtype"] != p["x_dtype"] or p["cb_dtype"] != "fp32" \
-            or p["states_dtype"] != "fp32" or p["init_dtype"] not in (None, "fp32"):
+            or p["states_dtype"] not in sizes or p["init_dtype"] not in (None, p["states_dtype"]):
         raise CannotPredict(f"x {p['x_dtype']}, C {p['C_dtype']}, CB {p['cb_dtype']}, states {p['states_dtype']}, "
-                            f"initial states {p['init_dtype']}: checked for bf16 / fp16 activations and fp32 CB and "
-                            "states; size it")
+                            f"initial states {p['init_dtype']}: checked for bf16 / fp16 activations, fp32 CB, and "
+                            "fp32 / bf16 / fp16 states with initial states of the same dtype; size it")
     e = ACTIVATIONS[p["x_dtype"]]
     for name, elems in (("x", bk * bn), ("C", bm * ds)):
         _thin(name, elems, e, w)
-    state = bm * ds * e + ds * bn * (F32 if p["HAS_INITSTATES"] else e)
+    state = bm * ds * e + ds * bn * (sizes[p["states_dtype"]] if p["HAS_INITSTATES"] else e)
     if s == 1:
         if bk > ds:
             raise CannotPredict(f"num_stages 1 with BLOCK_SIZE_K {bk} > BLOCK_SIZE_DSTATE {ds}: the unpipelined K "
