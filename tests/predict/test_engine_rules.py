@@ -70,6 +70,10 @@ def test_vllm_0_34_0s_changed_conv_and_gdn_files_answer_through_their_rows_with_
     assert len(kernels) >= 3, kernels  # conv1d fwd / update, the post-conv prep, the packed decode
     launch, job, predicted = draw(rng, moved, rng.choice(kernels), conv_rule.predict)
     assert_tritons_bytes(launch, job, predicted, tmp_path)
+    # the predicted row says where its rule was re-checked (tileprobe.audit.run.outcome's reason)
+    note = recheck.engine_note("vllm 0.34.0", launch.kernel, launch.kernel_file)
+    assert "re-checked on vllm 0.34.0's" in note and "0 differ" in note, note
+    assert recheck.engine_note("vllm 0.33.0", launch.kernel, launch.kernel_file) == ""
     monkeypatch.setattr(manifest, "rule_rows", lambda: ())
     with pytest.raises(CannotPredict, match="engine source"):
         conv_rule.predict(launch, job, "3.8.0")

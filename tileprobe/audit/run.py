@@ -37,6 +37,7 @@ from tileprobe.families import arch_for, family
 from tileprobe.families import compiled_audit
 from tileprobe.families import triton_audit as fam
 from tileprobe.models import AttentionConfig, attention_model
+from tileprobe.predict import recheck
 from tileprobe.results.rows import Outcome, make_row
 from tileprobe.results.writer import recording
 from tileprobe.targets import DEVICE_NAMES, Target, arch_of_name, resolve_target
@@ -292,7 +293,10 @@ def outcome(cfg, build, target: Target, triton: TritonInstall, p: Planned, predi
     (`predicted`, build None), each reason ending with the engine line that launched it and the branch it took."""
     where = f"launched from {p.launch.call_site}; branch: {' | '.join(p.launch.branches) or 'none'}"
     if build is None and predicted is not None:
-        return triton_sweep.predicted_outcome(cfg, target, predicted, triton.version, where)
+        release = " ".join(p.job.source.origin.split()[:2])
+        note = recheck.engine_note(release, p.launch.kernel, p.launch.kernel_file)
+        return triton_sweep.predicted_outcome(cfg, target, predicted, triton.version,
+                                              f"{note}; {where}" if note else where)
     o = triton_sweep.outcome(cfg, build, target, triton, where)
     return o if o.info.stages is not None else replace(o, info=replace(o.info, stages=cfg.stages))
 

@@ -87,6 +87,18 @@ def engine_rows(family: str, kernel: str, key: tuple, triton_version: str) -> li
             if (r["family"], r["kernel"], tuple(r["key"]), r["triton"]) == want]
 
 
+def engine_note(release: str, kernel: str, file: str) -> str:
+    """What the manifest of `release` ('vllm <version>') says of its re-check of the rule for `kernel` in `file` (its
+    row, when the release is not the one the rule tables were checked on), for a predicted row's reason; '' where
+    it has no such row."""
+    for r in manifest.rule_rows():
+        if (r["engine"], r["kernel"], r.get("file")) == (release, kernel, file):
+            same = " (the file unchanged)" if r["key"] == r["from"] else ""
+            return (f"rule re-checked on {release}'s {file.rsplit('/', 1)[-1]}{same}: {r['checked']} launches, "
+                    f"{r['differ']} differ (its manifest's rules)")
+    return ""
+
+
 def engine_lookup(family: str, table: dict, triton_version: str, kernel: str, key: tuple):
     """table[(triton_version, *key)], or through an engine manifest's re-check rows (the module docstring): the
     `from` key's entry where every row for this key says 0 of >= 1 differ; CannotPredict where one differed; None
