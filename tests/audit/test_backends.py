@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import os
 import sys
 
 import pytest
@@ -78,6 +79,27 @@ def test_a_sparse_mla_model_gets_the_engines_sparse_backend(engine, rng):
     sel = backends.attention_backend(engine, target, model)
     assert sel.backend != dense.backend and not entries_of(sel.engine, sel.backend), (dense, sel)
     assert sel.backend in _line_text(engine, sel.line)[2], sel
+
+
+def test_vllms_sparse_selection_does_not_read_the_audit_hosts_toolchain(vllm, rng, monkeypatch):
+    """vLLM's `has_flashinfer()` asks the machine it runs on for nvcc and ninja (FlashInfer's JIT) unless
+    flashinfer-cubin is there: the serving host's toolchain, not the audit host's. With neither on the audit host's
+    PATH, a sparse-MLA model on SM120 still gets the engine's SM120 sparse backend (the answer on a host that has
+    them), and a target where no backend is valid is one line naming the engine's reasons, not a traceback."""
+    base = ATTENTION_PRESETS[rng.choice(["deepseek-v3", "kimi-k2"])]
+    model = dataclasses.replace(base, architecture="DeepseekV32ForCausalLM", model_type="deepseek_v32",
+                                index_topk=rng.choice([1024, 2048]))
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    sel = backends.attention_backend(vllm, profile(rng.choice(["rtx-pro-6000", "rtx-5090", "dgx-spark-gb10"])), model)
+    assert sel.backend == "FLASHINFER_MLA_SPARSE_SM120", sel
+    target = rng.choice(["rtx-4090", "l40s"])
+    with pytest.raises(UsageError) as err:
+        backends.attention_backend(vllm, profile(target), model)
+    line = str(err.value)
+    assert "\n" not in line and f"finds no attention backend for {model.name} on {target}" in line, line
+    assert "sparse not supported" in line, line
 
 
 @pytest.mark.parametrize("engine_name", ["vllm", "sglang"])

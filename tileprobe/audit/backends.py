@@ -21,7 +21,10 @@ engine spells it, whether it is a Triton backend, and the engine line
   vllm/config/attention.py; no model/cache/parallel config), and the host: the wheel's compiled extensions import,
   the wheel's declared dependencies are what is installed (no flashinfer-cubin), the network is unreachable (so
   vllm/utils/flashinfer.py `has_nvidia_artifactory` is False: no TRT-LLM cubins, hence no FlashInfer sinks on
-  SM90/SM120); vllm.envs reads this process's environment.
+  SM90/SM120), nvcc and ninja are on its PATH whatever the audit's own machine has (engine_text.SERVING_TOOLS:
+  `has_flashinfer()` holds through FlashInfer's JIT, as on a serving host with the CUDA toolkit); vllm.envs reads
+  this process's environment. A model no backend is valid for (a sparse-MLA model on sm_89) is one line naming the
+  engine's reasons: vLLM does not start it there.
 - SGLang (tileprobe.audit.sglang_selection): the override provider sglang/srt/arg_groups registers for the model's
   architecture (model_overrides/*.py, overrides.py: e.g. gpt_oss.py `_gpt_oss_overrides`), then, when it set none,
   model_override_base.py `get_default_attn_backend`, as overrides.py `_attention_backend_default` calls it. The line:

@@ -15,7 +15,8 @@ What the engine's imports get (the import hook every served module runs with):
 - the standard library and torch: the real modules, except `os`, whose `path.exists/isfile/isdir` answer for files
   inside the engine's package from the wheel's file list; `importlib`, whose `util.find_spec` answers from the wheel's
   declared dependencies (Requires-Dist) for a module that is not the standard library; `requests`, as a host that
-  cannot reach the network (every request raises ConnectionError);
+  cannot reach the network (every request raises ConnectionError); `shutil`, whose `which` finds nvcc and ninja
+  (SERVING_TOOLS: the serving host's toolchain, whatever the machine the audit runs on has);
 - another package: an ImportError when the engine does not declare it (as on a host with only the engine's
   dependencies installed), the real module when installed here, else EngineTextError naming it.
 """
@@ -29,6 +30,7 @@ import importlib
 import importlib.metadata
 import os
 import re
+import shutil
 import sys
 import types
 from functools import lru_cache
@@ -44,6 +46,21 @@ DIST_MODULES = {"flashinfer_python": "flashinfer", "nvidia_ml_py": "pynvml", "sg
 
 # packages the served text gets as installed here, whatever release the engine pins (torch answers as the target)
 REAL = ("torch", "triton", "typing_extensions", "numpy", "packaging")
+HOST_STAND_INS = ("os", "importlib", "requests", "shutil")  # modules the served text gets as the stand-in host's
+# The stand-in host's toolchain, for the served text's `shutil.which`: the serving host's, not the machine the audit
+# runs on. vLLM's `has_flashinfer()` (vllm/utils/flashinfer.py) enables FlashInfer's kernels only with
+# flashinfer-cubin or with nvcc and ninja for FlashInfer's JIT; the stand-in host has the CUDA toolkit (nvcc under
+# CUDA_HOME, or /usr/local/cuda) and ninja (a dependency vLLM declares), and no flashinfer-cubin.
+SERVING_TOOLS = {"nvcc": "/usr/local/cuda/bin/nvcc", "ninja": "/usr/local/bin/ninja"}
+
+
+def _serving_which(cmd, mode=os.F_OK | os.X_OK, path=None):
+    """shutil.which on the stand-in host: nvcc and ninja are there (an absolute path to an nvcc answers as itself);
+    any other command answers as on this machine."""
+    name = os.path.basename(os.fspath(cmd))
+    if name in SERVING_TOOLS:
+        return os.fspath(cmd) if os.path.isabs(os.fspath(cmd)) else SERVING_TOOLS[name]
+    return shutil.which(cmd, mode, path)
 
 
 class EngineTextError(RuntimeError):
@@ -270,6 +287,8 @@ class TextModules:
         def offline(*a, **k):
             raise ConnectionError("tileprobe: the stand-in host reaches no network")
         self._requests.__dict__.update(get=offline, post=offline, head=offline, RequestException=ConnectionError)
+        self._shutil = types.ModuleType("shutil")
+        self._shutil.__dict__.update(shutil.__dict__, which=_serving_which)
 
     @contextlib.contextmanager
     def active(self):
@@ -401,6 +420,8 @@ class TextModules:
                                                                        None) or importlib.import_module(name)
         if top == "requests":
             return self._requests
+        if top == "shutil":
+            return self._shutil
         if top in sys.stdlib_module_names or top in REAL:
             return importlib.import_module(name)
         if name in self.third_party:
@@ -425,7 +446,7 @@ class TextModules:
             return self.deps[top].hook(name, globals, locals, fromlist, 0)
         if top != self.source.engine:
             mod = self._outside(name)
-            return mod if fromlist else self._outside(top) if top in ("os", "importlib", "requests") else \
+            return mod if fromlist else self._outside(top) if top in HOST_STAND_INS else \
                 sys.modules.get(top, mod)
         mod = self.module(name)
         for part in fromlist or ():

@@ -77,6 +77,12 @@ def _reasons(message: str) -> str:
         return tail
 
 
+def _no_backend_reasons(message: str) -> str:
+    """The per-backend reasons of get_attn_backend_cls's "No valid attention backend found ... Reasons: {...}."."""
+    head, sep, tail = message.partition("Reasons: ")
+    return tail.rstrip(".").strip("{}") if sep else head
+
+
 def select(source: EngineSource, target: Target, model: AttentionConfig, forced: str | None) -> Selection:
     mods = vllm_modules(source, target)
     ran: dict = {}
@@ -111,7 +117,12 @@ def select(source: EngineSource, target: Target, model: AttentionConfig, forced:
                         raise UsageError(f"--attention-backend {forced}: vLLM {source.version} refuses it for "
                                          f"{model.name} on {target.name} ({why}); valid: {', '.join(names)}") from None
                 else:
-                    path = platform.get_attn_backend_cls(None, config, model.heads)
+                    try:
+                        path = platform.get_attn_backend_cls(None, config, model.heads)
+                    except ValueError as exc:  # "No valid attention backend found ... Reasons: {...}."
+                        raise UsageError(f"vLLM {source.version} finds no attention backend for {model.name} on "
+                                         f"{target.name} (sm_{target.cc_int}), so it does not start there: "
+                                         f"{_no_backend_reasons(str(exc))}") from None
             name = next(m.name for m in enum if m.value == path)
             refused = {b.name: tuple(r) for b, (p, r) in invalid.items() if p < rank.get(name, -1)}
             picks[window] = (name, names, refused)
