@@ -1,9 +1,9 @@
 """Re-check every stated Triton rule on another engine release's own files, and write the result into that release's
 manifest.
 
-    python tools/engine_rules_recheck.py ENGINE WHEEL [--per-kernel N] [--full N] [--seed S] [--family F ...]
+    python tools/engine_rules_recheck.py ENGINE WHEEL [--per-kernel N] [--moe N] [--full N] [--seed S] [--family F ...]
 
-The rule tables (tileprobe.predict.triton_{ssd,conv,attention,ogs}.CHECKED) are keyed by the sha256 of the kernel
+The rule tables (tileprobe.predict.triton_{moe,ssd,conv,attention,ogs}.CHECKED) are keyed by the sha256 of the kernel
 files of the release they were checked on (tileprobe.engines.pins.READ_FROM). For the release in WHEEL (which needs a
 manifest: tools/engine_manifest.py write), this captures the launches the tests' plans capture
 (tests/predict/test_triton_*.py: the audit's own capture on the tests' targets) from both releases, pairs each rule
@@ -17,8 +17,10 @@ module that differ between the releases).
 Writes `rules` into tileprobe/engines/manifests/<engine>-<version>.json: per (family, kernel, key) the key it answers
 as (`from`), the Triton release, the launches checked, compiled in full and differing (with each difference). A row
 with 0 differ makes the key answer; one that differed makes it decline (tileprobe.predict.recheck.engine_lookup). The
-rule kernels no capture reached are printed and listed nowhere: they decline on that release. triton-moe's launch is
-re-typed for the checked release (tileprobe/families/triton_moe.py; the manifest's `pieces`) and not re-checked here.
+rule kernels no capture reached are printed and listed nowhere: they decline on that release. triton-moe's launches
+are vLLM's own: fused_experts_impl served from each wheel with an entry as its override config (tools/
+triton_rules_recheck.py moe_capture: three real layer shapes, bf16 / fp8 / fp8 block, four targets), varied by
+random entries, each asked of the audit's own question (tileprobe.audit.moe_rule).
 
 Review the manifest's diff before committing it: it is what makes the rules answer on the release.
 """
@@ -37,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tools"), str(ROOT)]
 
-FAMILIES = ("triton-ssd", "triton-conv", "triton-attention", "triton-ogs")
+FAMILIES = ("triton-moe", "triton-ssd", "triton-conv", "triton-attention", "triton-ogs")
 
 
 def _engine_of(job) -> str:
@@ -69,6 +71,8 @@ def main(argv=None) -> int:
     ap.add_argument("engine", choices=("vllm", "sglang"))
     ap.add_argument("wheel", help="the release's wheel (or install)")
     ap.add_argument("--per-kernel", type=int, default=4, help="launches per rule kernel (half captured, half varied)")
+    ap.add_argument("--moe", type=int, default=24, help="launches of triton-moe's one rule kernel (half as "
+                    "captured, half for random entries)")
     ap.add_argument("--full", type=int, default=1, help="of them, how many compiled in full")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--family", action="append", choices=FAMILIES, help="only these families (default: all)")
@@ -123,7 +127,7 @@ def main(argv=None) -> int:
                        "differences": []}
                 mine = [(la, j) for la, j in ours if la.kernel == kernel and la.kernel_file == kfile]
                 with recheck.provisionally([{**row, "checked": 1}]):
-                    for i in range(args.per_kernel):
+                    for i in range(args.moe if family == "triton-moe" else args.per_kernel):
                         try:
                             launch, job, predicted = draw(kernel, rng, i % 2 == 1, c=mine)
                         except (AssertionError, CannotPredict) as exc:

@@ -67,7 +67,7 @@ def captured_families(families, wheels: dict | None = None):
     """family -> (table, the rule's kernels, draw(kernel, rng, varied) -> (launch, job, bytes), key(launch, job),
     the captured (launch, job) pairs); captured from `wheels` (capture)."""
     from tileprobe.audit import mamba_rule, ogs_rule
-    from tileprobe.predict import triton_attention, triton_conv, triton_ogs, triton_ssd
+    from tileprobe.predict import triton_attention, triton_conv, triton_moe, triton_ogs, triton_ssd
 
     out = {}
     if "triton-ssd" in families:
@@ -92,7 +92,92 @@ def captured_families(families, wheels: dict | None = None):
         cap = capture("h200", [("vllm", "gpt-oss-120b", ("vllm-moe-mxfp4-decode",))], wheels)
         out["triton-ogs"] = (triton_ogs.CHECKED, t.RULED, lambda k, r, v, c=cap, t=t: t.draw_ruled(r, c, k, v),
                              lambda la, j: (la.kernel, ogs_rule.source_sha256(la, j)), cap)
+    if "triton-moe" in families:
+        cap = moe_capture(wheels)
+        out["triton-moe"] = (triton_moe.CHECKED, ("fused_moe_kernel",),
+                             lambda k, r, v, c=cap, w=wheels: moe_draw(r, c, v, w),
+                             lambda la, j: (j.source.sha256,), cap)
     return out
+
+
+# vLLM's fused_experts_impl, asked for these layers with an entry of its own (the engine's override config), on these
+# targets: (quant, hidden, intermediate per rank, experts, M, top_k); three shapes of real models (Qwen3-30B-A3B,
+# DeepSeek-V3 at tp 8, gpt-oss-120b's dense sizes), each quantization the rule states, decode and prefill sizes.
+MOE_LAYERS = (("bf16", 2048, 768, 128, 8, 8), ("bf16", 2048, 768, 128, 512, 8), ("fp8", 2048, 768, 128, 64, 8),
+              ("fp8-block", 7168, 256, 256, 16, 8), ("fp8-block", 7168, 256, 256, 1024, 8),
+              ("bf16", 2880, 2880, 128, 4, 4))
+MOE_TARGETS = ("rtx-pro-6000", "dgx-spark-gb10", "h200", "b200")
+MOE_ENTRIES = ({"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, "num_warps": 4,
+                "num_stages": 3},
+               {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 16, "num_warps": 4,
+                "num_stages": 4})
+
+
+def moe_capture(wheels: dict | None = None, entries=MOE_ENTRIES, layers=MOE_LAYERS, targets=MOE_TARGETS):
+    """(launch, job) of vLLM's own fused_moe_kernel launches (tileprobe.triton.captured's way: fused_experts_impl from
+    the wheel with `entry` as the override config get_config returns), both GEMMs of each layer, for each entry and
+    target; the job cut from the kernel's file as the audit cuts it (its key is the audit's)."""
+    import dataclasses
+
+    from tileprobe.audit import capture as audit_capture
+    from tileprobe.audit import jobs as audit_jobs
+    from tileprobe.audit.entries import vllm_moe
+    from tileprobe.audit.run import gpu_name
+    from tileprobe.engines.triton_configs import find_engine
+    from tileprobe.targets import resolve_target
+    from tileprobe.triton import captured as cap
+
+    src = find_engine("vllm", (wheels or {}).get("vllm"))
+    out = []
+    for name in targets:
+        target, _ = resolve_target(name)
+        target = dataclasses.replace(target, device_name=gpu_name(target, None))
+        with audit_capture.engine_session(src, target, vllm_moe.ALLOW, vllm_moe.vllm_moe_stand_ins.STAND_INS) as s:
+            impl = s.module(vllm_moe.MODULE).fused_experts_impl
+            scope = sys.modules[cap.PACKAGE].get_config.__globals__
+            for quant, hidden, inter, experts, m, top_k in layers:
+                for entry in entries:
+                    start = len(s.launches)
+                    scope["_config"] = dict(entry)
+                    try:
+                        args, kwargs = cap._arguments((quant, hidden, inter, experts, 1, m, top_k,
+                                                       tuple(sorted(entry.items()))))
+                        impl(*args, **kwargs)
+                    finally:
+                        scope["_config"] = None
+                    out += [(la, audit_jobs.job_of(src, la, target.cc_int)) for la in s.launches[start:]]
+    return out
+
+
+def moe_draw(rng, cap, varied: bool, wheels: dict | None = None):
+    """A captured fused_moe_kernel launch the rule answers, asked of tileprobe.audit.moe_rule (the audit's own
+    question): as captured, or (varied) the engine's launch of the same layer for a random entry."""
+    from tileprobe.audit import moe_rule
+    from tileprobe.backends.triton.toolchain import ENGINE_TRITON
+    from tileprobe.predict import CannotPredict
+    from tileprobe.targets import profile
+
+    for _ in range(40):
+        la, job = rng.choice(cap)
+        try:
+            said = moe_rule.predict(la, job, ENGINE_TRITON)
+        except CannotPredict:  # a launch the rule does not state (a TMA path on sm_90 / sm_100): not varied either
+            continue
+        if not varied:
+            return la, job, said
+        entry = {"BLOCK_SIZE_M": rng.choice([16, 32, 64, 128]), "BLOCK_SIZE_N": rng.choice([32, 64, 128, 256]),
+                 "BLOCK_SIZE_K": rng.choice([32, 64, 128, 256]), "GROUP_SIZE_M": rng.choice([1, 16, 32]),
+                 "num_warps": rng.choice([4, 8]), "num_stages": rng.choice([2, 3, 4, 5])}
+        quant, n, k = moe_rule.quant_of(la), int(la.arg("N")), int(la.arg("K"))
+        layer = next(ly for ly in MOE_LAYERS if ly[0] == quant and (n, k) in ((2 * ly[2], ly[1]), (ly[1], ly[2])))
+        target = next(t for t in MOE_TARGETS if profile(t).cc_int == job.cc)
+        got = moe_capture(wheels, (entry,), (layer,), (target,))
+        la, job = got[0] if (n, k) == (2 * layer[2], layer[1]) else got[1]
+        try:
+            return la, job, moe_rule.predict(la, job, ENGINE_TRITON)
+        except CannotPredict:
+            continue
+    raise AssertionError("no fused_moe_kernel launch the triton-moe rule answers in 40 draws")
 
 
 def moe_draws(base: str):

@@ -7,6 +7,8 @@ whose file 0.34.0 changed, captured from that wheel, is answered, and only throu
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,9 @@ from tileprobe.predict import CannotPredict, recheck, triton_attention, triton_c
 
 MODULES = {"triton-ssd": triton_ssd, "triton-conv": triton_conv, "triton-attention": triton_attention,
            "triton-ogs": triton_ogs}
+
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_release_row_moves_a_rule_key_and_a_row_that_differed_stops_it(rng, monkeypatch):
@@ -77,3 +82,48 @@ def test_vllm_0_34_0s_changed_conv_and_gdn_files_answer_through_their_rows_with_
     monkeypatch.setattr(manifest, "rule_rows", lambda: ())
     with pytest.raises(CannotPredict, match="engine source"):
         conv_rule.predict(launch, job, "3.8.0")
+
+
+def _tool(name: str):
+    spec = importlib.util.spec_from_file_location(f"_tp_{name}", ROOT / "tools" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.triton
+def test_vllm_0_34_0s_fused_moe_kernel_declines_where_its_recheck_found_the_rule_wrong(rng, tmp_path, monkeypatch):
+    """tools/engine_rules_recheck.py asked the triton-moe rule of vLLM 0.34.0's own fused_moe_kernel launches and
+    found it wrong on some (its manifest row: differ > 0): every 0.34.0 launch then declines, naming the row. And the
+    row is right: an fp8-block launch on SM120 with a 128-wide N tile and 4 warps (the b_scale vector the rule puts
+    through shared memory), formed by 0.34.0's own launcher, takes other bytes than the rule states for the file it
+    was checked on."""
+    from tileprobe.audit import moe_rule
+    from tileprobe.predict import triton_moe
+
+    rows = [r for r in manifest.rule_rows() if r["engine"] == "vllm 0.34.0" and r["family"] == "triton-moe"]
+    assert rows and all(r["differ"] > 0 for r in rows), rows
+    trr = _tool("triton_rules_recheck")
+    entry = {"BLOCK_SIZE_M": rng.choice([16, 32, 64]), "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": rng.choice([64, 128]),
+             "GROUP_SIZE_M": rng.choice([1, 16]), "num_warps": 4, "num_stages": rng.choice([3, 4])}
+    layer = ("fp8-block", 128 * rng.randint(8, 56), 128 * rng.randint(1, 6), rng.choice([64, 128, 256]),
+             rng.randint(1, 64), 8)
+    target = rng.choice(["rtx-pro-6000", "dgx-spark-gb10"])
+    got = trr.moe_capture({"vllm": _wheel("0.34.0")}, (entry,), (layer,), (target,))
+    assert [la.kernel for la, _ in got] == ["fused_moe_kernel"] * 2
+    for la, job in got:
+        with pytest.raises(CannotPredict, match="differed from Triton 3.8.0's bytes") as err:
+            moe_rule.predict(la, job, "3.8.0")
+        assert "vllm 0.34.0" in str(err.value)
+    old = next(k for (t, k), engine in triton_moe.CHECKED.items() if engine == triton_moe.VLLM and t == "3.8.0")
+    monkeypatch.setattr(manifest, "rule_rows", lambda: ())
+    differ = 0
+    for la, job in got:
+        row = {"family": "triton-moe", "kernel": "fused_moe_kernel", "key": [job.source.sha256], "from": [old],
+               "triton": "3.8.0", "checked": 1, "differ": 0}
+        with recheck.provisionally([row]):
+            stated = moe_rule.predict(la, job, "3.8.0")
+        shared, _, err = trr.tritons_bytes(job, False, str(tmp_path))
+        assert shared is not None, err
+        differ += shared != stated
+    assert differ, (entry, layer, target)

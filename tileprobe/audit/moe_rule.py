@@ -4,7 +4,8 @@ triton-moe predictor, keyed by Triton release and the kernel's sha256), asked wi
 The predictor was checked on the launches tileprobe.families.triton_moe builds; an engine launch is that launch
 only when its flags are the family's: bf16 activations and output (compute_type tl.bfloat16), fp8 (per-tensor, or
 [group_n, group_k] = [128, 128] blocks) or no quantization, no bias, SPLIT_K 1, no tensor-descriptor gather (USE_TD),
-and SWAP_AB as the family sets it for the quant, tile and capability. Anything else is CannotPredict with the flag
+pointer loads (a newer release's USE_TMA_A / USE_TMA_B host TMA descriptors off) and output rows unsorted
+(C_IS_SORTED off), and SWAP_AB as the family sets it for the quant, tile and capability. Anything else is CannotPredict with the flag
 named, and the launch is sized or compiled instead.
 """
 
@@ -27,7 +28,7 @@ def quant_of(launch: Launch) -> str:
     a = launch.arg("a_ptr")
     dtype = a.dtype if isinstance(a, TensorArg) else None
     others = [f for f in ("use_int8_w8a8", "use_int8_w8a16", "use_int4_w4a16", "per_channel_quant", "HAS_BIAS",
-                          "USE_TD") if launch.arg(f)]
+                          "USE_TD", "USE_TMA_A", "USE_TMA_B", "C_IS_SORTED") if launch.arg(f)]
     if others:
         raise CannotPredict(f"{', '.join(others)}: not a launch the triton-moe rules were checked on")
     if launch.arg("compute_type") != "tl.bfloat16":
