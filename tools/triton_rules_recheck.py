@@ -140,7 +140,7 @@ def moe_capture(wheels: dict | None = None, entries=MOE_ENTRIES, layers=MOE_LAYE
                     start = len(s.launches)
                     scope["_config"] = dict(entry)
                     try:
-                        args, kwargs = cap._arguments((quant, hidden, inter, experts, 1, m, top_k,
+                        args, kwargs = cap.layer_arguments((quant, hidden, inter, experts, 1, m, top_k,
                                                        tuple(sorted(entry.items()))))
                         impl(*args, **kwargs)
                     finally:

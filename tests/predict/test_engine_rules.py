@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from _triton_rules import assert_tritons_bytes, capture, draw
-from tileprobe.audit import conv_rule, mamba_rule
+from tileprobe.audit import conv_rule, mamba_rule, moe_rule
 from tileprobe.engines import locate, manifest
-from tileprobe.predict import CannotPredict, recheck, triton_attention, triton_conv, triton_ogs, triton_ssd
+from tileprobe.predict import CannotPredict, recheck, triton_attention, triton_conv, triton_moe, triton_ogs, triton_ssd
 
 MODULES = {"triton-ssd": triton_ssd, "triton-conv": triton_conv, "triton-attention": triton_attention,
            "triton-ogs": triton_ogs}
@@ -98,9 +98,6 @@ def test_vllm_0_34_0s_fused_moe_kernel_declines_where_its_recheck_found_the_rule
     row is right: an fp8-block launch on SM120 with a 128-wide N tile and 4 warps (the b_scale vector the rule puts
     through shared memory), formed by 0.34.0's own launcher, takes other bytes than the rule states for the file it
     was checked on."""
-    from tileprobe.audit import moe_rule
-    from tileprobe.predict import triton_moe
-
     rows = [r for r in manifest.rule_rows() if r["engine"] == "vllm 0.34.0" and r["family"] == "triton-moe"]
     assert rows and all(r["differ"] > 0 for r in rows), rows
     trr = _tool("triton_rules_recheck")

@@ -124,7 +124,7 @@ def _tritons_own(src, target, layer: tuple, gemm: str, tmp_path, monkeypatch) ->
             m.setattr(JITFunction, "run", compile_run)
             scope["_config"] = dict(layer[-1])
             try:
-                args, kwargs = captured._arguments(layer)
+                args, kwargs = captured.layer_arguments(layer)
                 impl(*args, **kwargs)
             finally:
                 scope["_config"] = None

@@ -5,8 +5,8 @@ The predictor was checked on the launches tileprobe.families.triton_moe builds; 
 only when its flags are the family's: bf16 activations and output (compute_type tl.bfloat16), fp8 (per-tensor, or
 [group_n, group_k] = [128, 128] blocks) or no quantization, no bias, SPLIT_K 1, no tensor-descriptor gather (USE_TD),
 pointer loads (a newer release's USE_TMA_A / USE_TMA_B host TMA descriptors off) and output rows unsorted
-(C_IS_SORTED off), and SWAP_AB as the family sets it for the quant, tile and capability. Anything else is CannotPredict with the flag
-named, and the launch is sized or compiled instead.
+(C_IS_SORTED off), and SWAP_AB as the family sets it for the quant, tile and capability. Anything else is
+CannotPredict with the flag named, and the launch is sized or compiled instead.
 """
 
 from __future__ import annotations

@@ -119,7 +119,7 @@ def _meta(shape, dtype):
     return torch.empty(shape, dtype=dtype, device="meta")
 
 
-def _arguments(layer: tuple):
+def layer_arguments(layer: tuple):
     """fused_experts_impl's arguments for one layer (as tileprobe.audit.entries.vllm_moe.arguments builds them, with
     an expert map of the global experts when ep > 1: the rank holds experts / ep)."""
     quant, hidden, inter, experts, ep, m, top_k, _ = layer
@@ -176,7 +176,7 @@ def launches(src: EngineSource, source: KernelSource, target: Target, cc: int, r
                 start = len(session.launches)
                 scope["_config"] = dict(layer[-1])
                 try:
-                    args, kwargs = _arguments(layer)
+                    args, kwargs = layer_arguments(layer)
                     impl(*args, **kwargs)
                 except (AssertionError, ValueError, RuntimeError, TypeError, KeyError) as exc:
                     raise UsageError(f"{src.label()} fused_experts_impl refuses entry {dict(layer[-1])} "
